@@ -1,0 +1,32 @@
+#include "core/tensor.h"
+
+namespace cofab {
+
+std::string Device::toString() const {
+  return type == DeviceType::kCpu ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Status TensorView::validate(const char* what) const {
+  if (count > 0 && data == nullptr) {
+    return InvalidArgument(std::string(what) + ": null data pointer with count " +
+                           std::to_string(count));
+  }
+  if (count > (SIZE_MAX / 8)) {
+    return InvalidArgument(std::string(what) + ": absurd element count " + std::to_string(count));
+  }
+  return OkStatus();
+}
+
+std::string TensorView::toString() const {
+  return std::string(dtypeName(dtype)) + "[" + std::to_string(count) + "]@" + device.toString();
+}
+
+Status checkSameShape(const TensorView& a, const TensorView& b, const char* what) {
+  if (a.count != b.count || a.dtype != b.dtype) {
+    return InvalidArgument(std::string(what) + ": shape mismatch " + a.toString() + " vs " +
+                           b.toString());
+  }
+  return OkStatus();
+}
+
+}  // namespace cofab
