@@ -1,0 +1,172 @@
+#include "fabric/rendezvous/bootstrap.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "fabric/rendezvous/tcp_socket.h"
+
+namespace cofab {
+
+COFAB_PARAM_INT(kRankParam, "COFAB_RANK", -1, -1, 1 << 24, "this process's rank (set by cofab-run)");
+COFAB_PARAM_INT(kWorldParam, "COFAB_WORLD_SIZE", -1, -1, 1 << 24,
+                "number of ranks in the job (set by cofab-run)");
+COFAB_PARAM_INT(kLocalRankParam, "COFAB_LOCAL_RANK", -1, -1, 1 << 24,
+                "rank among the processes of this host (set by cofab-run)");
+COFAB_PARAM_STRING(kStoreParam, "COFAB_STORE", "",
+                   "rendezvous store URL: tcp://host:port or file:///absolute/dir");
+
+namespace {
+
+struct Source {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* localRank;
+};
+
+// In order of precedence. COFAB_* come first: cofab-run may itself run under a launcher.
+constexpr Source kSources[] = {
+    {"cofab", "COFAB_RANK", "COFAB_WORLD_SIZE", "COFAB_LOCAL_RANK"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+StatusOr<int> parseInt(const std::string& name, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > (1 << 24)) {
+    return InvalidArgument(name + "='" + value + "' is not a non-negative integer");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+EnvLookup processEnv() {
+  return [](std::string_view name, std::string* value) { return rawParamValue(name, value); };
+}
+
+StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
+  std::string seen;  // every variable we looked at and found, for error messages
+  auto lookup = [&](const char* name, std::string* v) {
+    if (!env(name, v)) return false;
+    seen += std::string(seen.empty() ? "" : ", ") + name + "=" + *v;
+    return true;
+  };
+  auto fail = [&](const std::string& what) {
+    return InvalidArgument("bootstrap: " + what + " (seen: " + (seen.empty() ? "nothing" : seen) +
+                           "). Launch with cofab-run, torchrun, mpirun or srun, or set "
+                           "COFAB_RANK, COFAB_WORLD_SIZE and COFAB_STORE.");
+  };
+
+  std::optional<BootstrapInfo> chosen;
+  for (const auto& src : kSources) {
+    std::string r, s, l;
+    bool hasRank = lookup(src.rank, &r);
+    bool hasSize = lookup(src.size, &s);
+    bool hasLocal = lookup(src.localRank, &l);
+    if (!hasRank && !hasSize) continue;
+    if (hasRank != hasSize) {
+      return fail(std::string(src.name) + " sets only one of " + src.rank + " and " + src.size);
+    }
+    BootstrapInfo info;
+    info.source = src.name;
+    COFAB_ASSIGN_OR_RETURN(info.rank, parseInt(src.rank, r));
+    COFAB_ASSIGN_OR_RETURN(info.worldSize, parseInt(src.size, s));
+    if (hasLocal) {
+      COFAB_ASSIGN_OR_RETURN(info.localRank, parseInt(src.localRank, l));
+    } else {
+      info.localRank = info.rank;
+    }
+    if (!chosen) {
+      chosen = info;
+    } else if (chosen->rank != info.rank || chosen->worldSize != info.worldSize) {
+      return fail(chosen->source + " says rank " + std::to_string(chosen->rank) + " of " +
+                  std::to_string(chosen->worldSize) + " but " + src.name + " says rank " +
+                  std::to_string(info.rank) + " of " + std::to_string(info.worldSize));
+    }
+  }
+  if (!chosen) return fail("no rank and world size in the environment");
+  if (chosen->worldSize < 1) return fail("world size must be at least 1");
+  if (chosen->rank >= chosen->worldSize) {
+    return fail("rank " + std::to_string(chosen->rank) + " is outside a world of " +
+                std::to_string(chosen->worldSize));
+  }
+  if (chosen->localRank >= chosen->worldSize) {
+    return fail("local rank " + std::to_string(chosen->localRank) + " is outside the world");
+  }
+
+  std::string store, addr, port;
+  if (lookup("COFAB_STORE", &store)) {
+    if (store.empty()) return fail("COFAB_STORE is empty");
+    chosen->storeUrl = store;
+  } else if (lookup("MASTER_ADDR", &addr) && lookup("MASTER_PORT", &port)) {
+    // torchrun's rendezvous address; cofab runs its own store protocol there, so rank 0 hosts
+    // a TcpStore server on MASTER_PORT+1 (bootstrapFromEnv), never on torch's own port.
+    COFAB_ASSIGN_OR_RETURN(int p, parseInt("MASTER_PORT", port));
+    if (p + 1 > 65535) return fail("MASTER_PORT too large");
+    chosen->storeUrl = "tcp://" + addr + ":" + std::to_string(p + 1);
+  } else {
+    return fail("no store: set COFAB_STORE=tcp://host:port or file:///dir");
+  }
+  return *chosen;
+}
+
+Status joinStore(Store& store, const BootstrapInfo& info, const JoinOptions& options) {
+  if (info.rank < 0 || info.worldSize < 1 || info.rank >= info.worldSize) {
+    return InvalidArgument("joinStore: rank " + std::to_string(info.rank) + " of world " +
+                           std::to_string(info.worldSize) + " is invalid");
+  }
+  std::string token = options.token;
+  if (token.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    token = std::string(host) + ":" + std::to_string(::getpid());
+  }
+  const std::string prefix = options.jobPrefix + "/bootstrap/";
+  Bytes size = toBytes(std::to_string(info.worldSize));
+  COFAB_ASSIGN_OR_RETURN(Bytes agreed, store.compareSet(prefix + "world_size", {}, size));
+  if (agreed != size) {
+    return InvalidArgument("world size mismatch: this process (rank " + std::to_string(info.rank) +
+                           ") says " + std::to_string(info.worldSize) + ", but the store " +
+                           store.describe() + " already holds " + toString(agreed) +
+                           " from another rank");
+  }
+  Bytes mine = toBytes(token);
+  std::string rankKey = prefix + "rank/" + std::to_string(info.rank);
+  COFAB_ASSIGN_OR_RETURN(Bytes owner, store.compareSet(rankKey, {}, mine));
+  if (owner != mine) {
+    return FailedPrecondition("rank " + std::to_string(info.rank) + " is already claimed by '" +
+                              toString(owner) + "' (this process is '" + token +
+                              "'): two processes claim the same rank, or a rank joined twice");
+  }
+  return OkStatus();
+}
+
+StatusOr<BootstrapResult> bootstrapFromEnv(Deadline connectDeadline) {
+  BootstrapResult out;
+  COFAB_ASSIGN_OR_RETURN(out.info, readBootstrapEnv());
+  setLogRank(out.info.rank);
+  std::string ignored;
+  if (out.info.rank == 0 && out.info.source == "torchrun" && !rawParamValue("COFAB_STORE", &ignored)) {
+    // Under torchrun nobody else hosts a cofab store: rank 0 does, next to torch's port.
+    COFAB_ASSIGN_OR_RETURN(HostPort addr, parseHostPort(out.info.storeUrl.substr(6)));
+    TcpStoreServerOptions options;
+    options.bindAddress = "0.0.0.0";
+    options.port = addr.port;
+    COFAB_ASSIGN_OR_RETURN(out.server, TcpStoreServer::start(options));
+  }
+  COFAB_ASSIGN_OR_RETURN(out.store, openStore(out.info.storeUrl, connectDeadline));
+  COFAB_RETURN_IF_ERROR(joinStore(*out.store, out.info));
+  return out;
+}
+
+}  // namespace cofab

@@ -1,0 +1,240 @@
+#include "fabric/rendezvous/file_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "fabric/rendezvous/hash_store.h"
+
+namespace cofab {
+namespace {
+
+// Keys are arbitrary bytes; file names are hex so any key maps to a valid, distinct name.
+// Keys too long for a file name (NAME_MAX) are hashed; the file keeps the full key and reads
+// check it, so a hash collision is reported, never silently merged.
+constexpr size_t kMaxHexKey = 100;
+
+uint64_t fnv1a(std::string_view s, uint64_t seed) {
+  uint64_t h = seed;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string hex(std::string_view s) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (unsigned char c : s) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+Status writeAll(int fd, const void* data, size_t len, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (len > 0) {
+    ssize_t n = ::write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoStatus(StatusCode::kIoError, "write " + path, errno);
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<FileStore>> FileStore::open(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') {
+    return InvalidArgument("FileStore directory must be an absolute path, got '" + dir + "'");
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return errnoStatus(StatusCode::kIoError, "mkdir " + dir, errno);
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return errnoStatus(StatusCode::kIoError, "stat " + dir, errno);
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("FileStore path '" + dir + "' is not a directory");
+  return std::unique_ptr<FileStore>(new FileStore(dir));
+}
+
+std::string FileStore::pathFor(std::string_view key) const {
+  if (key.size() <= kMaxHexKey) return dir_ + "/k_" + hex(key);
+  char buf[48];
+  snprintf(buf, sizeof(buf), "%016llx%016llx",
+           static_cast<unsigned long long>(fnv1a(key, 14695981039346656037ull)),
+           static_cast<unsigned long long>(fnv1a(key, 0x9e3779b97f4a7c15ull)));
+  return dir_ + "/h_" + buf;
+}
+
+// File layout: u32 key length, key bytes, value bytes.
+StatusOr<Bytes> FileStore::readKey(std::string_view key, bool* found) const {
+  std::string path = pathFor(key);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      *found = false;
+      return Bytes{};
+    }
+    return errnoStatus(StatusCode::kIoError, "open " + path, errno);
+  }
+  Fd guard(fd);
+  Bytes content;
+  uint8_t buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoStatus(StatusCode::kIoError, "read " + path, errno);
+    }
+    if (n == 0) break;
+    content.insert(content.end(), buf, buf + n);
+  }
+  uint32_t klen = 0;
+  if (content.size() < sizeof(klen)) return DataLoss("FileStore file " + path + " is truncated");
+  memcpy(&klen, content.data(), sizeof(klen));
+  if (content.size() < sizeof(klen) + klen ||
+      std::string_view(reinterpret_cast<const char*>(content.data()) + 4, klen) != key) {
+    return DataLoss("FileStore file " + path + " does not hold key '" + std::string(key) +
+                    "' (corrupted, or a hash collision of long keys)");
+  }
+  *found = true;
+  return Bytes(content.begin() + 4 + klen, content.end());
+}
+
+Status FileStore::writeKey(std::string_view key, const Bytes& value) {
+  std::string path = pathFor(key);
+  std::string tmp = dir_ + "/.tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(tmpCounter_.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errnoStatus(StatusCode::kIoError, "open " + tmp, errno);
+  {
+    Fd guard(fd);
+    uint32_t klen = static_cast<uint32_t>(key.size());
+    Status s = writeAll(fd, &klen, sizeof(klen), tmp);
+    if (s.ok()) s = writeAll(fd, key.data(), key.size(), tmp);
+    if (s.ok()) s = writeAll(fd, value.data(), value.size(), tmp);
+    if (!s.ok()) {
+      ::unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return errnoStatus(StatusCode::kIoError, "rename " + tmp + " -> " + path, err);
+  }
+  return OkStatus();
+}
+
+template <typename Fn>
+auto FileStore::withLock(Fn&& fn) -> decltype(fn()) {
+  std::string path = dir_ + "/.lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return errnoStatus(StatusCode::kIoError, "open " + path, errno);
+  Fd guard(fd);
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) return errnoStatus(StatusCode::kIoError, "flock " + path, errno);
+  }
+  return fn();  // the lock is released when fd closes
+}
+
+Status FileStore::set(std::string_view key, const Bytes& value) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(value));
+  return writeKey(key, value);
+}
+
+StatusOr<Bytes> FileStore::get(std::string_view key, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  auto pause = std::chrono::microseconds(200);
+  while (true) {
+    bool found = false;
+    COFAB_ASSIGN_OR_RETURN(Bytes value, readKey(key, &found));
+    if (found) return value;
+    if (deadline.expired()) return storeWaitTimeout(describe(), {std::string(key)});
+    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
+}
+
+StatusOr<int64_t> FileStore::add(std::string_view key, int64_t delta) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  return withLock([&]() -> StatusOr<int64_t> {
+    bool found = false;
+    COFAB_ASSIGN_OR_RETURN(Bytes cur, readKey(key, &found));
+    COFAB_ASSIGN_OR_RETURN(int64_t value, parseCounter(key, cur));
+    value += delta;
+    COFAB_RETURN_IF_ERROR(writeKey(key, toBytes(std::to_string(value))));
+    return value;
+  });
+}
+
+Status FileStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  for (const auto& k : keys) COFAB_RETURN_IF_ERROR(validateStoreKey(k));
+  auto pause = std::chrono::microseconds(200);
+  while (true) {
+    std::vector<std::string> missing;
+    for (const auto& k : keys) {
+      if (::access(pathFor(k).c_str(), F_OK) != 0) missing.push_back(k);
+    }
+    if (missing.empty()) return OkStatus();
+    if (deadline.expired()) return storeWaitTimeout(describe(), missing);
+    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
+}
+
+StatusOr<Bytes> FileStore::compareSet(std::string_view key, const Bytes& expected,
+                                      const Bytes& desired) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(desired));
+  return withLock([&]() -> StatusOr<Bytes> {
+    bool found = false;
+    COFAB_ASSIGN_OR_RETURN(Bytes cur, readKey(key, &found));
+    bool matches = found ? cur == expected : expected.empty();
+    if (!matches) return cur;
+    COFAB_RETURN_IF_ERROR(writeKey(key, desired));
+    return desired;
+  });
+}
+
+StatusOr<bool> FileStore::remove(std::string_view key) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  std::string path = pathFor(key);
+  if (::unlink(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  return errnoStatus(StatusCode::kIoError, "unlink " + path, errno);
+}
+
+StatusOr<bool> FileStore::check(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) {
+    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
+    if (::access(pathFor(k).c_str(), F_OK) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace cofab

@@ -6,4 +6,5 @@ list(APPEND COFAB_FABRIC_SOURCES
   rendezvous/store.cc
   rendezvous/tcp_store.cc
   rendezvous/tcp_store_protocol.cc
+  rendezvous/tcp_socket.cc
   rendezvous/tcp_store_server.cc)

@@ -1,0 +1,223 @@
+#include "fabric/rendezvous/tcp_store.h"
+
+#include <unistd.h>
+
+#include <thread>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "fabric/rendezvous/hash_store.h"
+#include "fabric/rendezvous/tcp_store_protocol.h"
+
+namespace cofab {
+
+using store_proto::Op;
+using store_proto::Reader;
+using store_proto::Reply;
+using store_proto::Writer;
+
+COFAB_PARAM_INT(kStoreTimeoutMs, "COFAB_STORE_TIMEOUT_MS", 60000, 1, 86400000,
+                "deadline in ms for store calls that take none (set, add, ...) incl. reconnects");
+
+namespace {
+// How long past a waiting request's own deadline the client keeps listening for the server's
+// timeout reply before treating the connection as lost.
+constexpr int64_t kReplyGraceMs = 2000;
+// Server-side wait timeouts travel as u32 milliseconds.
+uint32_t waitMs(Deadline d) {
+  if (d.isNever()) return UINT32_MAX;
+  auto ms = d.remainingMsForPoll();
+  return ms < 0 ? 0u : static_cast<uint32_t>(ms);
+}
+Deadline withGrace(Deadline d) {
+  return d.isNever() ? d : Deadline::at(d.when() + std::chrono::milliseconds(kReplyGraceMs));
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, uint16_t port,
+                                                      const TcpStoreOptions& options,
+                                                      Deadline deadline) {
+  int64_t timeout = options.opTimeoutMs;
+  if (timeout < 0) return InvalidArgument("TcpStoreOptions.opTimeoutMs must be >= 0");
+  if (timeout == 0) {
+    COFAB_ASSIGN_OR_RETURN(timeout, kStoreTimeoutMs.get());
+  }
+  std::unique_ptr<TcpStore> store(new TcpStore(HostPort{host, port}, timeout));
+  COFAB_ASSIGN_OR_RETURN(store->fd_, connectTcp(store->addr_, deadline));
+  return store;
+}
+
+TcpStore::~TcpStore() { disconnect(); }
+
+void TcpStore::disconnect() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+StatusOr<Bytes> TcpStore::exchangeOnce(const Bytes& request, Deadline deadline, bool* sent) {
+  std::string peer = "store " + describe();
+  if (fd_ < 0) {
+    COFAB_ASSIGN_OR_RETURN(fd_, connectTcp(addr_, deadline));
+  }
+  *sent = true;  // from here on the server may have seen (part of) the request
+  COFAB_RETURN_IF_ERROR(sendAll(fd_, request.data(), request.size(), deadline, peer));
+  Deadline replyDeadline = withGrace(deadline);
+  uint8_t header[store_proto::kFrameHeaderBytes];
+  COFAB_RETURN_IF_ERROR(recvAll(fd_, header, sizeof(header), replyDeadline, peer));
+  COFAB_ASSIGN_OR_RETURN(uint32_t len,
+                         store_proto::parseFrameHeader(header, store_proto::kResponseMagic));
+  Bytes body(len);
+  COFAB_RETURN_IF_ERROR(recvAll(fd_, body.data(), len, replyDeadline, peer));
+  return body;
+}
+
+StatusOr<Bytes> TcpStore::roundTrip(const Bytes& request, Deadline deadline, bool idempotent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto backoff = std::chrono::milliseconds(10);
+  while (true) {
+    bool sent = false;
+    auto body = exchangeOnce(request, deadline, &sent);
+    if (body.ok()) {
+      Reader r(body->data(), body->size());
+      auto reply = r.u8();
+      if (!reply.ok()) return Internal("store reply without a status byte from " + describe());
+      switch (static_cast<Reply>(*reply)) {
+        case Reply::kOk:
+          return Bytes(body->begin() + 1, body->end());
+        case Reply::kTimeout: {
+          std::vector<std::string> missing;
+          auto n = r.u32();
+          for (uint32_t i = 0; n.ok() && i < *n; ++i) {
+            auto k = r.str();
+            if (!k.ok()) break;
+            missing.push_back(*k);
+          }
+          return storeWaitTimeout(describe(), missing);
+        }
+        case Reply::kError: {
+          auto code = r.u8();
+          auto msg = r.str();
+          if (!code.ok() || !msg.ok() || *code == 0 ||
+              *code > static_cast<uint8_t>(StatusCode::kInternal)) {
+            return Internal("malformed store error reply from " + describe());
+          }
+          return Status(static_cast<StatusCode>(*code), "store " + describe() + ": " + *msg);
+        }
+      }
+      return Internal("unknown store reply status " + std::to_string(*reply));
+    }
+    disconnect();
+    const Status& err = body.status();
+    if (sent && !idempotent) {
+      return Unavailable("lost the connection to store " + describe() +
+                         " after sending a non-idempotent request; it may or may not have been "
+                         "applied (" + err.message() + ")");
+    }
+    if (deadline.expired()) {
+      return err.code() == StatusCode::kDeadlineExceeded
+                 ? err
+                 : DeadlineExceeded("store " + describe() + " unreachable before the deadline: " +
+                                    err.message());
+    }
+    COFAB_LOG(kInfo, "store") << "retrying store request after: " << err.message();
+    std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Status TcpStore::set(std::string_view key, const Bytes& value) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(value));
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kSet));
+  w.str(key);
+  w.blob(value);
+  return roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true).status();
+}
+
+StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kGet));
+  w.str(key);
+  w.u32(waitMs(deadline));
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w.frame(store_proto::kRequestMagic), deadline, true));
+  Reader r(body.data(), body.size());
+  return r.blob();
+}
+
+StatusOr<int64_t> TcpStore::add(std::string_view key, int64_t delta) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kAdd));
+  w.str(key);
+  w.i64(delta);
+  COFAB_ASSIGN_OR_RETURN(Bytes body,
+                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), false));
+  Reader r(body.data(), body.size());
+  return r.i64();
+}
+
+Status TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  if (keys.size() > store_proto::kMaxWaitKeys) {
+    return InvalidArgument("wait() on " + std::to_string(keys.size()) + " keys; the limit is " +
+                           std::to_string(store_proto::kMaxWaitKeys));
+  }
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kWait));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
+    w.str(k);
+  }
+  w.u32(waitMs(deadline));
+  return roundTrip(w.frame(store_proto::kRequestMagic), deadline, true).status();
+}
+
+StatusOr<Bytes> TcpStore::compareSet(std::string_view key, const Bytes& expected,
+                                     const Bytes& desired) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(desired));
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kCompareSet));
+  w.str(key);
+  w.blob(expected);
+  w.blob(desired);
+  COFAB_ASSIGN_OR_RETURN(Bytes body,
+                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), false));
+  Reader r(body.data(), body.size());
+  return r.blob();
+}
+
+StatusOr<bool> TcpStore::remove(std::string_view key) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kRemove));
+  w.str(key);
+  COFAB_ASSIGN_OR_RETURN(Bytes body,
+                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true));
+  Reader r(body.data(), body.size());
+  COFAB_ASSIGN_OR_RETURN(uint8_t existed, r.u8());
+  return existed != 0;
+}
+
+StatusOr<bool> TcpStore::check(const std::vector<std::string>& keys) {
+  if (keys.size() > store_proto::kMaxWaitKeys) {
+    return InvalidArgument("check() on " + std::to_string(keys.size()) + " keys; the limit is " +
+                           std::to_string(store_proto::kMaxWaitKeys));
+  }
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kCheck));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
+    w.str(k);
+  }
+  COFAB_ASSIGN_OR_RETURN(Bytes body,
+                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true));
+  Reader r(body.data(), body.size());
+  COFAB_ASSIGN_OR_RETURN(uint8_t all, r.u8());
+  return all != 0;
+}
+
+}  // namespace cofab

@@ -1,0 +1,534 @@
+#include "fabric/rendezvous/tcp_store_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "fabric/rendezvous/tcp_socket.h"
+#include "fabric/rendezvous/tcp_store_protocol.h"
+
+namespace cofab {
+
+using store_proto::Op;
+using store_proto::Reader;
+using store_proto::Reply;
+using store_proto::Writer;
+
+class TcpStoreServer::Loop {
+ public:
+  Loop(int listenFd, int maxConnections)
+      : listenFd_(listenFd), maxConnections_(maxConnections) {}
+  ~Loop();
+
+  Status init();
+  void run();
+  void requestStop();
+  Stats stats() const;
+
+ private:
+  struct Conn {
+    int fd = -1;
+    Bytes in;             // unparsed bytes
+    Bytes out;            // unsent response bytes
+    size_t outOffset = 0;
+    bool parked = false;  // a get/wait is waiting for keys
+    bool wantWrite = false;
+  };
+  struct Parked {
+    int fd;
+    Op op;
+    std::vector<std::string> keys;
+    Deadline deadline;
+  };
+
+  void acceptAll();
+  void onReadable(Conn& c);
+  void onWritable(Conn& c);
+  // Parses and serves complete frames in c.in; false if the connection must close.
+  bool serveFrames(Conn& c);
+  // Serves one request body. Returns false on a protocol error.
+  bool handle(Conn& c, const uint8_t* body, size_t len);
+  void reply(Conn& c, const Writer& w);
+  void replyError(Conn& c, const Status& s);
+  // Completes parked requests whose keys now exist or whose deadline passed.
+  void serviceParked();
+  bool tryComplete(const Parked& p, bool timedOut);
+  void closeConn(int fd, const char* why);
+  int nextTimeoutMs() const;
+  void updateBuffered();
+
+  int listenFd_;
+  int maxConnections_;
+  int epfd_ = -1;
+  int wakeFd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::unordered_map<int, Conn> conns_;
+  std::deque<Parked> parked_;
+  std::map<std::string, Bytes, std::less<>> data_;
+
+  mutable std::mutex statsMu_;
+  Stats stats_;
+};
+
+namespace {
+constexpr uint64_t kListenTag = ~0ull;
+constexpr uint64_t kWakeTag = ~0ull - 1;
+
+int64_t parseI64(const Bytes& v, bool* ok) {
+  std::string s(v.begin(), v.end());
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(s.c_str(), &end, 10);
+  *ok = v.empty() || (*end == '\0' && errno != ERANGE);
+  return v.empty() ? 0 : x;
+}
+}  // namespace
+
+TcpStoreServer::Loop::~Loop() {
+  for (auto& [fd, _] : conns_) ::close(fd);
+  if (listenFd_ >= 0) ::close(listenFd_);
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+  if (epfd_ >= 0) ::close(epfd_);
+}
+
+Status TcpStoreServer::Loop::init() {
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epfd_ < 0) return errnoStatus(StatusCode::kIoError, "epoll_create1", errno);
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) return errnoStatus(StatusCode::kIoError, "eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, listenFd_, &ev) != 0) {
+    return errnoStatus(StatusCode::kIoError, "epoll_ctl", errno);
+  }
+  ev.data.u64 = kWakeTag;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, wakeFd_, &ev) != 0) {
+    return errnoStatus(StatusCode::kIoError, "epoll_ctl", errno);
+  }
+  return OkStatus();
+}
+
+void TcpStoreServer::Loop::requestStop() {
+  stop_.store(true);
+  uint64_t one = 1;
+  (void)!::write(wakeFd_, &one, sizeof(one));
+}
+
+TcpStoreServer::Stats TcpStoreServer::Loop::stats() const {
+  std::lock_guard<std::mutex> lock(statsMu_);
+  return stats_;
+}
+
+int TcpStoreServer::Loop::nextTimeoutMs() const {
+  int ms = -1;
+  for (const auto& p : parked_) {
+    int left = p.deadline.remainingMsForPoll();
+    if (ms < 0 || left < ms) ms = left;
+  }
+  return ms;
+}
+
+void TcpStoreServer::Loop::run() {
+  epoll_event events[64];
+  while (!stop_.load()) {
+    int n = ::epoll_wait(epfd_, events, 64, nextTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      COFAB_LOG(kError, "store") << "epoll_wait failed: " << strerror(errno);
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kListenTag) {
+        acceptAll();
+        continue;
+      }
+      if (tag == kWakeTag) continue;
+      int fd = static_cast<int>(tag);
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      if (events[i].events & (EPOLLERR | EPOLLHUP)) {
+        closeConn(fd, "hang-up");
+        continue;
+      }
+      if (events[i].events & EPOLLOUT) onWritable(it->second);
+      it = conns_.find(fd);
+      if (it != conns_.end() && (events[i].events & EPOLLIN)) onReadable(it->second);
+    }
+    serviceParked();
+    updateBuffered();
+  }
+}
+
+void TcpStoreServer::Loop::acceptAll() {
+  while (true) {
+    int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        COFAB_LOG(kWarn, "store") << "accept failed: " << strerror(errno);
+      }
+      return;
+    }
+    if (static_cast<int>(conns_.size()) >= maxConnections_) {
+      COFAB_LOG(kWarn, "store") << "connection limit " << maxConnections_ << " reached";
+      ::close(fd);
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(fd);
+    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      continue;
+    }
+    conns_[fd].fd = fd;
+    std::lock_guard<std::mutex> lock(statsMu_);
+    ++stats_.acceptedConnections;
+    stats_.openConnections = conns_.size();
+  }
+}
+
+void TcpStoreServer::Loop::closeConn(int fd, const char* why) {
+  COFAB_LOG(kDebug, "store") << "closing connection fd " << fd << ": " << why;
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  conns_.erase(fd);
+  // Parked requests of this connection are dropped by serviceParked(), which may be iterating
+  // parked_ right now.
+  std::lock_guard<std::mutex> lock(statsMu_);
+  stats_.openConnections = conns_.size();
+}
+
+void TcpStoreServer::Loop::onReadable(Conn& c) {
+  uint8_t buf[65536];
+  while (true) {
+    ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      c.in.insert(c.in.end(), buf, buf + n);
+      // Never hold more than one maximal frame (plus one read) per connection.
+      if (c.in.size() > store_proto::kMaxBodyBytes + store_proto::kFrameHeaderBytes + sizeof(buf)) {
+        std::lock_guard<std::mutex> lock(statsMu_);
+        ++stats_.protocolErrors;
+        closeConn(c.fd, "input beyond one frame while a request is pending");
+        return;
+      }
+      if (!c.parked && !serveFrames(c)) return;
+      continue;
+    }
+    if (n == 0) {
+      closeConn(c.fd, "peer closed");
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    closeConn(c.fd, strerror(errno));
+    return;
+  }
+}
+
+bool TcpStoreServer::Loop::serveFrames(Conn& c) {
+  size_t off = 0;
+  int fd = c.fd;
+  while (!c.parked && c.in.size() - off >= store_proto::kFrameHeaderBytes) {
+    auto len = store_proto::parseFrameHeader(c.in.data() + off, store_proto::kRequestMagic);
+    if (!len.ok()) {
+      COFAB_LOG(kWarn, "store") << "closing client: " << len.status().message();
+      {
+        std::lock_guard<std::mutex> lock(statsMu_);
+        ++stats_.protocolErrors;
+      }
+      closeConn(fd, "bad frame header");
+      return false;
+    }
+    if (c.in.size() - off < store_proto::kFrameHeaderBytes + *len) break;
+    const uint8_t* body = c.in.data() + off + store_proto::kFrameHeaderBytes;
+    off += store_proto::kFrameHeaderBytes + *len;
+    if (!handle(c, body, *len)) {
+      {
+        std::lock_guard<std::mutex> lock(statsMu_);
+        ++stats_.protocolErrors;
+      }
+      closeConn(fd, "malformed request");
+      return false;
+    }
+    if (conns_.find(fd) == conns_.end()) return false;  // closed while replying
+  }
+  c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(off));
+  return true;
+}
+
+void TcpStoreServer::Loop::reply(Conn& c, const Writer& w) {
+  Bytes frame = w.frame(store_proto::kResponseMagic);
+  if (c.out.empty()) {
+    ssize_t n = ::send(c.fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(frame.size())) return;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      closeConn(c.fd, "send failed");
+      return;
+    }
+    c.out.assign(frame.begin() + (n > 0 ? n : 0), frame.end());
+    c.outOffset = 0;
+  } else {
+    c.out.insert(c.out.end(), frame.begin(), frame.end());
+  }
+  if (!c.wantWrite) {
+    c.wantWrite = true;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.u64 = static_cast<uint64_t>(c.fd);
+    ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+}
+
+void TcpStoreServer::Loop::onWritable(Conn& c) {
+  while (c.outOffset < c.out.size()) {
+    ssize_t n = ::send(c.fd, c.out.data() + c.outOffset, c.out.size() - c.outOffset, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.outOffset += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    closeConn(c.fd, "send failed");
+    return;
+  }
+  c.out.clear();
+  c.outOffset = 0;
+  c.wantWrite = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = static_cast<uint64_t>(c.fd);
+  ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+}
+
+void TcpStoreServer::Loop::replyError(Conn& c, const Status& s) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Reply::kError));
+  w.u8(static_cast<uint8_t>(s.code()));
+  w.str(s.message());
+  reply(c, w);
+}
+
+bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    ++stats_.requests;
+  }
+  Reader r(body, len);
+  auto op = r.u8();
+  if (!op.ok()) return false;
+  auto readKeys = [&](std::vector<std::string>* keys) -> bool {
+    auto n = r.u32();
+    if (!n.ok() || *n > store_proto::kMaxWaitKeys) return false;
+    for (uint32_t i = 0; i < *n; ++i) {
+      auto k = r.str();
+      if (!k.ok()) return false;
+      keys->push_back(std::move(*k));
+    }
+    return true;
+  };
+  auto validKeys = [&](const std::vector<std::string>& keys) {
+    for (const auto& k : keys) {
+      Status s = validateStoreKey(k);
+      if (!s.ok()) {
+        replyError(c, s);
+        return false;
+      }
+    }
+    return true;
+  };
+  Writer w;
+  switch (static_cast<Op>(*op)) {
+    case Op::kSet: {
+      auto key = r.str();
+      auto value = key.ok() ? r.blob() : StatusOr<Bytes>(key.status());
+      if (!value.ok() || !r.done()) return false;
+      if (!validKeys({*key})) return true;
+      if (Status s = validateStoreValue(*value); !s.ok()) {
+        replyError(c, s);
+        return true;
+      }
+      data_.insert_or_assign(std::move(*key), std::move(*value));
+      w.u8(static_cast<uint8_t>(Reply::kOk));
+      reply(c, w);
+      return true;
+    }
+    case Op::kGet:
+    case Op::kWait: {
+      std::vector<std::string> keys;
+      if (static_cast<Op>(*op) == Op::kGet) {
+        auto key = r.str();
+        if (!key.ok()) return false;
+        keys.push_back(std::move(*key));
+      } else if (!readKeys(&keys)) {
+        return false;
+      }
+      auto timeoutMs = r.u32();
+      if (!timeoutMs.ok() || !r.done()) return false;
+      if (!validKeys(keys)) return true;
+      Parked p{c.fd, static_cast<Op>(*op), std::move(keys), Deadline::afterMs(*timeoutMs)};
+      if (!tryComplete(p, false)) {
+        c.parked = true;
+        parked_.push_back(std::move(p));
+      }
+      return true;
+    }
+    case Op::kAdd: {
+      auto key = r.str();
+      auto delta = key.ok() ? r.i64() : StatusOr<int64_t>(key.status());
+      if (!delta.ok() || !r.done()) return false;
+      if (!validKeys({*key})) return true;
+      auto it = data_.find(*key);
+      bool ok = true;
+      int64_t cur = it == data_.end() ? 0 : parseI64(it->second, &ok);
+      if (!ok) {
+        replyError(c, InvalidArgument("add() on key '" + *key +
+                                      "' whose value is not a decimal integer"));
+        return true;
+      }
+      int64_t result = cur + *delta;
+      data_.insert_or_assign(std::move(*key), toBytes(std::to_string(result)));
+      w.u8(static_cast<uint8_t>(Reply::kOk));
+      w.i64(result);
+      reply(c, w);
+      return true;
+    }
+    case Op::kCompareSet: {
+      auto key = r.str();
+      auto expected = key.ok() ? r.blob() : StatusOr<Bytes>(key.status());
+      auto desired = expected.ok() ? r.blob() : StatusOr<Bytes>(expected.status());
+      if (!desired.ok() || !r.done()) return false;
+      if (!validKeys({*key})) return true;
+      if (Status s = validateStoreValue(*desired); !s.ok()) {
+        replyError(c, s);
+        return true;
+      }
+      auto it = data_.find(*key);
+      bool matches = it == data_.end() ? expected->empty() : it->second == *expected;
+      w.u8(static_cast<uint8_t>(Reply::kOk));
+      if (matches) {
+        w.blob(*desired);
+        data_.insert_or_assign(std::move(*key), std::move(*desired));
+      } else {
+        w.blob(it == data_.end() ? Bytes{} : it->second);
+      }
+      reply(c, w);
+      return true;
+    }
+    case Op::kRemove: {
+      auto key = r.str();
+      if (!key.ok() || !r.done()) return false;
+      if (!validKeys({*key})) return true;
+      w.u8(static_cast<uint8_t>(Reply::kOk));
+      w.u8(data_.erase(*key) > 0 ? 1 : 0);
+      reply(c, w);
+      return true;
+    }
+    case Op::kCheck: {
+      std::vector<std::string> keys;
+      if (!readKeys(&keys) || !r.done()) return false;
+      if (!validKeys(keys)) return true;
+      bool all = true;
+      for (const auto& k : keys) all = all && data_.count(k) > 0;
+      w.u8(static_cast<uint8_t>(Reply::kOk));
+      w.u8(all ? 1 : 0);
+      reply(c, w);
+      return true;
+    }
+  }
+  return false;  // unknown op
+}
+
+bool TcpStoreServer::Loop::tryComplete(const Parked& p, bool timedOut) {
+  auto it = conns_.find(p.fd);
+  if (it == conns_.end()) return true;  // client gone: drop
+  std::vector<std::string> missing;
+  for (const auto& k : p.keys) {
+    if (data_.find(k) == data_.end()) missing.push_back(k);
+  }
+  if (!missing.empty() && !timedOut) return false;
+  Writer w;
+  if (!missing.empty()) {
+    w.u8(static_cast<uint8_t>(Reply::kTimeout));
+    w.u32(static_cast<uint32_t>(missing.size()));
+    for (const auto& k : missing) w.str(k);
+  } else {
+    w.u8(static_cast<uint8_t>(Reply::kOk));
+    if (p.op == Op::kGet) w.blob(data_.find(p.keys[0])->second);
+  }
+  Conn& c = it->second;
+  c.parked = false;
+  reply(c, w);
+  return true;
+}
+
+void TcpStoreServer::Loop::serviceParked() {
+  if (parked_.empty()) return;
+  std::vector<int> resumed;
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (tryComplete(*it, it->deadline.expired())) {
+      resumed.push_back(it->fd);
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // A client whose request completed may have pipelined more frames meanwhile.
+  for (int fd : resumed) {
+    auto c = conns_.find(fd);
+    if (c != conns_.end() && !c->second.in.empty()) serveFrames(c->second);
+  }
+}
+
+void TcpStoreServer::Loop::updateBuffered() {
+  uint64_t total = 0;
+  for (const auto& [_, c] : conns_) total += c.in.size() + (c.out.size() - c.outOffset);
+  std::lock_guard<std::mutex> lock(statsMu_);
+  stats_.bufferedBytes = total;
+  stats_.keys = data_.size();
+}
+
+StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(
+    const TcpStoreServerOptions& options) {
+  if (options.maxConnections <= 0) {
+    return InvalidArgument("TcpStoreServer maxConnections must be positive");
+  }
+  uint16_t port = 0;
+  COFAB_ASSIGN_OR_RETURN(int fd, listenTcp(HostPort{options.bindAddress, options.port}, 512, &port));
+  std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
+  server->loop_ = std::make_unique<Loop>(fd, options.maxConnections);
+  COFAB_RETURN_IF_ERROR(server->loop_->init());
+  server->host_ = options.bindAddress == "0.0.0.0" || options.bindAddress == "::"
+                      ? "127.0.0.1"
+                      : options.bindAddress;
+  server->port_ = port;
+  Loop* loop = server->loop_.get();
+  server->thread_ = std::thread([loop] { loop->run(); });
+  COFAB_LOG(kInfo, "store") << "TcpStore server listening on " << server->url();
+  return server;
+}
+
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+void TcpStoreServer::stop() {
+  if (!thread_.joinable()) return;
+  loop_->requestStop();
+  thread_.join();
+}
+
+std::string TcpStoreServer::url() const {
+  return "tcp://" + HostPort{host_, port_}.toString();
+}
+
+TcpStoreServer::Stats TcpStoreServer::stats() const { return loop_->stats(); }
+
+}  // namespace cofab

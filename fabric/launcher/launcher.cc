@@ -1,0 +1,358 @@
+#include "fabric/launcher/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/clock.h"
+#include "fabric/launcher/line_prefixer.h"
+#include "fabric/rendezvous/tcp_store_server.h"
+
+namespace cofab {
+namespace {
+
+// Signals reach the poll loop through a self-pipe: the handler only writes one byte.
+int gSignalPipe[2] = {-1, -1};
+
+void onSignal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(gSignalPipe[1], &b, 1);
+  errno = saved;
+}
+
+struct Child {
+  std::string label;  // "rank 3" or "aggd.0"
+  bool worker = true;
+  pid_t pid = -1;
+  int outFd = -1, errFd = -1;
+  std::unique_ptr<LinePrefixer> out, err;
+  bool exited = false;
+  int status = 0;
+  bool terminatedByUs = false;
+};
+
+std::string describeExit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exitCodeFor(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? 1 : WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void say(const std::string& msg) {
+  std::string line = "cofab-run: " + msg + "\n";
+  (void)!::write(2, line.data(), line.size());
+}
+
+StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return errnoStatus(StatusCode::kIoError, "pipe2", errno);
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return errnoStatus(StatusCode::kIoError, "pipe2", errno);
+  }
+  // Build everything the child needs before fork: only async-signal-safe calls after it.
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::vector<std::string> envStrings;
+  for (const auto& [k, v] : env) envStrings.push_back(k + "=" + v);
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    bool overridden = false;
+    for (const auto& [k, _] : env) overridden |= entry.rfind(k + "=", 0) == 0;
+    if (!overridden) envStrings.push_back(entry);
+  }
+  std::vector<char*> cenv;
+  for (auto& s : envStrings) cenv.push_back(s.data());
+  cenv.push_back(nullptr);
+  std::string execError = "cofab-run: cannot execute '" + argv[0] + "': ";
+
+  pid_t pid = ::fork();
+  if (pid < 0) return errnoStatus(StatusCode::kIoError, "fork", errno);
+  if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so signals reach its whole process tree
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    ::execvpe(cargv[0], cargv.data(), cenv.data());
+    int e = errno;
+    (void)!::write(2, execError.data(), execError.size());
+    const char* text = strerror(e);
+    (void)!::write(2, text, strlen(text));
+    (void)!::write(2, "\n", 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, to avoid the race with the child's call
+  ::close(out[1]);
+  ::close(err[1]);
+  ::fcntl(out[0], F_SETFL, O_NONBLOCK);  // the poll loop reads every stream each round
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  c.pid = pid;
+  c.outFd = out[0];
+  c.errFd = err[0];
+  return pid;
+}
+
+}  // namespace
+
+std::string launchUsage() {
+  return "usage: cofab-run -n N [--store URL] [--store-bind ADDR] [--role NAME:COUNT:COMMAND]...\n"
+         "                 [--grace-ms MS] [--no-prefix] [--] PROGRAM [ARGS...]\n"
+         "  Starts N local ranks of PROGRAM with COFAB_RANK, COFAB_WORLD_SIZE, COFAB_LOCAL_RANK\n"
+         "  and COFAB_STORE set. Without --store it hosts a TcpStore on --store-bind\n"
+         "  (default 127.0.0.1). --role starts COUNT extra processes running COMMAND through\n"
+         "  /bin/sh -c, with COFAB_ROLE, COFAB_ROLE_RANK, COFAB_ROLE_SIZE and COFAB_STORE set.\n"
+         "  When a process fails the others get SIGTERM, then SIGKILL after --grace-ms.\n";
+}
+
+StatusOr<LaunchOptions> parseLaunchArgs(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  auto bad = [](const std::string& why) { return InvalidArgument(why + "\n" + launchUsage()); };
+  auto intArg = [&](const std::string& flag, const std::string& v, int min) -> StatusOr<int> {
+    char* end = nullptr;
+    errno = 0;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE || x < min || x > 1'000'000) {
+      return bad(flag + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    }
+    return static_cast<int>(x);
+  };
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> StatusOr<std::string> {
+      if (i + 1 >= args.size()) return bad(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "-n" || a == "--nprocs") {
+      COFAB_ASSIGN_OR_RETURN(std::string v, value());
+      COFAB_ASSIGN_OR_RETURN(o.nprocs, intArg(a, v, 1));
+    } else if (a == "--store") {
+      COFAB_ASSIGN_OR_RETURN(o.storeUrl, value());
+    } else if (a == "--store-bind") {
+      COFAB_ASSIGN_OR_RETURN(o.storeBind, value());
+    } else if (a == "--grace-ms") {
+      COFAB_ASSIGN_OR_RETURN(std::string v, value());
+      COFAB_ASSIGN_OR_RETURN(o.killGraceMs, intArg(a, v, 0));
+    } else if (a == "--no-prefix") {
+      o.prefixOutput = false;
+    } else if (a == "--role") {
+      COFAB_ASSIGN_OR_RETURN(std::string v, value());
+      size_t c1 = v.find(':');
+      size_t c2 = c1 == std::string::npos ? c1 : v.find(':', c1 + 1);
+      if (c2 == std::string::npos || c1 == 0 || c2 + 1 >= v.size()) {
+        return bad("--role expects NAME:COUNT:COMMAND, got '" + v + "'");
+      }
+      RoleSpec r;
+      r.name = v.substr(0, c1);
+      COFAB_ASSIGN_OR_RETURN(r.count, intArg("--role count", v.substr(c1 + 1, c2 - c1 - 1), 1));
+      r.command = v.substr(c2 + 1);
+      o.roles.push_back(std::move(r));
+    } else if (a == "-h" || a == "--help") {
+      return bad("");
+    } else if (!a.empty() && a[0] == '-') {
+      return bad("unknown option '" + a + "'");
+    } else {
+      break;
+    }
+  }
+  for (; i < args.size(); ++i) o.argv.push_back(args[i]);
+  if (o.nprocs < 1) return bad("-n N is required");
+  if (o.argv.empty()) return bad("no program to run");
+  return o;
+}
+
+StatusOr<int> runLaunch(const LaunchOptions& options) {
+  if (options.nprocs < 1 || options.argv.empty()) {
+    return InvalidArgument("runLaunch: need nprocs >= 1 and a program");
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  std::string storeUrl = options.storeUrl;
+  if (storeUrl.empty()) {
+    TcpStoreServerOptions so;
+    so.bindAddress = options.storeBind;
+    COFAB_ASSIGN_OR_RETURN(server, TcpStoreServer::start(so));
+    storeUrl = server->url();
+  }
+
+  if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return errnoStatus(StatusCode::kIoError, "pipe2", errno);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  struct sigaction oldInt {}, oldTerm {}, oldChld {};
+  sigaction(SIGINT, &sa, &oldInt);
+  sigaction(SIGTERM, &sa, &oldTerm);
+  sigaction(SIGCHLD, &sa, &oldChld);
+
+  std::vector<Child> children;
+  children.reserve(static_cast<size_t>(options.nprocs) + 16);
+  Status spawnError;
+  // Roles first: daemons should be up before workers look for them in the store.
+  for (const auto& role : options.roles) {
+    for (int r = 0; r < role.count && spawnError.ok(); ++r) {
+      Child& c = children.emplace_back();
+      c.worker = false;
+      c.label = role.name + "." + std::to_string(r);
+      auto pid = spawn(c, {"/bin/sh", "-c", role.command},
+                       {{"COFAB_ROLE", role.name},
+                        {"COFAB_ROLE_RANK", std::to_string(r)},
+                        {"COFAB_ROLE_SIZE", std::to_string(role.count)},
+                        {"COFAB_WORLD_SIZE", std::to_string(options.nprocs)},
+                        {"COFAB_STORE", storeUrl}});
+      if (!pid.ok()) spawnError = pid.status();
+    }
+  }
+  for (int r = 0; r < options.nprocs && spawnError.ok(); ++r) {
+    Child& c = children.emplace_back();
+    c.label = "rank " + std::to_string(r);
+    auto pid = spawn(c, options.argv,
+                     {{"COFAB_RANK", std::to_string(r)},
+                      {"COFAB_WORLD_SIZE", std::to_string(options.nprocs)},
+                      {"COFAB_LOCAL_RANK", std::to_string(r)},
+                      {"COFAB_STORE", storeUrl}});
+    if (!pid.ok()) spawnError = pid.status();
+  }
+  for (auto& c : children) {
+    if (c.pid < 0) continue;
+    c.out = std::make_unique<LinePrefixer>("[" + c.label + "] ", 1, options.prefixOutput);
+    c.err = std::make_unique<LinePrefixer>("[" + c.label + "] ", 2, options.prefixOutput);
+  }
+
+  int exitCode = 0;
+  bool stopping = false;
+  Deadline killAt = Deadline::never();
+  auto stopAll = [&](int sig) {
+    for (auto& c : children) {
+      if (c.pid > 0 && !c.exited) {
+        c.terminatedByUs = true;
+        ::kill(-c.pid, sig);
+      }
+    }
+    if (!stopping) killAt = Deadline::afterMs(options.killGraceMs);
+    stopping = true;
+  };
+  if (!spawnError.ok()) {
+    say("could not start every process: " + spawnError.message());
+    exitCode = 1;
+    stopAll(SIGTERM);
+  }
+
+  auto workersLeft = [&] {
+    int n = 0;
+    for (auto& c : children) n += c.worker && c.pid > 0 && !c.exited;
+    return n;
+  };
+  auto anyAlive = [&] {
+    for (auto& c : children) {
+      if (c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0)) return true;
+    }
+    return false;
+  };
+
+  while (anyAlive()) {
+    std::vector<pollfd> fds;
+    fds.push_back({gSignalPipe[0], POLLIN, 0});
+    for (auto& c : children) {
+      if (c.outFd >= 0) fds.push_back({c.outFd, POLLIN, 0});
+      if (c.errFd >= 0) fds.push_back({c.errFd, POLLIN, 0});
+    }
+    int timeout = stopping ? std::max(1, killAt.remainingMsForPoll()) : 1000;
+    int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc < 0 && errno != EINTR) {
+      say(std::string("poll failed: ") + strerror(errno));
+      break;
+    }
+    // Output first, so the lines before a failure are printed before the failure report.
+    char buf[65536];
+    for (auto& c : children) {
+      for (int* fd : {&c.outFd, &c.errFd}) {
+        if (*fd < 0) continue;
+        ssize_t n = ::read(*fd, buf, sizeof(buf));
+        if (n > 0) {
+          (fd == &c.outFd ? c.out : c.err)->feed(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          (fd == &c.outFd ? c.out : c.err)->finish();
+          ::close(*fd);
+          *fd = -1;
+        }
+      }
+    }
+    unsigned char sig;
+    while (::read(gSignalPipe[0], &sig, 1) == 1) {
+      if (sig == SIGINT || sig == SIGTERM) {
+        say(std::string("received ") + strsignal(sig) + ", forwarding to every process");
+        if (exitCode == 0) exitCode = 128 + sig;
+        stopAll(sig);
+      }
+    }
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (auto& c : children) {
+        if (c.pid != pid) continue;
+        c.exited = true;
+        c.status = status;
+        bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        bool expectedStop = c.terminatedByUs && WIFSIGNALED(status);
+        if (!clean && !expectedStop && exitCode == 0) {
+          say(c.label + " (pid " + std::to_string(pid) + ") " + describeExit(status) +
+              "; stopping the other processes");
+          exitCode = exitCodeFor(status);
+          stopAll(SIGTERM);
+        } else if (!clean && !expectedStop) {
+          say(c.label + " (pid " + std::to_string(pid) + ") " + describeExit(status));
+        }
+      }
+    }
+    if (!stopping && workersLeft() == 0) stopAll(SIGTERM);  // done: stop the daemons
+    if (stopping && killAt.expired()) {
+      for (auto& c : children) {
+        if (c.pid > 0 && !c.exited) {
+          say(c.label + " still running " + std::to_string(options.killGraceMs) +
+              " ms after SIGTERM; sending SIGKILL");
+          ::kill(-c.pid, SIGKILL);
+        }
+      }
+      killAt = Deadline::never();
+    }
+  }
+
+  sigaction(SIGINT, &oldInt, nullptr);
+  sigaction(SIGTERM, &oldTerm, nullptr);
+  sigaction(SIGCHLD, &oldChld, nullptr);
+  ::close(gSignalPipe[0]);
+  ::close(gSignalPipe[1]);
+  gSignalPipe[0] = gSignalPipe[1] = -1;
+  return exitCode;
+}
+
+}  // namespace cofab

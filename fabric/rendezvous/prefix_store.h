@@ -1,0 +1,40 @@
+// PrefixStore: a view of another Store in which every key is prefixed with "<prefix>/", so
+// that independent groups (sub-communicators, jobs, daemons) share one store without collisions.
+// Does not own the underlying store; it must outlive the view.
+#pragma once
+
+#include "fabric/rendezvous/store.h"
+
+namespace cofab {
+
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::string prefix, Store* base) : prefix_(std::move(prefix) + "/"), base_(base) {}
+
+  Status set(std::string_view key, const Bytes& value) override {
+    return base_->set(full(key), value);
+  }
+  StatusOr<Bytes> get(std::string_view key, Deadline deadline) override {
+    return base_->get(full(key), deadline);
+  }
+  StatusOr<int64_t> add(std::string_view key, int64_t delta) override {
+    return base_->add(full(key), delta);
+  }
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  StatusOr<Bytes> compareSet(std::string_view key, const Bytes& expected,
+                             const Bytes& desired) override {
+    return base_->compareSet(full(key), expected, desired);
+  }
+  StatusOr<bool> remove(std::string_view key) override { return base_->remove(full(key)); }
+  StatusOr<bool> check(const std::vector<std::string>& keys) override;
+  std::string describe() const override { return base_->describe() + " prefix '" + prefix_ + "'"; }
+
+ private:
+  std::string full(std::string_view key) const { return prefix_ + std::string(key); }
+  std::vector<std::string> fullKeys(const std::vector<std::string>& keys) const;
+
+  std::string prefix_;
+  Store* base_;
+};
+
+}  // namespace cofab

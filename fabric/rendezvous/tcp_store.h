@@ -1,0 +1,58 @@
+// TcpStore: the Store client for a TcpStoreServer (multi-host rendezvous).
+//
+// One connection per client object, one request at a time (calls from several threads are
+// serialised by a mutex). A lost connection is re-established with backoff until the call's
+// deadline. Requests that cannot be applied twice (add, compareSet) are not resent once they
+// may have reached the server: they fail with Unavailable saying the outcome is unknown.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "fabric/rendezvous/store.h"
+#include "fabric/rendezvous/tcp_socket.h"
+
+namespace cofab {
+
+struct TcpStoreOptions {
+  // Deadline for calls that do not take one (set, add, compareSet, remove, check), including
+  // reconnection. 0: the COFAB_STORE_TIMEOUT_MS parameter.
+  int64_t opTimeoutMs = 0;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects (retrying until the deadline) and returns the client.
+  static StatusOr<std::unique_ptr<TcpStore>> connect(const std::string& host, uint16_t port,
+                                                     const TcpStoreOptions& options,
+                                                     Deadline deadline);
+  ~TcpStore() override;
+
+  Status set(std::string_view key, const Bytes& value) override;
+  StatusOr<Bytes> get(std::string_view key, Deadline deadline) override;
+  StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  StatusOr<Bytes> compareSet(std::string_view key, const Bytes& expected,
+                             const Bytes& desired) override;
+  StatusOr<bool> remove(std::string_view key) override;
+  StatusOr<bool> check(const std::vector<std::string>& keys) override;
+  std::string describe() const override { return "tcp://" + addr_.toString(); }
+
+ private:
+  TcpStore(HostPort addr, int64_t opTimeoutMs) : addr_(std::move(addr)), opTimeoutMs_(opTimeoutMs) {}
+
+  Deadline opDeadline() const { return Deadline::afterMs(opTimeoutMs_); }
+  // Sends one framed request and returns the response body (after the Reply byte was checked:
+  // kOk bodies only; kTimeout and kError become Status). `idempotent` allows a resend after a
+  // connection loss.
+  StatusOr<Bytes> roundTrip(const Bytes& request, Deadline deadline, bool idempotent);
+  StatusOr<Bytes> exchangeOnce(const Bytes& request, Deadline deadline, bool* sent);
+  void disconnect();
+
+  HostPort addr_;
+  int64_t opTimeoutMs_;
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+}  // namespace cofab

@@ -1,0 +1,127 @@
+#include "fabric/rendezvous/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "fabric/rendezvous/hash_store.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab {
+namespace {
+
+EnvLookup fakeEnv(std::map<std::string, std::string> vars) {
+  return [vars](std::string_view name, std::string* v) {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return false;
+    *v = it->second;
+    return true;
+  };
+}
+
+TEST(BootstrapEnvTest, ReadsEachLaunchersVariables) {
+  struct Case {
+    std::map<std::string, std::string> env;
+    std::string source;
+    int rank, size, local;
+    std::string store;
+  };
+  const Case cases[] = {
+      {{{"COFAB_RANK", "2"}, {"COFAB_WORLD_SIZE", "4"}, {"COFAB_LOCAL_RANK", "0"},
+        {"COFAB_STORE", "tcp://h:1"}},
+       "cofab", 2, 4, 0, "tcp://h:1"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"},
+        {"MASTER_PORT", "29500"}},
+       "torchrun", 1, 8, 1, "tcp://10.1.1.1:29501"},
+      {{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"COFAB_STORE", "file:///tmp/x"}},
+       "Open MPI", 3, 4, 1, "file:///tmp/x"},
+      {{{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"},
+        {"COFAB_STORE", "tcp://n1:7"}},
+       "Slurm", 5, 6, 2, "tcp://n1:7"},
+  };
+  for (const auto& c : cases) {
+    auto info = readBootstrapEnv(fakeEnv(c.env));
+    ASSERT_TRUE(info.ok()) << c.source << ": " << info.status();
+    EXPECT_EQ(info->source, c.source);
+    EXPECT_EQ(info->rank, c.rank);
+    EXPECT_EQ(info->worldSize, c.size);
+    EXPECT_EQ(info->localRank, c.local);
+    EXPECT_EQ(info->storeUrl, c.store);
+  }
+}
+
+TEST(BootstrapEnvTest, AgreeingLaunchersAreFineContradictingOnesAreNamed) {
+  auto ok = readBootstrapEnv(fakeEnv({{"COFAB_RANK", "1"}, {"COFAB_WORLD_SIZE", "2"},
+                                      {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},
+                                      {"COFAB_STORE", "tcp://a:1"}}));
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  auto bad = readBootstrapEnv(fakeEnv({{"COFAB_RANK", "1"}, {"COFAB_WORLD_SIZE", "2"},
+                                       {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                       {"COFAB_STORE", "tcp://a:1"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = bad.status().message();
+  EXPECT_NE(m.find("cofab says rank 1 of 2 but Slurm says rank 0 of 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("SLURM_PROCID=0"), std::string::npos) << m;
+}
+
+TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
+  struct Case {
+    std::map<std::string, std::string> env;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {{}, "no rank and world size"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_STORE", "tcp://a:1"}}, "sets only one of"},
+      {{{"COFAB_RANK", "x"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK='x'"},
+      {{{"COFAB_RANK", "-1"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK='-1'"},
+      {{{"COFAB_RANK", "2"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", "tcp://a:1"}},
+       "rank 2 is outside a world of 2"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "0"}, {"COFAB_STORE", "tcp://a:1"}},
+       "at least 1"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "2"}}, "no store"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", ""}}, "COFAB_STORE is empty"},
+  };
+  for (const auto& c : cases) {
+    auto info = readBootstrapEnv(fakeEnv(c.env));
+    ASSERT_FALSE(info.ok()) << c.expect;
+    EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(info.status().message().find(c.expect), std::string::npos) << info.status();
+  }
+}
+
+TEST(JoinStoreTest, EveryRankJoinsOnce) {
+  HashStore store;
+  auto statuses = testing::runThreadRanks(8, [&](int rank) {
+    BootstrapInfo info{rank, 8, rank, "hash://", "test"};
+    return joinStore(store, info, {"thread-" + std::to_string(rank)});
+  });
+  EXPECT_TRUE(testing::allOk(statuses).ok()) << testing::allOk(statuses);
+}
+
+TEST(JoinStoreTest, TwoProcessesClaimingOneRankAreTold) {
+  HashStore store;
+  BootstrapInfo info{1, 4, 1, "hash://", "test"};
+  ASSERT_TRUE(joinStore(store, info, {"first"}).ok());
+  Status again = joinStore(store, info, {"second"});
+  ASSERT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.message().find("rank 1 is already claimed by 'first'"), std::string::npos) << again;
+  // The same process (same token) re-joining is idempotent; a restarted one (new pid, so a new
+  // token) is the "second" case above.
+  EXPECT_TRUE(joinStore(store, info, {"first"}).ok());
+}
+
+TEST(JoinStoreTest, WorldSizeMismatchIsInvalidArgument) {
+  HashStore store;
+  ASSERT_TRUE(joinStore(store, BootstrapInfo{0, 4, 0, "", ""}, {"a"}).ok());
+  Status s = joinStore(store, BootstrapInfo{1, 3, 1, "", ""}, {"b"});
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("says 3"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("already holds 4"), std::string::npos) << s;
+  EXPECT_EQ(joinStore(store, BootstrapInfo{4, 4, 0, "", ""}, {"c"}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cofab

@@ -1,0 +1,231 @@
+// The Store contract, written once and run against every implementation.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "fabric/rendezvous/file_store.h"
+#include "fabric/rendezvous/hash_store.h"
+#include "fabric/rendezvous/prefix_store.h"
+#include "fabric/rendezvous/tcp_store.h"
+#include "fabric/rendezvous/tcp_store_server.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab {
+namespace {
+
+// Owns whatever a store needs to live (a server, a directory) and makes clients.
+class StoreFactory {
+ public:
+  virtual ~StoreFactory() = default;
+  virtual std::unique_ptr<Store> client() = 0;
+};
+
+// A non-owning handle on a shared store: every "client" of a HashStore is the store itself.
+class SharedView final : public Store {
+ public:
+  explicit SharedView(Store* s) : s_(s) {}
+  Status set(std::string_view k, const Bytes& v) override { return s_->set(k, v); }
+  StatusOr<Bytes> get(std::string_view k, Deadline d) override { return s_->get(k, d); }
+  StatusOr<int64_t> add(std::string_view k, int64_t x) override { return s_->add(k, x); }
+  Status wait(const std::vector<std::string>& k, Deadline d) override { return s_->wait(k, d); }
+  StatusOr<Bytes> compareSet(std::string_view k, const Bytes& e, const Bytes& d) override {
+    return s_->compareSet(k, e, d);
+  }
+  StatusOr<bool> remove(std::string_view k) override { return s_->remove(k); }
+  StatusOr<bool> check(const std::vector<std::string>& k) override { return s_->check(k); }
+  std::string describe() const override { return s_->describe(); }
+
+ private:
+  Store* s_;
+};
+
+class HashFactory : public StoreFactory {
+ public:
+  std::unique_ptr<Store> client() override { return std::make_unique<SharedView>(&store_); }
+
+ private:
+  HashStore store_;
+};
+
+class FileFactory : public StoreFactory {
+ public:
+  std::unique_ptr<Store> client() override { return std::move(FileStore::open(dir_.path()).value()); }
+
+ private:
+  testing::TempDir dir_;
+};
+
+class TcpFactory : public StoreFactory {
+ public:
+  TcpFactory() : server_(std::move(TcpStoreServer::start({}).value())) {}
+  std::unique_ptr<Store> client() override {
+    return std::move(
+        TcpStore::connect("127.0.0.1", server_->port(), {}, Deadline::afterMs(5000)).value());
+  }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+class StoreContractTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "hash") factory_ = std::make_unique<HashFactory>();
+    if (GetParam() == "file") factory_ = std::make_unique<FileFactory>();
+    if (GetParam() == "tcp") factory_ = std::make_unique<TcpFactory>();
+    store_ = factory_->client();
+  }
+  std::unique_ptr<StoreFactory> factory_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreContractTest, SetThenGetReturnsTheValue) {
+  Bytes value = {0, 1, 2, 255, 0};
+  ASSERT_TRUE(store_->set("k/with:odd chars", value).ok());
+  auto got = store_->get("k/with:odd chars", Deadline::afterMs(1000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, value);
+  ASSERT_TRUE(store_->set("k/with:odd chars", toBytes("second")).ok());
+  EXPECT_EQ(toString(*store_->get("k/with:odd chars", Deadline::afterMs(1000))), "second");
+  ASSERT_TRUE(store_->set("empty", {}).ok());
+  EXPECT_TRUE(store_->get("empty", Deadline::afterMs(1000))->empty());
+}
+
+TEST_P(StoreContractTest, GetWaitsForALaterSet) {
+  auto other = factory_->client();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(other->set("late", toBytes("here")).ok());
+  });
+  auto got = store_->get("late", Deadline::afterMs(10'000));
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(toString(*got), "here");
+}
+
+TEST_P(StoreContractTest, GetTimesOutNamingTheKey) {
+  auto got = store_->get("never-set", Deadline::afterMs(100));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(got.status().message().find("'never-set'"), std::string::npos) << got.status();
+}
+
+TEST_P(StoreContractTest, WaitNamesOnlyTheMissingKeys) {
+  ASSERT_TRUE(store_->set("a", toBytes("1")).ok());
+  Status s = store_->wait({"a", "b", "c"}, Deadline::afterMs(100));
+  ASSERT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message().find("'a'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'b', 'c'"), std::string::npos) << s;
+  ASSERT_TRUE(store_->set("b", {}).ok());
+  ASSERT_TRUE(store_->set("c", {}).ok());
+  EXPECT_TRUE(store_->wait({"a", "b", "c"}, Deadline::afterMs(1000)).ok());
+  EXPECT_TRUE(*store_->check({"a", "b", "c"}));
+  EXPECT_FALSE(*store_->check({"a", "zzz"}));
+}
+
+TEST_P(StoreContractTest, AddIsAtomicAcrossThreads) {
+  constexpr int kThreads = 8, kAdds = 50;
+  auto statuses = testing::runThreadRanks(kThreads, [&](int) -> Status {
+    auto client = factory_->client();
+    for (int i = 0; i < kAdds; ++i) COFAB_RETURN_IF_ERROR(client->add("counter", 1).status());
+    return OkStatus();
+  });
+  ASSERT_TRUE(testing::allOk(statuses).ok()) << testing::allOk(statuses);
+  EXPECT_EQ(*store_->add("counter", 0), kThreads * kAdds);
+  EXPECT_EQ(*store_->add("counter", -kThreads * kAdds), 0);
+  EXPECT_EQ(toString(*store_->get("counter", Deadline::afterMs(100))), "0");
+}
+
+TEST_P(StoreContractTest, AddOnANonCounterIsInvalidArgument) {
+  ASSERT_TRUE(store_->set("text", toBytes("hello")).ok());
+  auto r = store_->add("text", 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'text'"), std::string::npos);
+}
+
+TEST_P(StoreContractTest, CompareSetSwapsOnlyOnMatch) {
+  // Absent key, expected "absent": swapped.
+  EXPECT_EQ(toString(*store_->compareSet("cas", {}, toBytes("v1"))), "v1");
+  // Wrong expectation: unchanged, returns current.
+  EXPECT_EQ(toString(*store_->compareSet("cas", toBytes("nope"), toBytes("v2"))), "v1");
+  EXPECT_EQ(toString(*store_->compareSet("cas", {}, toBytes("v2"))), "v1");
+  // Right expectation: swapped.
+  EXPECT_EQ(toString(*store_->compareSet("cas", toBytes("v1"), toBytes("v2"))), "v2");
+  EXPECT_EQ(toString(*store_->get("cas", Deadline::afterMs(100))), "v2");
+  // Absent key with a non-empty expectation: nothing is created.
+  EXPECT_TRUE(store_->compareSet("absent", toBytes("x"), toBytes("y"))->empty());
+  EXPECT_FALSE(*store_->check({"absent"}));
+}
+
+TEST_P(StoreContractTest, RemoveReportsWhetherTheKeyExisted) {
+  ASSERT_TRUE(store_->set("gone", toBytes("x")).ok());
+  EXPECT_TRUE(*store_->remove("gone"));
+  EXPECT_FALSE(*store_->remove("gone"));
+  EXPECT_FALSE(*store_->check({"gone"}));
+}
+
+TEST_P(StoreContractTest, BadKeysAndValuesAreInvalidArgument) {
+  EXPECT_EQ(store_->set("", toBytes("x")).code(), StatusCode::kInvalidArgument);
+  std::string longKey(kMaxStoreKeyBytes + 1, 'k');
+  EXPECT_EQ(store_->set(longKey, toBytes("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->get("", Deadline::afterMs(10)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->wait({"ok", ""}, Deadline::afterMs(10)).code(), StatusCode::kInvalidArgument);
+  Bytes huge(kMaxStoreValueBytes + 1);
+  EXPECT_EQ(store_->set("huge", huge).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(StoreContractTest, LongKeysAndLargeValuesWork) {
+  std::string longKey(kMaxStoreKeyBytes, 'q');
+  Bytes big(8 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 31 + 7);
+  ASSERT_TRUE(store_->set(longKey, big).ok());
+  auto got = store_->get(longKey, Deadline::afterMs(5000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, big);
+}
+
+TEST_P(StoreContractTest, PrefixStoresDoNotSeeEachOther) {
+  PrefixStore a("job-a", store_.get()), b("job-b", store_.get());
+  ASSERT_TRUE(a.set("x", toBytes("from a")).ok());
+  ASSERT_TRUE(b.set("x", toBytes("from b")).ok());
+  EXPECT_EQ(toString(*a.get("x", Deadline::afterMs(100))), "from a");
+  EXPECT_EQ(toString(*b.get("x", Deadline::afterMs(100))), "from b");
+  EXPECT_EQ(toString(*store_->get("job-a/x", Deadline::afterMs(100))), "from a");
+  Status s = a.wait({"y"}, Deadline::afterMs(50));
+  EXPECT_NE(s.message().find("'job-a/y'"), std::string::npos) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreContractTest, ::testing::Values("hash", "file", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+TEST(OpenStoreTest, UrlsAreParsedOrRejectedClearly) {
+  testing::TempDir dir;
+  auto file = openStore("file://" + dir.path(), Deadline::afterMs(100));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->describe(), "file://" + dir.path());
+  for (const char* bad : {"file://relative/dir", "redis://x:1", "tcp://nohost", "tcp://h:99999",
+                          "tcp://[::1:5"}) {
+    auto s = openStore(bad, Deadline::afterMs(100));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad << ": " << s.status();
+  }
+}
+
+TEST(OpenStoreTest, UnreachableTcpStoreFailsAtTheDeadlineWithTheAddress) {
+  // Bind and close a port so nothing listens there.
+  uint16_t port;
+  {
+    auto server = TcpStoreServer::start({});
+    ASSERT_TRUE(server.ok());
+    port = (*server)->port();
+  }
+  auto s = openStore("tcp://127.0.0.1:" + std::to_string(port), Deadline::afterMs(300));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cofab

@@ -1,0 +1,226 @@
+// What a TcpStore server must survive: clients dying mid-request, garbage, truncated frames and
+// absurd lengths on its port; and what a client must survive: a server restart.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "fabric/rendezvous/tcp_socket.h"
+#include "fabric/rendezvous/tcp_store.h"
+#include "fabric/rendezvous/tcp_store_protocol.h"
+#include "fabric/rendezvous/tcp_store_server.h"
+#include "tests/support/process_group.h"
+
+namespace cofab {
+namespace {
+
+using store_proto::Writer;
+
+int rawConnect(uint16_t port) {
+  auto fd = connectTcp(HostPort{"127.0.0.1", port}, Deadline::afterMs(2000));
+  COFAB_CHECK(fd.ok()) << fd.status();
+  ::fcntl(*fd, F_SETFL, 0);  // blocking, so SO_RCVTIMEO bounds the reads below
+  return *fd;
+}
+
+// Blocks until the server has closed fd (recv returns 0 or an error) or 5 s pass.
+bool closedByServer(int fd) {
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256];
+  while (true) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+// Waits until the server's connection count and buffers are back to `open` and zero.
+void expectDrained(TcpStoreServer& server, uint64_t open) {
+  auto deadline = Deadline::afterMs(5000);
+  while (!deadline.expired()) {
+    auto st = server.stats();
+    if (st.openConnections == open && st.bufferedBytes == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto st = server.stats();
+  ADD_FAILURE() << "server still holds " << st.openConnections << " connections and "
+                << st.bufferedBytes << " buffered bytes";
+}
+
+class TcpStoreRobustnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::move(TcpStoreServer::start({}).value());
+    good_ = std::move(TcpStore::connect("127.0.0.1", server_->port(), {}, Deadline::afterMs(2000)).value());
+    ASSERT_TRUE(good_->set("alive", toBytes("yes")).ok());
+  }
+  // The well-behaved client still gets answers.
+  void expectStillServing() {
+    auto v = good_->get("alive", Deadline::afterMs(2000));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(toString(*v), "yes");
+    EXPECT_EQ(*good_->add("served", 1), ++served_);
+  }
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStore> good_;
+  int served_ = 0;
+};
+
+TEST_F(TcpStoreRobustnessTest, BadMagicClosesTheConnection) {
+  int fd = rawConnect(server_->port());
+  const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+  ASSERT_GT(::send(fd, junk, sizeof(junk), MSG_NOSIGNAL), 0);
+  EXPECT_TRUE(closedByServer(fd));
+  ::close(fd);
+  EXPECT_GE(server_->stats().protocolErrors, 1u);
+  expectStillServing();
+  expectDrained(*server_, 1);
+}
+
+TEST_F(TcpStoreRobustnessTest, AbsurdLengthIsRejectedWithoutAllocating) {
+  int fd = rawConnect(server_->port());
+  uint8_t header[8];
+  uint32_t magic = store_proto::kRequestMagic, len = 0xFFFFFFF0u;
+  memcpy(header, &magic, 4);
+  memcpy(header + 4, &len, 4);
+  ASSERT_EQ(::send(fd, header, 8, MSG_NOSIGNAL), 8);
+  EXPECT_TRUE(closedByServer(fd));
+  ::close(fd);
+  expectStillServing();
+  expectDrained(*server_, 1);
+}
+
+TEST_F(TcpStoreRobustnessTest, MalformedBodiesCloseTheConnection) {
+  // A valid frame whose body is an unknown op, then one whose string length overruns the body.
+  for (int variant = 0; variant < 3; ++variant) {
+    Writer w;
+    if (variant == 0) w.u8(99);
+    if (variant == 1) {
+      w.u8(1);       // set
+      w.u32(1000);   // key length beyond the body
+    }
+    if (variant == 2) {
+      w.u8(4);  // wait
+      w.u32(store_proto::kMaxWaitKeys + 1);
+    }
+    Bytes frame = w.frame(store_proto::kRequestMagic);
+    int fd = rawConnect(server_->port());
+    ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+    EXPECT_TRUE(closedByServer(fd)) << "variant " << variant;
+    ::close(fd);
+  }
+  expectStillServing();
+  expectDrained(*server_, 1);
+}
+
+TEST_F(TcpStoreRobustnessTest, RandomBytesNeverCrashOrLeak) {
+  std::mt19937 rng(20261122);
+  for (int round = 0; round < 200; ++round) {
+    int fd = rawConnect(server_->port());
+    size_t len = 1 + rng() % 512;
+    std::vector<uint8_t> bytes(len);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    // Half the rounds start with the right magic, so the body parser sees garbage too.
+    if (round % 2 == 0 && len >= 8) {
+      uint32_t magic = store_proto::kRequestMagic;
+      uint32_t blen = static_cast<uint32_t>(len - 8);
+      memcpy(bytes.data(), &magic, 4);
+      memcpy(bytes.data() + 4, &blen, 4);
+    }
+    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+  expectStillServing();
+  expectDrained(*server_, 1);
+}
+
+TEST_F(TcpStoreRobustnessTest, TruncatedFrameFromAClientThatGoesAwayIsFreed) {
+  Writer w;
+  w.u8(1);
+  w.str("key");
+  w.blob(Bytes(100000, 7));
+  Bytes frame = w.frame(store_proto::kRequestMagic);
+  int fd = rawConnect(server_->port());
+  ASSERT_GT(::send(fd, frame.data(), frame.size() / 2, MSG_NOSIGNAL), 0);
+  expectStillServing();  // the half frame does not block anyone
+  ::close(fd);
+  expectDrained(*server_, 1);
+  EXPECT_FALSE(*good_->check({"key"}));  // never applied
+}
+
+TEST_F(TcpStoreRobustnessTest, ClientKilledWhileWaitingDoesNotDisturbTheServer) {
+  testing::ProcessGroup procs;
+  uint16_t port = server_->port();
+  procs.start(2, [port](int rank) {
+    auto client = TcpStore::connect("127.0.0.1", port, {}, Deadline::afterMs(2000));
+    if (!client.ok()) return testing::childFail(rank, client.status().toString());
+    if (!(*client)->set("child/" + std::to_string(rank), toBytes("up")).ok()) return 2;
+    // Parks a get on the server until killed.
+    (void)(*client)->get("never", Deadline::afterMs(60'000));
+    return 3;
+  });
+  ASSERT_TRUE(good_->wait({"child/0", "child/1"}, Deadline::afterMs(10'000)).ok());
+  procs.signal(0, SIGKILL);
+  procs.signal(1, SIGKILL);
+  auto exits = procs.waitAll(Deadline::afterMs(10'000));
+  for (const auto& e : exits) EXPECT_EQ(e.signal, SIGKILL) << e.describe();
+  expectStillServing();
+  expectDrained(*server_, 1);
+  // A later set of the key they waited for has nobody left to answer, and breaks nothing.
+  ASSERT_TRUE(good_->set("never", toBytes("now")).ok());
+  expectStillServing();
+}
+
+TEST(TcpStoreReconnectTest, ClientRetriesAcrossAServerRestart) {
+  auto first = TcpStoreServer::start({});
+  ASSERT_TRUE(first.ok());
+  uint16_t port = (*first)->port();
+  auto client = TcpStore::connect("127.0.0.1", port, {}, Deadline::afterMs(2000));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->set("k", toBytes("1")).ok());
+  (*first)->stop();
+  first->reset();
+
+  // Restart on the same port a little later; the client's idempotent call waits it out.
+  std::unique_ptr<TcpStoreServer> second;
+  std::thread restarter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    TcpStoreServerOptions o;
+    o.port = port;
+    auto s = TcpStoreServer::start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    second = std::move(*s);
+  });
+  Status s = (*client)->set("k", toBytes("2"));
+  restarter.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(toString(*(*client)->get("k", Deadline::afterMs(1000))), "2");
+}
+
+TEST(TcpStoreReconnectTest, NonIdempotentCallSaysItsOutcomeIsUnknownOrRetriesBeforeSending) {
+  auto server = TcpStoreServer::start({});
+  ASSERT_TRUE(server.ok());
+  uint16_t port = (*server)->port();
+  TcpStoreOptions o;
+  o.opTimeoutMs = 300;
+  auto client = TcpStore::connect("127.0.0.1", port, o, Deadline::afterMs(2000));
+  ASSERT_TRUE(client.ok());
+  (*server)->stop();
+  // The connection is gone: add() cannot know whether the server applied it, or cannot reach
+  // it at all; either way it fails (never silently double-applies) within its deadline.
+  auto r = (*client)->add("n", 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == StatusCode::kUnavailable ||
+              r.status().code() == StatusCode::kDeadlineExceeded)
+      << r.status();
+}
+
+}  // namespace
+}  // namespace cofab

@@ -1,0 +1,97 @@
+#include "tests/support/process_group.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/check.h"
+
+namespace cofab::testing {
+
+std::string ProcessExit::describe() const {
+  std::string who = "rank " + std::to_string(rank);
+  if (timedOut) return who + " did not finish before the deadline (killed)";
+  if (exited) return who + " exited with code " + std::to_string(code);
+  return who + " died of signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+}
+
+ProcessGroup::~ProcessGroup() {
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (reaped_[i]) continue;
+    ::kill(pids_[i], SIGKILL);
+    ::waitpid(pids_[i], nullptr, 0);
+  }
+}
+
+int ProcessGroup::spawn(const std::function<int()>& fn) {
+  std::fflush(nullptr);  // do not duplicate buffered output into the child
+  pid_t pid = ::fork();
+  COFAB_CHECK(pid >= 0) << "fork: " << strerror(errno);
+  if (pid == 0) {
+    int code = fn();
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  pids_.push_back(pid);
+  reaped_.push_back(false);
+  return static_cast<int>(pids_.size()) - 1;
+}
+
+void ProcessGroup::start(int n, const std::function<int(int rank)>& fn) {
+  for (int r = 0; r < n; ++r) spawn([fn, r] { return fn(r); });
+}
+
+void ProcessGroup::signal(int rank, int sig) { ::kill(pid(rank), sig); }
+
+ProcessExit ProcessGroup::wait(int rank, Deadline deadline) {
+  ProcessExit e;
+  e.rank = rank;
+  size_t i = static_cast<size_t>(rank);
+  COFAB_CHECK(!reaped_[i]) << "rank " << rank << " already reaped";
+  int status = 0;
+  while (true) {
+    pid_t got = ::waitpid(pids_[i], &status, WNOHANG);
+    if (got == pids_[i]) break;
+    if (deadline.expired()) {
+      ::kill(pids_[i], SIGKILL);
+      ::waitpid(pids_[i], &status, 0);
+      e.timedOut = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  reaped_[i] = true;
+  e.exited = WIFEXITED(status);
+  e.code = e.exited ? WEXITSTATUS(status) : -1;
+  e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return e;
+}
+
+std::vector<ProcessExit> ProcessGroup::waitAll(Deadline deadline) {
+  std::vector<ProcessExit> out;
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (!reaped_[i]) out.push_back(wait(static_cast<int>(i), deadline));
+  }
+  return out;
+}
+
+std::string failures(const std::vector<ProcessExit>& exits) {
+  std::string out;
+  for (const auto& e : exits) {
+    if (e.exited && e.code == 0 && !e.timedOut) continue;
+    out += e.describe() + "\n";
+  }
+  return out;
+}
+
+int childFail(int rank, const std::string& message) {
+  std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+  return 1;
+}
+
+}  // namespace cofab::testing

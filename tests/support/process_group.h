@@ -1,0 +1,56 @@
+// ProcessGroup: forked processes as ranks, for multi-process tests.
+//
+// start() forks `n` children; child r runs fn(r) and exits with its return value (exit-code
+// protocol: 0 = success, anything else = the failure the child printed to stderr). The parent
+// can stop, continue or kill a rank, and waitAll() reaps every child before a deadline, killing
+// the ones still running then. Children never return into the test framework: they _exit.
+// Fork before creating threads in the parent test (fork copies only the calling thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace cofab::testing {
+
+struct ProcessExit {
+  int rank = -1;
+  bool exited = false;  // normal exit (code valid)
+  int code = -1;
+  int signal = 0;       // terminating signal, when !exited
+  bool timedOut = false;
+  std::string describe() const;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup() = default;
+  ~ProcessGroup();  // kills and reaps whatever is still running
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  void start(int n, const std::function<int(int rank)>& fn);
+  // Starts one more child running fn(); returns its index.
+  int spawn(const std::function<int()>& fn);
+  pid_t pid(int rank) const { return pids_.at(static_cast<size_t>(rank)); }
+  void signal(int rank, int sig);
+  // Waits for one child; kills it at the deadline.
+  ProcessExit wait(int rank, Deadline deadline);
+  std::vector<ProcessExit> waitAll(Deadline deadline);
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<bool> reaped_;
+};
+
+// "" if every child exited 0, else one line per failed child.
+std::string failures(const std::vector<ProcessExit>& exits);
+
+// In a child: prints "rank R: message" to stderr and returns 1 (use as `return fail(...)`).
+int childFail(int rank, const std::string& message);
+
+}  // namespace cofab::testing

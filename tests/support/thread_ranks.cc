@@ -1,0 +1,25 @@
+#include "tests/support/thread_ranks.h"
+
+#include <thread>
+
+namespace cofab::testing {
+
+std::vector<Status> runThreadRanks(int n, const std::function<Status(int rank)>& fn) {
+  std::vector<Status> out(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { out[static_cast<size_t>(r)] = fn(r); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+Status allOk(const std::vector<Status>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (!statuses[r].ok()) return statuses[r].withContext("rank " + std::to_string(r));
+  }
+  return OkStatus();
+}
+
+}  // namespace cofab::testing
