@@ -1,0 +1,85 @@
+// CodedMatmul: C = A x B computed as n tasks of which any k suffice (Lee et al., "Speeding up
+// distributed machine learning using codes"). A is split by rows into k blocks (zero-padded to a
+// multiple of k), encoded with a systematic RealMdsCode into n blocks; task i computes
+// coded_block_i x B; decode rebuilds C from any k task results.
+//
+// When the k systematic tasks are among the results nothing is decoded: C is exactly what the
+// uncoded block products give, bit for bit. Otherwise the missing blocks are solved in FP64
+// (coefficients from RealMdsCode, combination through BLAS dgemm) and rounded to fp32 once.
+// Accuracy: relative error ~ worstCondition x fp32 rounding of the tasks.
+//
+// GEMMs go through OpenBLAS (cblas). Ownership: EncodedMatrix owns its blocks; every view is
+// borrowed for the call. Threads: CodedMatmul is immutable; multiplyTask for different tasks may
+// run concurrently (the straggler executor does that).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "coding/matmul/matrix_view.h"
+#include "coding/matmul/real_mds_code.h"
+#include "core/status.h"
+
+namespace cofab::coding {
+
+// A encoded into n blocks of blockRows x cols each (contiguous, block i at i*blockRows*cols).
+class EncodedMatrix {
+ public:
+  int n() const { return n_; }
+  int k() const { return k_; }
+  int64_t rows() const { return rows_; }  // rows of the original A
+  int64_t blockRows() const { return blockRows_; }
+  int64_t cols() const { return cols_; }
+  ConstMatrixView block(int i) const {
+    return {storage_.data() + static_cast<size_t>(i) * blockRows_ * cols_, blockRows_, cols_, 0};
+  }
+
+ private:
+  friend class CodedMatmul;
+  int n_ = 0, k_ = 0;
+  int64_t rows_ = 0, blockRows_ = 0, cols_ = 0;
+  std::vector<float> storage_;
+};
+
+// One task's result: blockRows x outCols, contiguous, owned by the caller.
+struct TaskResult {
+  int task = -1;
+  const float* data = nullptr;
+};
+
+struct DecodeReport {
+  bool decoded = false;      // false: the k systematic results were used as they are
+  std::vector<int> used;     // the k task results that C was built from
+  double decodeMs = 0;       // coefficient solve + FP64 combination
+};
+
+class CodedMatmul {
+ public:
+  static StatusOr<CodedMatmul> create(const RealMdsOptions& options);
+  explicit CodedMatmul(RealMdsCode code) : code_(std::move(code)) {}
+
+  const RealMdsCode& code() const { return code_; }
+  int n() const { return code_.n(); }
+  int k() const { return code_.k(); }
+
+  // Splits `a` into k row blocks and computes the n coded blocks (parity through sgemm).
+  StatusOr<EncodedMatrix> encode(ConstMatrixView a) const;
+
+  // out (blockRows x b.cols) = coded block `task` x b.
+  Status multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b, MatrixView out) const;
+
+  // Builds c (a.rows() x outCols) from the results, which must name at least k distinct tasks;
+  // systematic results are preferred, then parity results in the order given. Fewer than k
+  // results is DataLoss.
+  StatusOr<DecodeReport> decode(const EncodedMatrix& a, std::span<const TaskResult> results,
+                                int64_t outCols, MatrixView c) const;
+
+ private:
+  RealMdsCode code_;
+};
+
+// Plain C = A x B through sgemm (the uncoded reference and the bench's baseline).
+Status gemmF32(ConstMatrixView a, ConstMatrixView b, MatrixView c);
+
+}  // namespace cofab::coding

@@ -1,0 +1,40 @@
+// Row-major matrix views for coded matmul: non-owning, the caller keeps the memory alive for
+// the duration of the call that borrows the view. Rows are contiguous, `ld` elements apart
+// (ld >= cols; 0 means ld = cols).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace cofab::coding {
+
+template <typename T>
+struct BasicMatrixView {
+  T* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+
+  int64_t stride() const { return ld == 0 ? cols : ld; }
+  T* row(int64_t r) const { return data + r * stride(); }
+
+  Status validate(const char* what) const {
+    if (rows < 0 || cols < 0 || (ld != 0 && ld < cols)) {
+      return InvalidArgument(std::string(what) + ": bad shape " + std::to_string(rows) + "x" +
+                             std::to_string(cols) + " ld=" + std::to_string(ld));
+    }
+    if (data == nullptr && rows * cols > 0) {
+      return InvalidArgument(std::string(what) + ": data is null");
+    }
+    return OkStatus();
+  }
+};
+
+using MatrixView = BasicMatrixView<float>;
+using ConstMatrixView = BasicMatrixView<const float>;
+
+inline ConstMatrixView asConst(const MatrixView& m) { return {m.data, m.rows, m.cols, m.ld}; }
+
+}  // namespace cofab::coding

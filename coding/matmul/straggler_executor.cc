@@ -1,0 +1,157 @@
+#include "coding/matmul/straggler_executor.h"
+
+#include "core/clock.h"
+
+namespace cofab::coding {
+
+StatusOr<std::unique_ptr<StragglerExecutor>> StragglerExecutor::create(
+    const StragglerExecutorOptions& options) {
+  if (options.threads < 1 || options.threads > 1024) {
+    return InvalidArgument("StragglerExecutor threads must be in [1, 1024], got " +
+                           std::to_string(options.threads));
+  }
+  return std::unique_ptr<StragglerExecutor>(new StragglerExecutor(options.threads));
+}
+
+StragglerExecutor::StragglerExecutor(int threads) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { workerLoop(); });
+}
+
+StragglerExecutor::~StragglerExecutor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void StragglerExecutor::workerLoop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+namespace {
+
+// Shared between run() and the run's tasks; run() waits for every task before returning.
+struct RunState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> cancel{false};
+  std::vector<bool> groupDone;
+  int groupsDone = 0;
+  int finishedOrFailed = 0;
+  int stopped = 0;  // tasks that returned from their job, whatever happened
+  int64_t completionNs = -1;
+  Status firstError;
+  StragglerReport report;
+};
+
+}  // namespace
+
+StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
+                                                 const StragglerTask& fn) {
+  const int n = spec.tasks;
+  if (n < 1) return InvalidArgument("straggler run needs at least one task");
+  if (!spec.groups.empty() && static_cast<int>(spec.groups.size()) != n) {
+    return InvalidArgument("straggler run: groups has " + std::to_string(spec.groups.size()) +
+                           " entries for " + std::to_string(n) + " tasks");
+  }
+  std::vector<int> groups = spec.groups;
+  if (groups.empty()) {
+    for (int i = 0; i < n; ++i) groups.push_back(i);
+  }
+  std::vector<bool> present(n, false);
+  for (int g : groups) {
+    if (g < 0 || g >= n) {
+      return InvalidArgument("straggler run: group id " + std::to_string(g) + " outside [0, " +
+                             std::to_string(n) + ")");
+    }
+    present[g] = true;
+  }
+  int distinct = 0;
+  for (bool p : present) distinct += p;
+  if (spec.neededGroups < 1 || spec.neededGroups > distinct) {
+    return InvalidArgument("straggler run: neededGroups " + std::to_string(spec.neededGroups) +
+                           " must be in [1, " + std::to_string(distinct) + "]");
+  }
+
+  auto st = std::make_shared<RunState>();
+  st->groupDone.assign(n, false);
+  st->report.finishMs.assign(n, -1.0);
+  st->report.delayMs.assign(n, 0.0);
+  const int64_t t0 = nowNs();
+  for (int i = 0; i < n; ++i) {
+    Duration delay{0};
+    if (spec.delay != nullptr) {
+      delay = spec.delay->delay({.run = spec.run, .task = i, .tasks = n, .load = spec.load});
+    }
+    st->report.delayMs[i] = std::chrono::duration<double, std::milli>(delay).count();
+    auto job = [st, i, delay, t0, &fn, group = groups[i], needed = spec.neededGroups] {
+      bool ran = false;
+      Status result;
+      {
+        std::unique_lock<std::mutex> lock(st->mu);
+        // The delay counts from the start of the run, as if the task had been sent then.
+        st->cv.wait_until(lock, Clock::time_point(Duration(t0)) + delay,
+                          [&] { return st->cancel.load(); });
+      }
+      if (!st->cancel.load()) {
+        ran = true;
+        result = fn(i, CancelToken(&st->cancel));
+      }
+      std::lock_guard<std::mutex> lock(st->mu);
+      ++st->stopped;
+      if (ran && result.ok() && !st->cancel.load()) {
+        st->report.finishMs[i] = (nowNs() - t0) / 1e6;
+        if (!st->groupDone[group]) {
+          st->groupDone[group] = true;
+          ++st->groupsDone;
+          st->report.used.push_back(i);
+          if (st->groupsDone == needed) {
+            st->completionNs = nowNs();
+            st->cancel.store(true);
+          }
+        }
+      } else if (ran && !result.ok()) {
+        ++st->report.failed;
+        if (st->firstError.ok()) st->firstError = result.withContext("task " + std::to_string(i));
+      } else {
+        ++st->report.cancelled;
+      }
+      st->cv.notify_all();
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->completionNs >= 0 || st->stopped == n; });
+  st->cancel.store(true);
+  st->cv.notify_all();
+  st->cv.wait(lock, [&] { return st->stopped == n; });
+  const int64_t end = nowNs();
+  if (st->completionNs < 0) {
+    return DataLoss("straggler run: only " + std::to_string(st->groupsDone) + " of " +
+                    std::to_string(spec.neededGroups) + " needed groups completed; " +
+                    std::to_string(st->report.failed) + " task(s) failed, first: " +
+                    st->firstError.toString());
+  }
+  st->report.completionMs = (st->completionNs - t0) / 1e6;
+  st->report.drainMs = (end - st->completionNs) / 1e6;
+  return std::move(st->report);
+}
+
+}  // namespace cofab::coding

@@ -1,0 +1,125 @@
+// RealMdsCode: systematic shape, MDS over every erasure pattern for n <= 12, decode coefficients
+// that really invert, the worst-condition report, and argument checks.
+#include "coding/matmul/real_mds_code.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace cofab::coding {
+namespace {
+
+std::vector<std::vector<int>> kSubsets(int n, int k) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> rows(k);
+  std::iota(rows.begin(), rows.end(), 0);
+  while (true) {
+    out.push_back(rows);
+    int i = k - 1;
+    while (i >= 0 && rows[i] == n - k + i) --i;
+    if (i < 0) break;
+    ++rows[i];
+    for (int j = i + 1; j < k; ++j) rows[j] = rows[j - 1] + 1;
+  }
+  return out;
+}
+
+const MdsFamily kUsableFamilies[] = {MdsFamily::kLagrangeChebyshev, MdsFamily::kCauchyChebyshev,
+                                     MdsFamily::kRandomGaussian};
+
+TEST(RealMdsCodeTest, SystematicAndEveryPatternDecodesForSmallCodes) {
+  const std::pair<int, int> shapes[] = {{3, 2}, {4, 3}, {5, 3}, {6, 4}, {8, 6},
+                                        {9, 6}, {10, 8}, {12, 9}, {12, 11}};
+  for (MdsFamily family : kUsableFamilies) {
+    for (auto [n, k] : shapes) {
+      SCOPED_TRACE(std::string(mdsFamilyName(family)) + " n=" + std::to_string(n) +
+                   " k=" + std::to_string(k));
+      auto code = RealMdsCode::create({.n = n, .k = k, .family = family, .maxCondition = 1e12});
+      ASSERT_TRUE(code.ok()) << code.status();
+      for (int i = 0; i < k; ++i) {
+        for (int j = 0; j < k; ++j) ASSERT_EQ(code->at(i, j), i == j ? 1.0 : 0.0);
+      }
+      EXPECT_TRUE(code->checkedExhaustively());
+      double worst = 1.0;
+      std::vector<int> all(k);
+      std::iota(all.begin(), all.end(), 0);
+      for (const auto& rows : kSubsets(n, k)) {
+        auto cond = code->conditionOf(rows);
+        ASSERT_TRUE(cond.ok());
+        ASSERT_TRUE(std::isfinite(*cond)) << "singular submatrix: not MDS";
+        worst = std::max(worst, *cond);
+        // D x G_rows must be the identity, to within the conditioning.
+        auto d = code->decodeCoefficients(rows, all);
+        ASSERT_TRUE(d.ok()) << d.status();
+        double err = 0;
+        for (int w = 0; w < k; ++w) {
+          for (int c = 0; c < k; ++c) {
+            double s = 0;
+            for (int t = 0; t < k; ++t) s += (*d)[w * k + t] * code->at(rows[t], c);
+            err = std::max(err, std::fabs(s - (w == c ? 1.0 : 0.0)));
+          }
+        }
+        ASSERT_LT(err, 1e-14 * *cond * k + 1e-15);
+      }
+      EXPECT_NEAR(code->worstCondition(), worst, worst * 1e-9);
+      EXPECT_NEAR(*code->conditionOf(code->worstPattern()), worst, worst * 1e-9);
+    }
+  }
+}
+
+TEST(RealMdsCodeTest, RandomFamilyKeepsTheBestOfItsTrials) {
+  auto one = RealMdsCode::create(
+      {.n = 10, .k = 7, .family = MdsFamily::kRandomGaussian, .seed = 5, .randomTrials = 1});
+  auto many = RealMdsCode::create(
+      {.n = 10, .k = 7, .family = MdsFamily::kRandomGaussian, .seed = 5, .randomTrials = 12});
+  ASSERT_TRUE(one.ok() && many.ok());
+  EXPECT_LE(many->worstCondition(), one->worstCondition());
+  auto again = RealMdsCode::create(
+      {.n = 10, .k = 7, .family = MdsFamily::kRandomGaussian, .seed = 5, .randomTrials = 12});
+  EXPECT_EQ(again->generator(), many->generator()) << "same seed must give the same code";
+}
+
+TEST(RealMdsCodeTest, SamplesWhenThereAreTooManyPatterns) {
+  auto code = RealMdsCode::create({.n = 16, .k = 12, .family = MdsFamily::kRandomGaussian,
+                                   .exhaustiveLimit = 100, .sampledPatterns = 50,
+                                   .maxCondition = 1e12});
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_FALSE(code->checkedExhaustively());
+  EXPECT_EQ(code->patternsChecked(), 50);
+}
+
+TEST(RealMdsCodeTest, RefusesCodesWorseThanMaxCondition) {
+  auto ok = RealMdsCode::create({.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced,
+                                 .maxCondition = 1e300});
+  ASSERT_TRUE(ok.ok());
+  const double worst = ok->worstCondition();
+  auto refused = RealMdsCode::create({.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced,
+                                      .maxCondition = worst / 2});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+}
+
+TEST(RealMdsCodeTest, BadArguments) {
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{4, 4}, {3, 5}, {4, 0}, {65, 60}}) {
+    EXPECT_EQ(RealMdsCode::create({.n = n, .k = k}).status().code(), StatusCode::kInvalidArgument)
+        << n << "," << k;
+  }
+  auto code = RealMdsCode::create({.n = 6, .k = 4});
+  ASSERT_TRUE(code.ok()) << code.status();
+  std::vector<int> wanted = {0};
+  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2}, wanted).status().code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 1, 4}, wanted).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 6}, wanted).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 5}, std::vector<int>{4})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(parseMdsFamily("nope").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*parseMdsFamily("cauchy_chebyshev"), MdsFamily::kCauchyChebyshev);
+}
+
+}  // namespace
+}  // namespace cofab::coding
