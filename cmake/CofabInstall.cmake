@@ -21,5 +21,6 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/cofabConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/cofabConfig.cmake ${PROJECT_BINARY_DIR}/cofabConfigVersion.cmake
         DESTINATION ${_cmakedir})
 
+file(RELATIVE_PATH COFAB_PC_RELATIVE_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file(cmake/cofab.pc.in ${PROJECT_BINARY_DIR}/cofab.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cofab.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,77 @@
+// TcpStore latency and throughput: set and get of small values from 1 and 4 clients, each
+// client its own connection to one server on loopback (the server's single epoll thread is
+// what is being measured). Ends with RESULT lines.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <mutex>
+
+#include "bench/support/result_reporter.h"
+#include "fabric/rendezvous/tcp_store.h"
+#include "fabric/rendezvous/tcp_store_server.h"
+
+namespace {
+
+cofab::TcpStoreServer& server() {
+  static std::unique_ptr<cofab::TcpStoreServer> s = [] {
+    auto started = cofab::TcpStoreServer::start({});
+    COFAB_CHECK(started.ok()) << started.status();
+    return std::move(*started);
+  }();
+  return *s;
+}
+
+std::unique_ptr<cofab::TcpStore> client() {
+  auto c = cofab::TcpStore::connect("127.0.0.1", server().port(), {}, cofab::Deadline::afterMs(5000));
+  COFAB_CHECK(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+void BM_TcpStoreSet(benchmark::State& state) {
+  auto c = client();
+  cofab::Bytes value(static_cast<size_t>(state.range(0)), 7);
+  std::string key = "set/" + std::to_string(state.thread_index());
+  for (auto _ : state) {
+    auto s = c->set(key, value);
+    if (!s.ok()) state.SkipWithError(s.toString().c_str());
+  }
+  state.counters["ops"] = benchmark::Counter(static_cast<double>(state.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+
+void BM_TcpStoreGet(benchmark::State& state) {
+  auto c = client();
+  std::string key = "get/" + std::to_string(state.thread_index());
+  COFAB_CHECK(c->set(key, cofab::Bytes(static_cast<size_t>(state.range(0)), 1)).ok());
+  for (auto _ : state) {
+    auto v = c->get(key, cofab::Deadline::afterMs(5000));
+    if (!v.ok()) state.SkipWithError(v.status().toString().c_str());
+    benchmark::DoNotOptimize(v);
+  }
+  state.counters["ops"] = benchmark::Counter(static_cast<double>(state.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_TcpStoreSet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
+BENCHMARK(BM_TcpStoreGet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto cases = cofab::bench::runBenchmarks(&argc, argv);
+  for (const char* op : {"Set", "Get"}) {
+    for (int threads : {1, 4}) {
+      std::string name = std::string("BM_TcpStore") + op + "/64/real_time/threads:" +
+                         std::to_string(threads);
+      const auto* c = cofab::bench::findCase(cases, name);
+      if (c == nullptr) continue;
+      // With N threads Google Benchmark reports the mean time per iteration of one thread:
+      // that is the latency each client sees; ops/s is summed over the clients.
+      cofab::bench::printResult(
+          "store", {{"op", op}, {"clients", std::to_string(threads)}, {"value_bytes", "64"},
+                    {"latency_us", cofab::bench::num(c->realTimeNs / 1e3)},
+                    {"ops_per_s", cofab::bench::num(c->counters.at("ops"), 6)}});
+    }
+  }
+  return 0;
+}

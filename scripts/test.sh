@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what is missing, builds, runs ctest.
+#   bash scripts/test.sh                              the suite
+#   bash scripts/test.sh --sanitize address,undefined the suite under ASan+UBSan (build-asan/)
+#   bash scripts/test.sh --sanitize thread            the suite under TSan (build-tsan/)
+# Extra arguments after the options go to ctest (e.g. -L unit, -R Store).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+sanitize=""
+if [[ "${1:-}" == "--sanitize" ]]; then
+  sanitize=$2
+  shift 2
+fi
+
+bash "$root/scripts/setup.sh"
+if [[ -n "$sanitize" ]]; then
+  export BUILD_DIR=${BUILD_DIR:-$root/build-${sanitize%%,*}}
+  [[ "$sanitize" == address* ]] && export BUILD_DIR=$root/build-asan
+  [[ "$sanitize" == thread ]] && export BUILD_DIR=$root/build-tsan
+  # Sanitized builds skip benchmarks: their numbers would mean nothing.
+  bash "$root/scripts/build.sh" -DCOFAB_SANITIZE="$sanitize" -DCOFAB_BUILD_BENCH=OFF
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+else
+  export BUILD_DIR=${BUILD_DIR:-$root/build}
+  bash "$root/scripts/build.sh"
+fi
+
+echo "test: running ctest in $BUILD_DIR"
+cd "$BUILD_DIR"
+start=$(date +%s)
+ctest -j2 --output-on-failure --timeout 300 "$@"
+echo "test: done in $(( $(date +%s) - start )) s"
