@@ -1,0 +1,12 @@
+# Transport interfaces, the registry and every backend (one subfolder each).
+list(APPEND COFAB_FABRIC_SOURCES
+  transport/accept_queue.cc
+  transport/registry.cc
+  transport/loopback/loopback_connection.cc
+  transport/loopback/loopback_context.cc
+  transport/loopback/worker.cc
+  transport/tcp/epoll_loop.cc
+  transport/tcp/socket_util.cc
+  transport/tcp/tcp_connection.cc
+  transport/tcp/tcp_context.cc
+  transport/tcp/tcp_listener.cc)

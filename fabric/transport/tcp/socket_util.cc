@@ -1,0 +1,234 @@
+#include "fabric/transport/tcp/socket_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace cofab::transport::tcp {
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string SockAddr::toString() const {
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (family() == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  if (family() == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  return "<family " + std::to_string(family()) + ">";
+}
+
+StatusOr<SockAddr> parseAddress(std::string_view text) {
+  std::string host;
+  std::string port = "0";
+  if (text.empty()) return InvalidArgument("tcp address is empty (expected host:port)");
+  if (text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) {
+      return InvalidArgument("tcp address '" + std::string(text) + "': missing ']'");
+    }
+    host = std::string(text.substr(1, close - 1));
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') {
+        return InvalidArgument("tcp address '" + std::string(text) + "': expected ':' after ']'");
+      }
+      port = std::string(text.substr(close + 2));
+    }
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon != std::string_view::npos && text.find(':') != colon) {
+      return InvalidArgument("tcp address '" + std::string(text) +
+                             "': write IPv6 addresses as [addr]:port");
+    }
+    host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) port = std::string(text.substr(colon + 1));
+  }
+  if (host.empty()) return InvalidArgument("tcp address '" + std::string(text) + "': no host");
+  char* end = nullptr;
+  errno = 0;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || errno != 0 || p < 0 || p > 65535) {
+    return InvalidArgument("tcp address '" + std::string(text) + "': port '" + port +
+                           "' is not a number in [0, 65535]");
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return InvalidArgument("tcp address '" + std::string(text) + "': cannot resolve host '" +
+                           host + "': " + ::gai_strerror(rc));
+  }
+  SockAddr out;
+  std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
+  out.len = res->ai_addrlen;
+  ::freeaddrinfo(res);
+  if (out.family() == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(&out.storage)->sin_port = htons(static_cast<uint16_t>(p));
+  } else if (out.family() == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&out.storage)->sin6_port = htons(static_cast<uint16_t>(p));
+  } else {
+    return InvalidArgument("tcp address '" + std::string(text) + "': not an IP address");
+  }
+  return out;
+}
+
+namespace {
+
+template <typename Fn>
+Status forEachInterface(Fn&& fn) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return errnoStatus(StatusCode::kIoError, "getifaddrs", errno);
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    const int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    SockAddr a;
+    a.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&a.storage, i->ifa_addr, a.len);
+    fn(std::string(i->ifa_name), a);
+  }
+  ::freeifaddrs(list);
+  return OkStatus();
+}
+
+std::string hostOnly(const SockAddr& a) {
+  std::string s = a.toString();
+  return s.substr(0, s.rfind(':'));
+}
+
+}  // namespace
+
+std::string describeInterfaces() {
+  std::string out;
+  forEachInterface([&](const std::string& name, const SockAddr& a) {
+    if (!out.empty()) out += ", ";
+    out += name + " " + hostOnly(a);
+  }).ignoreError();
+  return out.empty() ? "(none)" : out;
+}
+
+StatusOr<SockAddr> interfaceAddress(const std::string& ifname) {
+  SockAddr v4;
+  SockAddr v6;
+  bool found4 = false;
+  bool found6 = false;
+  COFAB_RETURN_IF_ERROR(forEachInterface([&](const std::string& name, const SockAddr& a) {
+    if (name != ifname) return;
+    if (a.family() == AF_INET && !found4) {
+      v4 = a;
+      found4 = true;
+    } else if (a.family() == AF_INET6 && !found6) {
+      v6 = a;
+      found6 = true;
+    }
+  }));
+  if (found4) return v4;
+  if (found6) return v6;
+  return InvalidArgument("COFAB_SOCKET_IFNAME='" + ifname +
+                         "': no such interface with an IP address; available: " +
+                         describeInterfaces());
+}
+
+Status setNonBlocking(int fd, bool on, std::string_view peer) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return errnoStatus(StatusCode::kIoError, "fcntl(F_GETFL)", errno, peer);
+  const int want = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd, F_SETFL, want) < 0) {
+    return errnoStatus(StatusCode::kIoError, "fcntl(F_SETFL)", errno, peer);
+  }
+  return OkStatus();
+}
+
+Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return errnoStatus(StatusCode::kIoError, "setsockopt(TCP_NODELAY)", errno, peer);
+  }
+  if (tuning.bufferBytes > 0) {
+    // An explicit size turns off the kernel's autotuning and is capped by rmem_max/wmem_max;
+    // the FORCE variants (root) lift the cap, else fall back to the capped request.
+    int b = tuning.bufferBytes;
+    if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &b, sizeof(b)) != 0 &&
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)) != 0) {
+      return errnoStatus(StatusCode::kIoError, "setsockopt(SO_SNDBUF)", errno, peer);
+    }
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &b, sizeof(b)) != 0 &&
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)) != 0) {
+      return errnoStatus(StatusCode::kIoError, "setsockopt(SO_RCVBUF)", errno, peer);
+    }
+  }
+  return setNonBlocking(fd, true, peer);
+}
+
+namespace {
+
+Status waitFd(int fd, short events, Deadline deadline, std::string_view what,
+              std::string_view peer) {
+  while (true) {
+    if (deadline.expired()) {
+      return DeadlineExceeded("tcp: timed out " + std::string(what) + " (peer " +
+                              std::string(peer) + ")");
+    }
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, deadline.remainingMsForPoll());
+    if (rc > 0) return OkStatus();
+    if (rc < 0 && errno != EINTR) return errnoStatus(StatusCode::kIoError, "poll", errno, peer);
+  }
+}
+
+}  // namespace
+
+Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::string_view peer) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLOUT, deadline, "sending the handshake", peer));
+    } else if (n < 0 && errno != EINTR) {
+      return errnoStatus(StatusCode::kRemoteError, "send", errno, peer);
+    }
+  }
+  return OkStatus();
+}
+
+Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_view peer) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, p, size, 0);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+    } else if (n == 0) {
+      return RemoteError("tcp: peer " + std::string(peer) + " closed the connection during the "
+                         "handshake (is it a cofab listener?)");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLIN, deadline, "waiting for the handshake", peer));
+    } else if (errno != EINTR) {
+      return errnoStatus(StatusCode::kRemoteError, "recv", errno, peer);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace cofab::transport::tcp

@@ -1,0 +1,576 @@
+#include "fabric/transport/tcp/tcp_connection.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <thread>
+
+#include "fabric/wire/crc32c.h"
+
+namespace cofab::transport::tcp {
+namespace {
+
+// writev/readv accept at most IOV_MAX entries; gathering a few hundred already amortises the
+// syscall over many small messages.
+constexpr size_t kMaxGather = 256;
+
+template <typename Slice>
+Status checkSlices(std::span<const Slice> slices, const char* what) {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (slices[i].data == nullptr && slices[i].size > 0) {
+      return InvalidArgument(std::string(what) + ": slice " + std::to_string(i) +
+                             " has a null pointer and " + std::to_string(slices[i].size) +
+                             " bytes");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+TcpConnectionImpl::TcpConnectionImpl(Params p)
+    : peerId_(std::move(p.peerId)),
+      peerAddress_(std::move(p.peerAddress)),
+      maxPayload_(p.maxPayload),
+      loop_(std::move(p.loop)),
+      fd_(std::move(p.fd)) {}
+
+TcpConnectionImpl::~TcpConnectionImpl() = default;
+
+std::string TcpConnectionImpl::describe() const {
+  return "tcp connection to '" + peerId_ + "' (" + peerAddress_ + ")";
+}
+
+Status TcpConnectionImpl::status() const {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  return error_;
+}
+
+Status TcpConnectionImpl::attach() {
+  auto self = shared_from_this();
+  const bool ok = loop_->post([self] {
+    if (self->failed_) return;
+    Status s = self->loop_->add(self->fd_.get(), EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, self);
+    if (!s.ok()) {
+      self->fail(s.withContext(self->describe()));
+      return;
+    }
+    self->attached_ = true;
+    self->pumpReads();
+    self->flushWrites();
+  });
+  if (!ok) return Cancelled("tcp: the transport context is closed");
+  return OkStatus();
+}
+
+std::unique_ptr<TcpConnectionImpl::SendOp> TcpConnectionImpl::takeSendOp() {
+  if (freeSends_.empty()) return std::make_unique<SendOp>();
+  auto op = std::move(freeSends_.back());
+  freeSends_.pop_back();
+  return op;
+}
+
+std::unique_ptr<TcpConnectionImpl::RecvOp> TcpConnectionImpl::takeRecvOp() {
+  if (freeRecvs_.empty()) return std::make_unique<RecvOp>();
+  auto op = std::move(freeRecvs_.back());
+  freeRecvs_.pop_back();
+  return op;
+}
+
+void TcpConnectionImpl::send(const wire::Header& header, ConstSlices payload, SendCallback done) {
+  std::unique_ptr<SendOp> op;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op = takeSendOp();
+  }
+  op->done = std::move(done);
+  op->next = 0;
+  op->error = checkSlices(payload, "send");
+  op->iov.clear();
+  if (op->error.ok()) {
+    wire::Header h = header;
+    h.payloadLength = totalSize(payload);
+    if (h.hasPayloadCrc()) {
+      uint32_t crc = 0;
+      for (const auto& s : payload) crc = wire::crc32c(crc, s.data, s.size);
+      h.payloadCrc = crc;
+    } else {
+      h.payloadCrc = 0;
+    }
+    // The peer would reject what it cannot decode: fail here, naming the caller's mistake.
+    op->error = wire::validateHeader(h, wire::DecodeOptions{UINT64_MAX});
+    if (op->error.ok()) {
+      wire::encodeHeader(h, op->header.data());
+      op->iov.push_back({op->header.data(), wire::kHeaderSize});
+      for (const auto& s : payload) {
+        if (s.size > 0) op->iov.push_back({const_cast<void*>(s.data), s.size});
+      }
+    } else {
+      op->error = op->error.withContext("send on " + describe());
+    }
+  }
+  submitSend(std::move(op));
+}
+
+void TcpConnectionImpl::recv(MutableSlices dest, RecvCallback done) {
+  std::unique_ptr<RecvOp> op;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op = takeRecvOp();
+  }
+  op->owned = false;
+  op->done = std::move(done);
+  op->dest.clear();
+  op->expected = 0;
+  op->error = checkSlices(dest, "recv");
+  if (op->error.ok()) {
+    for (const auto& s : dest) {
+      if (s.size > 0) op->dest.push_back({s.data, s.size});
+      op->expected += s.size;
+    }
+  }
+  submitRecv(std::move(op));
+}
+
+void TcpConnectionImpl::recvOwned(RecvOwnedCallback done) {
+  std::unique_ptr<RecvOp> op;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op = takeRecvOp();
+  }
+  op->owned = true;
+  op->ownedDone = std::move(done);
+  op->dest.clear();
+  op->expected = 0;
+  op->error = OkStatus();
+  submitRecv(std::move(op));
+}
+
+void TcpConnectionImpl::submitSend(std::unique_ptr<SendOp> op) {
+  bool needSchedule = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    if (closed_ && op->error.ok()) {
+      op->error = FailedPrecondition("send on " + describe() + ": the connection is closed");
+    }
+    submittedSends_.push_back(std::move(op));
+    needSchedule = !scheduled_;
+    scheduled_ = true;
+  }
+  if (needSchedule && !loop_->schedule(shared_from_this())) {
+    std::vector<std::unique_ptr<SendOp>> sends;
+    std::vector<std::unique_ptr<RecvOp>> recvs;
+    {
+      std::lock_guard<std::mutex> lock(submitMu_);
+      sends.swap(submittedSends_);
+      recvs.swap(submittedRecvs_);
+      scheduled_ = false;
+    }
+    completeOffLoop(std::move(sends), std::move(recvs),
+                    FailedPrecondition(describe() + ": its transport context has been closed"));
+  }
+}
+
+void TcpConnectionImpl::submitRecv(std::unique_ptr<RecvOp> op) {
+  bool needSchedule = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    if (closed_ && op->error.ok()) {
+      op->error = FailedPrecondition("recv on " + describe() + ": the connection is closed");
+    }
+    submittedRecvs_.push_back(std::move(op));
+    needSchedule = !scheduled_;
+    scheduled_ = true;
+  }
+  if (needSchedule && !loop_->schedule(shared_from_this())) {
+    std::vector<std::unique_ptr<SendOp>> sends;
+    std::vector<std::unique_ptr<RecvOp>> recvs;
+    {
+      std::lock_guard<std::mutex> lock(submitMu_);
+      sends.swap(submittedSends_);
+      recvs.swap(submittedRecvs_);
+      scheduled_ = false;
+    }
+    completeOffLoop(std::move(sends), std::move(recvs),
+                    FailedPrecondition(describe() + ": its transport context has been closed"));
+  }
+}
+
+void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sends,
+                                        std::vector<std::unique_ptr<RecvOp>> recvs, Status why) {
+  if (sends.empty() && recvs.empty()) return;
+  // Rare misuse path (operations after Context::join()): a short-lived thread keeps the
+  // "never inline" promise.
+  std::thread([sends = std::move(sends), recvs = std::move(recvs), why]() mutable {
+    for (auto& op : sends) {
+      if (op->done) op->done(op->error.ok() ? why : op->error);
+    }
+    for (auto& op : recvs) {
+      const Status& s = op->error.ok() ? why : op->error;
+      if (op->owned) {
+        if (op->ownedDone) op->ownedDone(s, wire::Header{}, {});
+      } else if (op->done) {
+        op->done(s, wire::Header{});
+      }
+    }
+  }).detach();
+}
+
+void TcpConnectionImpl::close() {
+  bool needSchedule = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    if (closed_) return;
+    closed_ = true;
+    closeRequested_ = true;
+    needSchedule = !scheduled_;
+    scheduled_ = true;
+  }
+  if (needSchedule && !loop_->schedule(shared_from_this())) {
+    // The loop is gone (context joined): it already failed everything that was queued.
+    std::lock_guard<std::mutex> lock(submitMu_);
+    scheduled_ = false;
+    if (error_.ok()) error_ = Cancelled(describe() + " was closed");
+  }
+}
+
+void TcpConnectionImpl::runScheduled() {
+  bool closeNow = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    batchSends_.swap(submittedSends_);
+    batchRecvs_.swap(submittedRecvs_);
+    closeNow = closeRequested_;
+    closeRequested_ = false;
+    scheduled_ = false;
+  }
+  for (auto& op : batchSends_) {
+    if (failed_) {
+      completeSend(std::move(op), op->error.ok() ? status() : op->error);
+    } else {
+      sendQueue_.push_back(std::move(op));
+    }
+  }
+  batchSends_.clear();
+  for (auto& op : batchRecvs_) {
+    if (failed_) {
+      completeRecv(std::move(op), op->error.ok() ? status() : op->error, wire::Header{});
+    } else {
+      recvQueue_.push_back(std::move(op));
+    }
+  }
+  batchRecvs_.clear();
+  if (closeNow) {
+    fail(Cancelled(describe() + " was closed locally"));
+    return;
+  }
+  if (!attached_ || failed_) return;
+  flushWrites();
+  pumpReads();
+}
+
+void TcpConnectionImpl::handleEvents(uint32_t events) {
+  if (failed_) return;
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
+  if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) writable_ = true;
+  pumpReads();
+  flushWrites();
+  if (!failed_ && (events & EPOLLERR) && sendHead_ == sendQueue_.size() &&
+      recvHead_ == recvQueue_.size()) {
+    // Nothing pending would notice: pick up the socket error now so later ops fail fast.
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+      fail(ioError("socket", err));
+    }
+  }
+}
+
+Status TcpConnectionImpl::ioError(const char* call, int err) const {
+  if (err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH ||
+      err == ENETUNREACH) {
+    return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ + ") failed: " +
+                       errnoStatus(StatusCode::kRemoteError, call, err).message());
+  }
+  return errnoStatus(StatusCode::kIoError, call, err, "'" + peerId_ + "' " + peerAddress_);
+}
+
+Status TcpConnectionImpl::peerClosed() const {
+  return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ +
+                     ") closed the connection" +
+                     (inPayload_ || headerGot_ > 0 ? " in the middle of a message" : "") +
+                     " (did it exit or crash?)");
+}
+
+void TcpConnectionImpl::flushWrites() {
+  while (!failed_ && writable_ && sendHead_ < sendQueue_.size()) {
+    // Ops that failed validation complete in their turn, without touching the socket.
+    if (!sendQueue_[sendHead_]->error.ok()) {
+      auto op = std::move(sendQueue_[sendHead_++]);
+      completeSend(std::move(op), op->error);
+      continue;
+    }
+    gather_.clear();
+    for (size_t i = sendHead_; i < sendQueue_.size() && gather_.size() < kMaxGather; ++i) {
+      SendOp& op = *sendQueue_[i];
+      if (!op.error.ok()) break;
+      for (size_t k = op.next; k < op.iov.size() && gather_.size() < kMaxGather; ++k) {
+        gather_.push_back(op.iov[k]);
+      }
+    }
+    const ssize_t n = ::writev(fd_.get(), gather_.data(), static_cast<int>(gather_.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        writable_ = false;
+        break;
+      }
+      fail(ioError("writev", errno));
+      return;
+    }
+    size_t left = static_cast<size_t>(n);
+    while (sendHead_ < sendQueue_.size()) {
+      SendOp& op = *sendQueue_[sendHead_];
+      if (!op.error.ok()) break;
+      while (op.next < op.iov.size() && left >= op.iov[op.next].iov_len) {
+        left -= op.iov[op.next].iov_len;
+        ++op.next;
+      }
+      if (op.next < op.iov.size()) {
+        auto& v = op.iov[op.next];
+        v.iov_base = static_cast<uint8_t*>(v.iov_base) + left;
+        v.iov_len -= left;
+        left = 0;
+        break;
+      }
+      doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
+    }
+  }
+  if (sendHead_ == sendQueue_.size()) {
+    sendQueue_.clear();
+    sendHead_ = 0;
+  }
+  if (!doneSends_.empty()) {
+    // Callbacks may post more sends (appending to sendQueue_ through runScheduled later), so
+    // run them after the queue bookkeeping above.
+    auto done = std::move(doneSends_);
+    doneSends_.clear();
+    for (auto& op : done) completeSend(std::move(op), OkStatus());
+    if (doneSends_.capacity() < done.capacity()) doneSends_.reserve(done.capacity());
+  }
+}
+
+void TcpConnectionImpl::pumpReads() {
+  while (!failed_ && readable_ && recvHead_ < recvQueue_.size()) {
+    RecvOp& op = *recvQueue_[recvHead_];
+    if (!op.error.ok() && !inPayload_ && headerGot_ == 0) {
+      auto o = std::move(recvQueue_[recvHead_++]);
+      completeRecv(std::move(o), o->error, wire::Header{});
+      continue;
+    }
+    if (!inPayload_) {
+      if (!readHeader(op)) break;
+    } else {
+      if (!readPayload(op)) break;
+    }
+  }
+  if (recvHead_ == recvQueue_.size()) {
+    recvQueue_.clear();
+    recvHead_ = 0;
+  }
+}
+
+// Reads (the rest of) the header and, for a posted receive, as much payload as fits the posted
+// slices in the same readv. Returns false when the socket has no more data or the connection
+// failed.
+bool TcpConnectionImpl::readHeader(RecvOp& op) {
+  iovec iov[kMaxGather];
+  int cnt = 0;
+  iov[cnt++] = {headerBuf_ + headerGot_, wire::kHeaderSize - headerGot_};
+  if (!op.owned) {
+    for (size_t i = 0; i < op.dest.size() && cnt < static_cast<int>(kMaxGather); ++i) {
+      iov[cnt++] = op.dest[i];
+    }
+  }
+  const ssize_t n = ::readv(fd_.get(), iov, cnt);
+  if (n == 0) {
+    fail(peerClosed());
+    return false;
+  }
+  if (n < 0) {
+    if (errno == EINTR) return true;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      readable_ = false;
+      return false;
+    }
+    fail(ioError("readv", errno));
+    return false;
+  }
+  const size_t forHeader = std::min(static_cast<size_t>(n), wire::kHeaderSize - headerGot_);
+  headerGot_ += forHeader;
+  const size_t extra = static_cast<size_t>(n) - forHeader;
+  if (headerGot_ < wire::kHeaderSize) return true;
+
+  auto decoded = wire::decodeHeader({headerBuf_, wire::kHeaderSize}, {maxPayload_});
+  if (!decoded.ok()) {
+    fail(decoded.status().withContext("tcp: from peer '" + peerId_ + "' (" + peerAddress_ + ")"));
+    return false;
+  }
+  header_ = *decoded;
+  inPayload_ = true;
+  if (op.owned) {
+    op.buffer.resize(header_.payloadLength);
+    payloadGot_ = 0;
+  } else {
+    if (header_.payloadLength != op.expected) {
+      // The stream cannot be resynchronised without reading a payload nobody asked for.
+      const Status s = InvalidArgument(
+          "recv on " + describe() + ": message payload is " +
+          std::to_string(header_.payloadLength) + " bytes but the posted receive expects " +
+          std::to_string(op.expected) + " bytes (" + header_.describe() + ")");
+      finishRecv(s);
+      fail(s);
+      return false;
+    }
+    payloadGot_ = extra;
+  }
+  return true;
+}
+
+bool TcpConnectionImpl::readPayload(RecvOp& op) {
+  const size_t len = header_.payloadLength;
+  if (payloadGot_ < len) {
+    iovec iov[kMaxGather];
+    int cnt = 0;
+    if (op.owned) {
+      iov[cnt++] = {op.buffer.data() + payloadGot_, len - payloadGot_};
+    } else {
+      size_t skip = payloadGot_;
+      for (size_t i = 0; i < op.dest.size() && cnt < static_cast<int>(kMaxGather); ++i) {
+        const iovec& d = op.dest[i];
+        if (skip >= d.iov_len) {
+          skip -= d.iov_len;
+          continue;
+        }
+        iov[cnt++] = {static_cast<uint8_t*>(d.iov_base) + skip, d.iov_len - skip};
+        skip = 0;
+      }
+    }
+    const ssize_t n = ::readv(fd_.get(), iov, cnt);
+    if (n == 0) {
+      fail(peerClosed());
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EINTR) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        readable_ = false;
+        return false;
+      }
+      fail(ioError("readv", errno));
+      return false;
+    }
+    payloadGot_ += static_cast<size_t>(n);
+    if (payloadGot_ < len) return true;
+  }
+  if (header_.hasPayloadCrc()) {
+    uint32_t crc = 0;
+    if (op.owned) {
+      crc = wire::crc32c(0, op.buffer.data(), op.buffer.size());
+    } else {
+      for (const auto& d : op.dest) crc = wire::crc32c(crc, d.iov_base, d.iov_len);
+    }
+    if (crc != header_.payloadCrc) {
+      const Status s = DataLoss("recv on " + describe() + ": payload CRC32C mismatch (" +
+                                header_.describe() + "): corrupted in transit");
+      finishRecv(s);
+      fail(s);
+      return false;
+    }
+  }
+  finishRecv(OkStatus());
+  return true;
+}
+
+// Completes the receive at the head of the queue with the current header_.
+void TcpConnectionImpl::finishRecv(const Status& status) {
+  auto op = std::move(recvQueue_[recvHead_++]);
+  const wire::Header h = header_;
+  inPayload_ = false;
+  headerGot_ = 0;
+  payloadGot_ = 0;
+  completeRecv(std::move(op), status, h);
+}
+
+void TcpConnectionImpl::completeSend(std::unique_ptr<SendOp> op, const Status& status) {
+  SendCallback done = std::move(op->done);
+  op->done = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    freeSends_.push_back(std::move(op));
+  }
+  if (done) done(status);
+}
+
+void TcpConnectionImpl::completeRecv(std::unique_ptr<RecvOp> op, const Status& status,
+                                     const wire::Header& header) {
+  if (op->owned) {
+    RecvOwnedCallback done = std::move(op->ownedDone);
+    op->ownedDone = nullptr;
+    std::vector<uint8_t> payload = std::move(op->buffer);
+    op->buffer = {};
+    {
+      std::lock_guard<std::mutex> lock(submitMu_);
+      freeRecvs_.push_back(std::move(op));
+    }
+    if (!status.ok()) payload.clear();
+    if (done) done(status, header, std::move(payload));
+    return;
+  }
+  RecvCallback done = std::move(op->done);
+  op->done = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    freeRecvs_.push_back(std::move(op));
+  }
+  if (done) done(status, header);
+}
+
+void TcpConnectionImpl::fail(const Status& status) {
+  if (failed_) return;
+  failed_ = true;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    if (error_.ok()) error_ = status;
+  }
+  if (fd_.valid()) {
+    if (attached_) loop_->remove(fd_.get());
+    fd_.reset();
+  }
+  // Pending operations fail in the order they were posted. A receive in the middle of a message
+  // reports the header it was reading.
+  auto sends = std::move(sendQueue_);
+  const size_t sendHead = sendHead_;
+  sendQueue_.clear();
+  sendHead_ = 0;
+  for (size_t i = sendHead; i < sends.size(); ++i) {
+    const Status s = sends[i]->error.ok() ? status : sends[i]->error;
+    completeSend(std::move(sends[i]), s);
+  }
+  auto recvs = std::move(recvQueue_);
+  const size_t recvHead = recvHead_;
+  recvQueue_.clear();
+  recvHead_ = 0;
+  for (size_t i = recvHead; i < recvs.size(); ++i) {
+    const wire::Header h = (i == recvHead && inPayload_) ? header_ : wire::Header{};
+    const Status s = recvs[i]->error.ok() ? status : recvs[i]->error;
+    completeRecv(std::move(recvs[i]), s, h);
+  }
+  inPayload_ = false;
+  headerGot_ = 0;
+}
+
+}  // namespace cofab::transport::tcp

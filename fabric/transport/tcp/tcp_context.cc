@@ -1,0 +1,257 @@
+#include "fabric/transport/tcp/tcp_context.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "fabric/transport/tcp/tcp_connection.h"
+#include "fabric/transport/tcp/tcp_listener.h"
+
+namespace cofab::transport::tcp {
+
+COFAB_PARAM_INT(kTcpLoops, "COFAB_TCP_LOOPS", 1, 1, 64,
+                "epoll I/O threads per tcp transport context");
+COFAB_PARAM_STRING(kSocketIfname, "COFAB_SOCKET_IFNAME", "",
+                   "network interface whose address tcp listeners bind (empty: 127.0.0.1 unless "
+                   "an address is given)");
+COFAB_PARAM_INT(kConnectTimeoutMs, "COFAB_TCP_CONNECT_TIMEOUT_MS", 10000, 1, 3600000,
+                "bound on one tcp connect attempt incl. handshake (retries continue until the "
+                "caller's deadline)");
+COFAB_PARAM_INT(kSocketBuffer, "COFAB_TCP_SOCKET_BUFFER", 0, 0, 1 << 30,
+                "tcp SO_SNDBUF/SO_RCVBUF bytes; 0 keeps the kernel's autotuning");
+
+StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
+                                                 const TcpOptions& tcp) {
+  auto state = std::make_shared<TcpContextState>();
+  state->options = options;
+  int64_t loops = tcp.loops;
+  if (loops <= 0) {
+    COFAB_ASSIGN_OR_RETURN(loops, kTcpLoops.get());
+  }
+  if (tcp.ifname.empty()) {
+    COFAB_ASSIGN_OR_RETURN(state->ifname, kSocketIfname.get());
+  } else {
+    state->ifname = tcp.ifname;
+  }
+  if (!state->ifname.empty()) {
+    // Fail at creation, not at the first listen, when the interface does not exist.
+    COFAB_RETURN_IF_ERROR(interfaceAddress(state->ifname).status());
+  }
+  int64_t buffer = tcp.socketBufferBytes;
+  if (buffer < 0) {
+    COFAB_ASSIGN_OR_RETURN(buffer, kSocketBuffer.get());
+  }
+  state->tuning.bufferBytes = static_cast<int>(buffer);
+  COFAB_ASSIGN_OR_RETURN(state->connectAttemptMs, kConnectTimeoutMs.get());
+  for (int64_t i = 0; i < loops; ++i) {
+    COFAB_ASSIGN_OR_RETURN(auto loop, EpollLoop::start("cofab-tcp" + std::to_string(i)));
+    state->loops.push_back(std::shared_ptr<EpollLoop>(std::move(loop)));
+  }
+  return std::shared_ptr<Context>(std::make_shared<TcpContext>(std::move(state)));
+}
+
+StatusOr<std::shared_ptr<Connection>> TcpContextState::adopt(Fd fd, std::string peerId,
+                                                             std::string peerAddress) {
+  TcpConnectionImpl::Params p;
+  p.fd = std::move(fd);
+  p.peerId = std::move(peerId);
+  p.peerAddress = std::move(peerAddress);
+  p.maxPayload = options.maxPayload;
+  p.loop = nextLoop();
+  auto impl = std::make_shared<TcpConnectionImpl>(std::move(p));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Cancelled("tcp: the transport context is closed");
+    std::erase_if(conns_, [](const auto& w) { return w.expired(); });
+    conns_.push_back(impl);
+  }
+  COFAB_RETURN_IF_ERROR(impl->attach());
+  return std::shared_ptr<Connection>(std::make_shared<TcpConnection>(std::move(impl)));
+}
+
+bool TcpContextState::track(const std::shared_ptr<TcpListenerImpl>& listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  std::erase_if(listeners_, [](const auto& w) { return w.expired(); });
+  listeners_.push_back(listener);
+  return true;
+}
+
+bool TcpContextState::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+bool TcpContextState::closeAll() {
+  std::vector<std::weak_ptr<TcpConnectionImpl>> conns;
+  std::vector<std::weak_ptr<TcpListenerImpl>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    closed_ = true;
+    conns.swap(conns_);
+    listeners.swap(listeners_);
+  }
+  for (auto& w : listeners) {
+    if (auto l = w.lock()) l->close();
+  }
+  for (auto& w : conns) {
+    if (auto c = w.lock()) c->close();
+  }
+  return true;
+}
+
+StatusOr<std::unique_ptr<Listener>> TcpContext::listen(const ListenOptions& options) {
+  if (state_->closed()) return FailedPrecondition("tcp: listen on a closed transport context");
+  SockAddr addr;
+  if (!options.address.empty()) {
+    COFAB_ASSIGN_OR_RETURN(addr, parseAddress(options.address));
+  } else if (!state_->ifname.empty()) {
+    COFAB_ASSIGN_OR_RETURN(addr, interfaceAddress(state_->ifname));
+    if (addr.family() == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(&addr.storage)->sin6_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in*>(&addr.storage)->sin_port = 0;
+    }
+  } else {
+    COFAB_ASSIGN_OR_RETURN(addr, parseAddress("127.0.0.1:0"));
+  }
+  const std::string text = addr.toString();
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errnoStatus(StatusCode::kIoError, "socket", errno, text);
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (state_->tuning.bufferBytes > 0) {
+    // Set on the listening socket so accepted sockets inherit a window negotiated for it.
+    int b = state_->tuning.bufferBytes;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &b, sizeof(b));
+  }
+  if (::bind(fd.get(), addr.get(), addr.len) != 0) {
+    const int err = errno;
+    if (err == EADDRNOTAVAIL) {
+      return InvalidArgument("tcp listen on " + text +
+                             ": not an address of this host; available: " + describeInterfaces());
+    }
+    return errnoStatus(err == EADDRINUSE ? StatusCode::kUnavailable : StatusCode::kIoError,
+                       "bind", err, text);
+  }
+  if (::listen(fd.get(), 1024) != 0) return errnoStatus(StatusCode::kIoError, "listen", errno, text);
+  SockAddr bound;
+  bound.len = sizeof(bound.storage);
+  if (::getsockname(fd.get(), bound.get(), &bound.len) != 0) {
+    return errnoStatus(StatusCode::kIoError, "getsockname", errno, text);
+  }
+  auto impl = std::make_shared<TcpListenerImpl>(state_, state_->nextLoop(), std::move(fd),
+                                                bound.toString());
+  if (!state_->track(impl)) return FailedPrecondition("tcp: listen on a closed transport context");
+  COFAB_RETURN_IF_ERROR(impl->attach());
+  return std::unique_ptr<Listener>(std::make_unique<TcpListener>(std::move(impl)));
+}
+
+StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& address,
+                                                          const ConnectOptions& options,
+                                                          Deadline deadline) {
+  if (state_->closed()) return FailedPrecondition("tcp: connect on a closed transport context");
+  if (options.localId.size() > kMaxHandshakeId) {
+    return InvalidArgument("tcp connect: localId is " + std::to_string(options.localId.size()) +
+                           " bytes (at most " + std::to_string(kMaxHandshakeId) + ")");
+  }
+  COFAB_ASSIGN_OR_RETURN(SockAddr addr, parseAddress(address));
+  auto backoff = std::chrono::milliseconds(1);
+  int attempts = 0;
+  Status last;
+  while (true) {
+    ++attempts;
+    bool retryable = false;
+    const Deadline attempt = deadline.min(Deadline::afterMs(state_->connectAttemptMs));
+    auto conn = connectOnce(addr, address, options, attempt, &retryable);
+    if (conn.ok()) return conn;
+    last = conn.status();
+    if (!retryable) return last;
+    if (deadline.expired() || state_->closed()) break;
+    // Exponential backoff (1 ms .. 1 s): peers start in any order, the listener may not exist yet.
+    const auto sleep = std::min<Duration>(backoff, deadline.remaining());
+    std::this_thread::sleep_for(sleep);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    if (deadline.expired()) break;
+  }
+  return DeadlineExceeded("tcp connect to " + address + ": no listener answered by the deadline (" +
+                          std::to_string(attempts) + " attempts; last: " + last.message() + ")");
+}
+
+StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& addr,
+                                                              const std::string& text,
+                                                              const ConnectOptions& options,
+                                                              Deadline deadline, bool* retryable) {
+  *retryable = false;
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errnoStatus(StatusCode::kIoError, "socket", errno, text);
+  COFAB_RETURN_IF_ERROR(tuneSocket(fd.get(), state_->tuning, text));
+  int rc = ::connect(fd.get(), addr.get(), addr.len);
+  int err = rc == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd p{fd.get(), POLLOUT, 0};
+    while (true) {
+      const int n = ::poll(&p, 1, deadline.remainingMsForPoll());
+      if (n > 0) break;
+      if (n == 0) {
+        *retryable = true;
+        return DeadlineExceeded("connect to " + text + " did not complete in time");
+      }
+      if (errno != EINTR) return errnoStatus(StatusCode::kIoError, "poll", errno, text);
+    }
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  }
+  if (err != 0) {
+    *retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
+                 err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN || err == EINTR;
+    return errnoStatus(StatusCode::kUnavailable, "connect", err, text);
+  }
+  // Handshake: Hello{our id} -> HelloAck{their id}.
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  hello.payloadLength = options.localId.size();
+  std::string out(wire::kHeaderSize, '\0');
+  wire::encodeHeader(hello, reinterpret_cast<uint8_t*>(out.data()));
+  out += options.localId;
+  COFAB_RETURN_IF_ERROR(writeAll(fd.get(), out.data(), out.size(), deadline, text));
+  uint8_t hdr[wire::kHeaderSize];
+  COFAB_RETURN_IF_ERROR(readAll(fd.get(), hdr, sizeof(hdr), deadline, text));
+  auto ack = wire::decodeHeader({hdr, sizeof(hdr)}, {kMaxHandshakeId});
+  if (!ack.ok()) return ack.status().withContext("tcp handshake with " + text);
+  if (ack->type != wire::MessageType::kHelloAck) {
+    return DataLoss("tcp handshake with " + text + ": expected HelloAck, got " +
+                    std::string(wire::messageTypeName(ack->type)));
+  }
+  std::string peerId(ack->payloadLength, '\0');
+  COFAB_RETURN_IF_ERROR(readAll(fd.get(), peerId.data(), peerId.size(), deadline, text));
+  return state_->adopt(std::move(fd), std::move(peerId), addr.toString());
+}
+
+StatusOr<std::unique_ptr<MemoryRegion>> TcpContext::registerMemory(void* data, size_t size) {
+  if (data == nullptr && size > 0) {
+    return InvalidArgument("registerMemory: null pointer with " + std::to_string(size) + " bytes");
+  }
+  return std::make_unique<MemoryRegion>(data, size);
+}
+
+void TcpContext::close() {
+  if (state_->closeAll()) {
+    for (auto& loop : state_->loops) loop->stop();
+  }
+}
+
+void TcpContext::join() {
+  close();
+  std::lock_guard<std::mutex> lock(joinMu_);
+  for (auto& loop : state_->loops) loop->join();
+}
+
+}  // namespace cofab::transport::tcp

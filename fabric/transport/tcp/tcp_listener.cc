@@ -1,0 +1,181 @@
+#include "fabric/transport/tcp/tcp_listener.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+#include "fabric/transport/tcp/tcp_context.h"
+
+namespace cofab::transport::tcp {
+
+// Reads one Hello (header + id) from a freshly accepted socket and answers with HelloAck.
+// Reads exactly the handshake's bytes, so whatever the peer sends next stays in the socket for
+// the connection. Loop thread only.
+class HandshakeHandler final : public EpollHandler {
+ public:
+  HandshakeHandler(TcpListenerImpl* listener, Fd fd, std::string peerAddress, std::string localId)
+      : listener_(listener),
+        fd_(std::move(fd)),
+        peerAddress_(std::move(peerAddress)),
+        localId_(std::move(localId)) {}
+
+  int fd() const { return fd_.get(); }
+
+  void handleEvents(uint32_t) override {
+    while (true) {
+      uint8_t* dst;
+      size_t want;
+      if (got_ < wire::kHeaderSize) {
+        dst = header_ + got_;
+        want = wire::kHeaderSize - got_;
+      } else {
+        dst = reinterpret_cast<uint8_t*>(id_.data()) + (got_ - wire::kHeaderSize);
+        want = wire::kHeaderSize + id_.size() - got_;
+      }
+      if (want == 0) break;
+      const ssize_t n = ::recv(fd_.get(), dst, want, 0);
+      if (n == 0) return finish("peer closed the connection during the handshake");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return finish(std::string("recv failed: ") + std::strerror(errno));
+      }
+      got_ += static_cast<size_t>(n);
+      if (got_ == wire::kHeaderSize) {
+        auto h = wire::decodeHeader({header_, wire::kHeaderSize}, {kMaxHandshakeId});
+        if (!h.ok()) return finish("bad handshake: " + h.status().message());
+        if (h->type != wire::MessageType::kHello) {
+          return finish("bad handshake: expected Hello, got " +
+                        std::string(wire::messageTypeName(h->type)));
+        }
+        id_.resize(h->payloadLength);
+      }
+    }
+    // Complete: answer. A fresh socket's send buffer always has room for this small reply.
+    wire::Header ack;
+    ack.type = wire::MessageType::kHelloAck;
+    ack.payloadLength = localId_.size();
+    std::string reply(wire::kHeaderSize, '\0');
+    wire::encodeHeader(ack, reinterpret_cast<uint8_t*>(reply.data()));
+    reply += localId_;
+    const ssize_t n = ::send(fd_.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(reply.size())) return finish("could not send the HelloAck");
+    finish("");
+  }
+
+ private:
+  void finish(const std::string& error) {
+    const int fd = fd_.get();
+    std::shared_ptr<Connection> conn;
+    if (error.empty()) {
+      auto c = listener_->ctxAdopt(std::move(fd_), id_, peerAddress_);
+      if (c.ok()) {
+        conn = std::move(c).value();
+      } else {
+        COFAB_LOG(kWarn, "tcp") << "accepted connection from " << peerAddress_
+                                << " dropped: " << c.status();
+      }
+    } else {
+      COFAB_LOG(kWarn, "tcp") << "accepted connection from " << peerAddress_
+                              << " dropped: " << error;
+    }
+    listener_->handshakeDone(fd, std::move(conn));  // may destroy this
+  }
+
+  TcpListenerImpl* listener_;
+  Fd fd_;
+  const std::string peerAddress_;
+  const std::string localId_;
+  uint8_t header_[wire::kHeaderSize];
+  std::string id_;
+  size_t got_ = 0;
+};
+
+TcpListenerImpl::TcpListenerImpl(std::shared_ptr<TcpContextState> ctx,
+                                 std::shared_ptr<EpollLoop> loop, Fd fd, std::string address)
+    : ctx_(std::move(ctx)), loop_(std::move(loop)), fd_(std::move(fd)),
+      address_(std::move(address)),
+      queue_("tcp " + address_, [loop = loop_](std::function<void()> fn) {
+        return loop->post(std::move(fn));
+      }) {}
+
+TcpListenerImpl::~TcpListenerImpl() = default;
+
+StatusOr<std::shared_ptr<Connection>> TcpListenerImpl::ctxAdopt(Fd fd, const std::string& id,
+                                                               const std::string& addr) {
+  return ctx_->adopt(std::move(fd), id, addr);
+}
+
+Status TcpListenerImpl::attach() {
+  auto self = shared_from_this();
+  if (!loop_->post([self] {
+        Status s = self->loop_->add(self->fd_.get(), EPOLLIN, self);
+        if (!s.ok()) {
+          COFAB_LOG(kError, "tcp") << "listener " << self->address_ << ": " << s;
+          self->close();
+          return;
+        }
+        self->attached_ = true;
+      })) {
+    return Cancelled("tcp: the transport context is closed");
+  }
+  return OkStatus();
+}
+
+void TcpListenerImpl::handleEvents(uint32_t) {
+  while (true) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const int fd = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": accept4 failed: errno " << errno;
+      }
+      return;
+    }
+    SockAddr peer;
+    std::memcpy(&peer.storage, &ss, len);
+    peer.len = len;
+    Fd owned(fd);
+    Status s = tuneSocket(fd, ctx_->tuning, peer.toString());
+    if (!s.ok()) {
+      COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": " << s;
+      continue;
+    }
+    auto h = std::make_shared<HandshakeHandler>(this, std::move(owned), peer.toString(),
+                                                ctx_->options.localId);
+    s = loop_->add(fd, EPOLLIN | EPOLLRDHUP, h);
+    if (!s.ok()) {
+      COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": " << s;
+      continue;
+    }
+    handshakes_[fd] = std::move(h);
+  }
+}
+
+void TcpListenerImpl::handshakeDone(int fd, std::shared_ptr<Connection> conn) {
+  loop_->remove(fd);  // keeps the handler alive until the end of this iteration
+  handshakes_.erase(fd);
+  if (conn) queue_.deliver(std::move(conn));
+}
+
+void TcpListenerImpl::close() {
+  if (!queue_.close()) return;
+  auto self = shared_from_this();
+  loop_->post([self] { self->closeOnLoop(); });
+}
+
+void TcpListenerImpl::closeOnLoop() {
+  if (attached_) loop_->remove(fd_.get());
+  attached_ = false;
+  fd_.reset();
+  for (auto& [fd, h] : handshakes_) loop_->remove(fd);
+  handshakes_.clear();
+}
+
+}  // namespace cofab::transport::tcp

@@ -1,0 +1,72 @@
+// TcpListener: the tcp backend's Listener (contract: fabric/transport/listener.h).
+//
+// The listening socket lives on one of the context's loops. Each accepted socket runs the
+// handshake (read the peer's Hello with its id, answer HelloAck with ours) on that loop, then
+// becomes a TcpConnection on the next loop in round-robin order and is queued for accept().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "fabric/transport/accept_queue.h"
+#include "fabric/transport/listener.h"
+#include "fabric/transport/tcp/epoll_loop.h"
+#include "fabric/transport/tcp/socket_util.h"
+
+namespace cofab::transport::tcp {
+
+class TcpContextState;
+class HandshakeHandler;
+
+class TcpListenerImpl final : public EpollHandler,
+                              public std::enable_shared_from_this<TcpListenerImpl> {
+ public:
+  TcpListenerImpl(std::shared_ptr<TcpContextState> ctx, std::shared_ptr<EpollLoop> loop, Fd fd,
+                  std::string address);
+  ~TcpListenerImpl() override;
+
+  Status attach();
+  const std::string& address() const { return address_; }
+  StatusOr<std::shared_ptr<Connection>> accept(Deadline deadline) {
+    return queue_.accept(deadline);
+  }
+  void acceptAsync(AcceptCallback done) { queue_.acceptAsync(std::move(done)); }
+  void close();
+
+  void handleEvents(uint32_t events) override;
+
+  // Loop thread: a handshake finished (or failed, then conn is null).
+  void handshakeDone(int fd, std::shared_ptr<Connection> conn);
+  StatusOr<std::shared_ptr<Connection>> ctxAdopt(Fd fd, const std::string& id,
+                                                 const std::string& addr);
+
+ private:
+  void closeOnLoop();
+
+  std::shared_ptr<TcpContextState> ctx_;
+  std::shared_ptr<EpollLoop> loop_;
+  Fd fd_;
+  const std::string address_;
+  bool attached_ = false;
+  // Loop thread only: sockets still in their handshake.
+  std::unordered_map<int, std::shared_ptr<HandshakeHandler>> handshakes_;
+  AcceptQueue queue_;
+};
+
+class TcpListener final : public Listener {
+ public:
+  explicit TcpListener(std::shared_ptr<TcpListenerImpl> impl) : impl_(std::move(impl)) {}
+  ~TcpListener() override { impl_->close(); }
+  const std::string& address() const override { return impl_->address(); }
+  StatusOr<std::shared_ptr<Connection>> accept(Deadline deadline) override {
+    return impl_->accept(deadline);
+  }
+  void acceptAsync(AcceptCallback done) override { impl_->acceptAsync(std::move(done)); }
+  void close() override { impl_->close(); }
+
+ private:
+  std::shared_ptr<TcpListenerImpl> impl_;
+};
+
+}  // namespace cofab::transport::tcp
