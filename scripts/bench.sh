@@ -13,7 +13,7 @@ for bin in $(find "$build/bench" -type f -executable -name '*_bench' | sort); do
   name=$(basename "$bin")
   [[ "$name" =~ $filter ]] || continue
   echo "== bench: $name"
-  "$bin" --benchmark_min_time=0.2 | tee -a "$results"
+  "$bin" --benchmark_min_time=0.2 --benchmark_color=false | tee -a "$results"
 done
 echo "== bench: RESULT lines"
 grep '^RESULT ' "$results" || echo "(none)"

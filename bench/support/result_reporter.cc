@@ -23,12 +23,8 @@ class CollectingReporter : public benchmark::ConsoleReporter {
       double scale = 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit);
       c.realTimeNs = run.GetAdjustedRealTime() * scale;
       c.cpuTimeNs = run.GetAdjustedCPUTime() * scale;
-      for (const auto& [key, counter] : run.counters) {
-        double v = counter.value;
-        if (counter.flags & benchmark::Counter::kIsRate) v /= run.real_accumulated_time;
-        if (counter.flags & benchmark::Counter::kAvgIterations) v /= run.iterations;
-        c.counters[key] = v;
-      }
+      // Counters arrive already finished (rates divided by time, averages taken).
+      for (const auto& [key, counter] : run.counters) c.counters[key] = counter.value;
       out_->push_back(std::move(c));
     }
   }

@@ -15,10 +15,12 @@ namespace cofab::bench {
 
 struct CaseResult {
   std::string name;        // "BM_TcpStoreGet/threads:4"
-  double realTimeNs = 0;   // mean wall time per iteration
+  // Wall time per iteration. With ->Threads(n) Google Benchmark counts the iterations of all
+  // threads, so this is the inverse of the total rate; one thread's latency is n times it.
+  double realTimeNs = 0;
   double cpuTimeNs = 0;
   int64_t iterations = 0;
-  std::map<std::string, double> counters;  // user counters, already rate-adjusted
+  std::map<std::string, double> counters;  // user counters as Google Benchmark reports them
 };
 
 // Initialises and runs every registered benchmark (console output as usual), honouring the
