@@ -107,6 +107,33 @@ bool TcpContextState::closeAll() {
   return true;
 }
 
+namespace {
+
+// Hello{our id} -> HelloAck{their id}; returns their id.
+StatusOr<std::string> clientHandshake(int fd, const std::string& text, const std::string& localId,
+                                      Deadline deadline) {
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  hello.payloadLength = localId.size();
+  std::string out(wire::kHeaderSize, '\0');
+  wire::encodeHeader(hello, reinterpret_cast<uint8_t*>(out.data()));
+  out += localId;
+  COFAB_RETURN_IF_ERROR(writeAll(fd, out.data(), out.size(), deadline, text));
+  uint8_t hdr[wire::kHeaderSize];
+  COFAB_RETURN_IF_ERROR(readAll(fd, hdr, sizeof(hdr), deadline, text));
+  auto ack = wire::decodeHeader({hdr, sizeof(hdr)}, {kMaxHandshakeId});
+  if (!ack.ok()) return ack.status().withContext("tcp handshake with " + text);
+  if (ack->type != wire::MessageType::kHelloAck) {
+    return DataLoss("tcp handshake with " + text + ": expected HelloAck, got " +
+                    std::string(wire::messageTypeName(ack->type)));
+  }
+  std::string peerId(ack->payloadLength, '\0');
+  COFAB_RETURN_IF_ERROR(readAll(fd, peerId.data(), peerId.size(), deadline, text));
+  return peerId;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Listener>> TcpContext::listen(const ListenOptions& options) {
   if (state_->closed()) return FailedPrecondition("tcp: listen on a closed transport context");
   SockAddr addr;
@@ -214,25 +241,15 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& ad
                  err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN || err == EINTR;
     return errnoStatus(StatusCode::kUnavailable, "connect", err, text);
   }
-  // Handshake: Hello{our id} -> HelloAck{their id}.
-  wire::Header hello;
-  hello.type = wire::MessageType::kHello;
-  hello.payloadLength = options.localId.size();
-  std::string out(wire::kHeaderSize, '\0');
-  wire::encodeHeader(hello, reinterpret_cast<uint8_t*>(out.data()));
-  out += options.localId;
-  COFAB_RETURN_IF_ERROR(writeAll(fd.get(), out.data(), out.size(), deadline, text));
-  uint8_t hdr[wire::kHeaderSize];
-  COFAB_RETURN_IF_ERROR(readAll(fd.get(), hdr, sizeof(hdr), deadline, text));
-  auto ack = wire::decodeHeader({hdr, sizeof(hdr)}, {kMaxHandshakeId});
-  if (!ack.ok()) return ack.status().withContext("tcp handshake with " + text);
-  if (ack->type != wire::MessageType::kHelloAck) {
-    return DataLoss("tcp handshake with " + text + ": expected HelloAck, got " +
-                    std::string(wire::messageTypeName(ack->type)));
+  // A listener that goes away mid-handshake (closed, restarting) shows up as a reset or EOF:
+  // worth another attempt, like a refused connect.
+  auto peerId = clientHandshake(fd.get(), text, options.localId, deadline);
+  if (!peerId.ok()) {
+    const StatusCode c = peerId.status().code();
+    *retryable = c == StatusCode::kRemoteError || c == StatusCode::kDeadlineExceeded;
+    return peerId.status();
   }
-  std::string peerId(ack->payloadLength, '\0');
-  COFAB_RETURN_IF_ERROR(readAll(fd.get(), peerId.data(), peerId.size(), deadline, text));
-  return state_->adopt(std::move(fd), std::move(peerId), addr.toString());
+  return state_->adopt(std::move(fd), std::move(peerId).value(), addr.toString());
 }
 
 StatusOr<std::unique_ptr<MemoryRegion>> TcpContext::registerMemory(void* data, size_t size) {

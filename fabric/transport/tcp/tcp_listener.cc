@@ -166,6 +166,9 @@ void TcpListenerImpl::handshakeDone(int fd, std::shared_ptr<Connection> conn) {
 
 void TcpListenerImpl::close() {
   if (!queue_.close()) return;
+  // Refuse new connections now rather than when the loop gets to it: the fd stays valid (the
+  // loop closes it), but the socket leaves LISTEN so connecting peers are refused and retry.
+  ::shutdown(fd_.get(), SHUT_RDWR);
   auto self = shared_from_this();
   loop_->post([self] { self->closeOnLoop(); });
 }
