@@ -1,20 +1,19 @@
 // Command-line helpers shared by the coding benchmarks.
 #pragma once
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 namespace cofab::coding::benchargs {
 
-// argv with "--benchmark_color=false" added up front (a flag given by the user still wins, being
-// later): colour escapes on stdout would otherwise prefix the RESULT lines. Also removes
-// "--<name>=value" options listed in `own`, storing their values.
+// argv without the "--<name>=value" options listed in `own` (this bench's own flags, which
+// Google Benchmark would reject), their values stored.
 class Args {
  public:
   Args(int argc, char** argv, const std::vector<std::pair<std::string, std::string*>>& own) {
     storage_.push_back(argv[0]);
-    storage_.push_back("--benchmark_color=false");
     for (int i = 1; i < argc; ++i) {
       bool taken = false;
       for (const auto& [name, out] : own) {
@@ -38,5 +37,13 @@ class Args {
   std::vector<char*> ptrs_;
   int argc_ = 0;
 };
+
+// bench/support's console reporter always colours and leaves a reset escape after its last
+// newline, which would prefix the first RESULT line (so `grep '^RESULT'` would miss it): end that
+// line before printing RESULT lines.
+inline void endConsoleOutput() {
+  std::printf("\n");
+  std::fflush(stdout);
+}
 
 }  // namespace cofab::coding::benchargs

@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
   benchargs::Args args(argc, argv, {{"tail_csv", &csvPath}});
   registerAll();
   auto cases = cofab::bench::runBenchmarks(args.argc(), args.argv());
+  benchargs::endConsoleOutput();
   auto get = [&](const std::string& name, const char* key) -> const double* {
     const auto* c = cofab::bench::findCase(cases, name);
     if (c == nullptr) return nullptr;

@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   registerAll();
   benchargs::Args args(argc, argv, {});
   auto cases = cofab::bench::runBenchmarks(args.argc(), args.argv());
+  benchargs::endConsoleOutput();
   auto counter = [&](const std::string& name, const char* key) {
     const auto* c = cofab::bench::findCase(cases, name + "/");
     if (c == nullptr) return 0.0;
