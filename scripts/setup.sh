@@ -9,7 +9,7 @@ packages=(
   cmake g++ make pkg-config git ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
   libdpdk-dev libisal-dev libibverbs-dev librdmacm-dev libnuma-dev iproute2
-  libopenblas-dev libcpp-httplib-dev dataset-fashion-mnist
+  libopenblas-dev libcpp-httplib-dev dataset-fashion-mnist zlib1g-dev
 )
 if [[ "${1:-}" == "--peers" ]]; then
   packages+=(libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev)

@@ -1,0 +1,162 @@
+// train_mnist: data-parallel SGD on Fashion-MNIST with a two-layer perceptron.
+//
+// Every step draws a global batch from a permutation all ranks share (seeded by epoch); rank r
+// computes the gradient of its slice, normalised by the global batch size, the ranks' gradients
+// are summed (--sync), and every rank applies the same update. The summed gradient equals the
+// single-process gradient of the global batch, so 1 rank and N ranks train the same model up to
+// float summation order.
+//
+//   ./train_mnist --epochs 5                                   one process
+//   cofab-run -n 4 --role 'aggd:1:cofab-aggd' -- ./train_mnist --sync aggregator
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "core/param.h"
+#include "examples/train_mnist/fashion_mnist.h"
+#include "examples/train_mnist/gradient_sync.h"
+#include "examples/train_mnist/mlp.h"
+
+namespace ex = cofab::examples;
+
+namespace {
+
+struct Options {
+  int epochs = 5;
+  int batch = 128;  // global
+  int hidden = 256;
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  uint64_t seed = 1;
+  std::string dataDir = ex::kDefaultDataDir;
+  std::string sync = "local";
+  size_t limit = 0;  // use only the first N training samples (0: all)
+};
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: train_mnist [--epochs N] [--batch GLOBAL] [--hidden H] [--lr LR]\n"
+               "                   [--momentum M] [--seed S] [--data-dir DIR] [--limit N]\n"
+               "                   [--sync %s]\n",
+               ex::syncModes().c_str());
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) return false;
+    std::string v = argv[++i];
+    char* end = nullptr;
+    if (a == "--epochs") o->epochs = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--batch") o->batch = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--hidden") o->hidden = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--lr") o->lr = std::strtof(v.c_str(), &end);
+    else if (a == "--momentum") o->momentum = std::strtof(v.c_str(), &end);
+    else if (a == "--seed") o->seed = std::strtoull(v.c_str(), &end, 10);
+    else if (a == "--limit") o->limit = std::strtoull(v.c_str(), &end, 10);
+    else if (a == "--data-dir") { o->dataDir = v; continue; }
+    else if (a == "--sync") { o->sync = v; continue; }
+    else return false;
+    if (end == nullptr || *end != '\0') return false;
+  }
+  return o->epochs > 0 && o->batch > 0 && o->hidden > 0 && o->lr > 0 && o->momentum >= 0 &&
+         o->momentum < 1;
+}
+
+int fail(const cofab::Status& s) {
+  std::fprintf(stderr, "train_mnist: %s\n", s.toString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, &o)) {
+    usage();
+    return 2;
+  }
+  auto sync = ex::makeGradientSync(o.sync);
+  if (!sync.ok()) return fail(sync.status());
+  ex::GradientSync& gs = **sync;
+  const int rank = gs.rank(), world = gs.worldSize();
+  if (o.batch % world != 0) {
+    return fail(cofab::InvalidArgument("--batch " + std::to_string(o.batch) +
+                                       " must be divisible by the " + std::to_string(world) +
+                                       " ranks"));
+  }
+
+  // Ranks share the cores: one BLAS thread each unless the user says otherwise.
+  if (world > 1 && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+
+  auto train = ex::loadFashionMnist(o.dataDir, "train");
+  if (!train.ok()) return fail(train.status());
+  auto test = ex::loadFashionMnist(o.dataDir, "t10k");
+  if (!test.ok()) return fail(test.status());
+  size_t n = o.limit ? std::min(o.limit, train->count()) : train->count();
+
+  ex::Mlp model(ex::kImagePixels, o.hidden, ex::kClasses, o.seed);
+  std::vector<float>& params = model.params();
+  std::vector<float> grads(params.size()), velocity(params.size(), 0.0f);
+  const int local = o.batch / world;
+  std::vector<float> x(size_t(local) * ex::kImagePixels);
+  std::vector<uint8_t> y(static_cast<size_t>(local));
+  std::vector<uint32_t> perm(n);
+  if (rank == 0) {
+    std::printf("train_mnist: %zu samples, %d rank(s), global batch %d, hidden %d, lr %g, "
+                "momentum %g, sync %s\n",
+                n, world, o.batch, o.hidden, double(o.lr), double(o.momentum), gs.describe().c_str());
+  }
+
+  double trainSecs = 0;
+  size_t samples = 0;
+  double acc = 0;
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    std::iota(perm.begin(), perm.end(), 0u);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(o.seed * 1000003u + uint64_t(epoch)));
+    auto start = std::chrono::steady_clock::now();
+    double loss = 0;
+    const size_t steps = n / size_t(o.batch);
+    for (size_t s = 0; s < steps; ++s) {
+      const uint32_t* idx = perm.data() + s * size_t(o.batch) + size_t(rank) * size_t(local);
+      for (int i = 0; i < local; ++i) {
+        std::copy_n(train->images.data() + size_t(idx[i]) * ex::kImagePixels, ex::kImagePixels,
+                    x.data() + size_t(i) * ex::kImagePixels);
+        y[size_t(i)] = train->labels[idx[i]];
+      }
+      loss += model.gradient(x.data(), y.data(), local, float(o.batch), grads.data());
+      if (auto st = gs.sumGradients(model.tensors(), grads, epoch * steps + s); !st.ok()) {
+        return fail(st.withContext("epoch " + std::to_string(epoch) + " step " + std::to_string(s)));
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        velocity[i] = o.momentum * velocity[i] + grads[i];
+      }
+      model.step(velocity.data(), o.lr);
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    trainSecs += secs;
+    samples += steps * size_t(o.batch);
+    acc = model.accuracy(test->images.data(), test->labels.data(), test->count());
+    if (rank == 0) {
+      std::printf("epoch %d: loss %.4f (rank 0's share) test accuracy %.4f, %.0f samples/s\n",
+                  epoch + 1, loss / double(steps * size_t(local)), acc,
+                  double(steps * size_t(o.batch)) / secs);
+      std::fflush(stdout);
+    }
+  }
+  if (auto st = gs.finish(); !st.ok()) return fail(st);
+  if (rank == 0) {
+    std::printf("train_mnist: final test accuracy %.4f after %d epochs, %.0f samples/s, "
+                "%.1f s training\n",
+                acc, o.epochs, double(samples) / trainSecs, trainSecs);
+    std::printf("RESULT train_run sync=%s workers=%d epochs=%d test_acc=%.4f samples_per_s=%.0f\n",
+                o.sync.c_str(), world, o.epochs, acc, double(samples) / trainSecs);
+  }
+  return 0;
+}
