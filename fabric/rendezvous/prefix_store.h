@@ -11,27 +11,20 @@ class PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, Store* base) : prefix_(std::move(prefix) + "/"), base_(base) {}
 
-  Status set(std::string_view key, const Bytes& value) override {
-    return base_->set(full(key), value);
-  }
-  StatusOr<Bytes> get(std::string_view key, Deadline deadline) override {
-    return base_->get(full(key), deadline);
-  }
-  StatusOr<int64_t> add(std::string_view key, int64_t delta) override {
-    return base_->add(full(key), delta);
-  }
+  Status set(std::string_view key, const Bytes& value) override;
+  StatusOr<Bytes> get(std::string_view key, Deadline deadline) override;
+  StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
   StatusOr<Bytes> compareSet(std::string_view key, const Bytes& expected,
-                             const Bytes& desired) override {
-    return base_->compareSet(full(key), expected, desired);
-  }
-  StatusOr<bool> remove(std::string_view key) override { return base_->remove(full(key)); }
+                             const Bytes& desired) override;
+  StatusOr<bool> remove(std::string_view key) override;
   StatusOr<bool> check(const std::vector<std::string>& keys) override;
   std::string describe() const override { return base_->describe() + " prefix '" + prefix_ + "'"; }
 
  private:
-  std::string full(std::string_view key) const { return prefix_ + std::string(key); }
-  std::vector<std::string> fullKeys(const std::vector<std::string>& keys) const;
+  // The prefixed key; an empty key stays invalid (it must not become "<prefix>/").
+  StatusOr<std::string> full(std::string_view key) const;
+  StatusOr<std::vector<std::string>> fullKeys(const std::vector<std::string>& keys) const;
 
   std::string prefix_;
   Store* base_;

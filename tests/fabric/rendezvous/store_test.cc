@@ -195,6 +195,9 @@ TEST_P(StoreContractTest, PrefixStoresDoNotSeeEachOther) {
   EXPECT_EQ(toString(*store_->get("job-a/x", Deadline::afterMs(100))), "from a");
   Status s = a.wait({"y"}, Deadline::afterMs(50));
   EXPECT_NE(s.message().find("'job-a/y'"), std::string::npos) << s;
+  // An empty key is as invalid behind a prefix as anywhere else.
+  EXPECT_EQ(a.set("", toBytes("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.wait({"x", ""}, Deadline::afterMs(10)).code(), StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreContractTest, ::testing::Values("hash", "file", "tcp"),
