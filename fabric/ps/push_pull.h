@@ -1,0 +1,168 @@
+// PushPullClient: a worker's connection to the aggregator daemons (cofab-aggd), and the
+// push-pull operation that sums (or averages) one tensor across every worker of the job.
+//
+//   auto client = ps::PushPullClient::connect(*store, rank, worldSize, {});
+//   ps::PushPullHandle h = (*client)->pushPull(/*key=*/7, grad, grad, {});   // in place is fine
+//   ... compute the next layer's gradient while h is in flight ...
+//   COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(30000)));
+//
+// How a worker finds the aggregators: every daemon i of M (cofab-run --role agg:M:cofab-aggd)
+// sets "<storePrefix>/server/<i>" to its transport address and "<storePrefix>/count" to M in the
+// job's Store; connect() waits for those keys (or takes ClientOptions::serverAddresses instead)
+// and opens one connection per daemon. All workers of a job must use the same chunkBytes and
+// server list: the placement of a chunk on a daemon is computed by every worker independently
+// (fabric/ps/placement.h), never negotiated.
+//
+// Contract of pushPull(key, in, out, options):
+//   - every worker of the job calls it for the same key with the same count and dtype (f32, f64,
+//     f16, bf16) once per iteration; `out` receives the sum (or average) over all workers, for
+//     f16/bf16 accumulated in f32, in the reduction order of docs/AGGREGATOR.md, so that every
+//     worker gets bit-identical results and a rerun (also one with a failover) gets the same bits;
+//   - the caller owns `in` and `out` and lends them until the handle completes; they may alias
+//     (in-place), and `in` is read again if a chunk has to be resent after a failover;
+//   - the call returns at once; many calls may be in flight (batch them: one per layer, and wait
+//     on the handles when the results are needed) so communication overlaps compute;
+//   - iterations: by default the client numbers successive pushPull calls on one key 0, 1, 2...
+//     (PushPullOptions::iteration overrides); a daemon rejects a chunk for a finished iteration
+//     or one beyond its window, a wrong size or dtype, or an unknown worker, and the handle then
+//     fails with the daemon's reason;
+//   - errors are sticky per client: after the first failed operation (a daemon released a round
+//     because a worker died, a daemon is gone and has no backup, ...) every pending and later
+//     operation fails with that Status.
+//
+// Threads: pushPull(), waitAll() and close() may be called from any thread. Completion happens
+// on the transport's I/O threads (results are copied into `out` there); handles are polled or
+// waited on by the caller, there are no user callbacks. The client and its handles are
+// independent objects: a handle outlives the client (it then fails with Cancelled).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "fabric/rendezvous/store.h"
+
+namespace cofab::ps {
+
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAverage = 1,  // sum (in the documented order), then divided by the number of workers
+};
+
+// How the result comes back.
+enum class Delivery : uint8_t {
+  kPushBack = 0,  // the daemon sends the result to every contributor when the round completes
+  kPull = 1,      // the worker asks for it with a PULL message (sent right after the push)
+};
+
+inline constexpr uint64_t kAutoIteration = ~0ull;
+
+struct PushPullOptions {
+  ReduceOp op = ReduceOp::kSum;
+  Delivery delivery = Delivery::kPushBack;
+  // The round this contribution belongs to; kAutoIteration: the client's per-key counter.
+  uint64_t iteration = kAutoIteration;
+};
+
+struct ClientOptions {
+  // Transport backend by name (Registry). Empty: COFAB_PS_TRANSPORT (default "tcp").
+  std::string transport;
+  // Store namespace the daemons registered under (cofab-aggd --store-prefix).
+  std::string storePrefix = "cofab/agg";
+  // Static daemon addresses instead of the store (index = daemon id). Empty: read the store.
+  std::vector<std::string> serverAddresses;
+  // Chunk size in bytes; 0: COFAB_PS_CHUNK_BYTES (default 4 MiB). Same on every worker.
+  size_t chunkBytes = 0;
+  // Replication on: every chunk has a backup daemon ((primary + 1) % M) that the primary
+  // forwards to before acknowledging; on the primary's death the client fails over to it.
+  // -1: COFAB_PS_REPLICATION (default off). Must match the daemons' --replication.
+  int replication = -1;
+  // A daemon with operations outstanding that has sent nothing for this long is pinged; one that
+  // stays silent for failoverMs (or whose connection breaks) is declared dead. 0: the params
+  // COFAB_PS_HEARTBEAT_MS (default 200) and COFAB_PS_FAILOVER_MS (default 1000).
+  int64_t heartbeatMs = 0;
+  int64_t failoverMs = 0;
+  // Waiting for the daemons to register and accept.
+  int64_t connectTimeoutMs = 60000;
+};
+
+struct ClientStats {
+  uint64_t chunksPushed = 0;
+  uint64_t chunksResent = 0;  // after a failover
+  uint64_t bytesOut = 0;
+  uint64_t bytesIn = 0;
+  uint64_t failovers = 0;
+};
+
+namespace detail {
+struct OpState;
+}
+
+// Completion of one pushPull. Copyable (shared state); a default-constructed handle is invalid.
+class PushPullHandle {
+ public:
+  PushPullHandle() = default;
+  explicit PushPullHandle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  // True once the operation finished (successfully or not). Never blocks.
+  bool test() const;
+  // Waits until finished or `deadline`: the operation's Status, or DeadlineExceeded naming the
+  // key, the iteration and the chunks (and daemons) still missing. The operation keeps running
+  // after a DeadlineExceeded; wait again or close the client.
+  Status wait(Deadline deadline) const;
+  // The final Status once finished; Unavailable("in progress") before.
+  Status status() const;
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+class PushPullClient {
+ public:
+  // Discovers the daemons (store or options.serverAddresses), connects to each (as
+  // "worker <rank>"), and returns a ready client. DeadlineExceeded naming the daemons that did
+  // not register or accept within connectTimeoutMs.
+  static StatusOr<std::unique_ptr<PushPullClient>> connect(Store& store, int rank, int worldSize,
+                                                           const ClientOptions& options = {});
+  // Same, only with options.serverAddresses (no store).
+  static StatusOr<std::unique_ptr<PushPullClient>> connect(int rank, int worldSize,
+                                                           const ClientOptions& options);
+
+  ~PushPullClient();  // close()
+  PushPullClient(const PushPullClient&) = delete;
+  PushPullClient& operator=(const PushPullClient&) = delete;
+
+  // Starts one push-pull (contract above). Argument errors complete the handle at once.
+  PushPullHandle pushPull(uint64_t key, TensorView in, TensorView out,
+                          const PushPullOptions& options = {});
+
+  // Waits for every operation started so far: the first failure, or DeadlineExceeded naming
+  // what is missing.
+  Status waitAll(Deadline deadline);
+
+  // OK, or the sticky error that failed the client.
+  Status status() const;
+  // Fails pending operations with Cancelled, says goodbye to the daemons, closes the transport.
+  // Idempotent.
+  void close();
+
+  int rank() const;
+  int worldSize() const;
+  int numServers() const;
+  size_t chunkBytes() const;
+  ClientStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit PushPullClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cofab::ps
