@@ -57,6 +57,9 @@ void EpollLoop::remove(int fd) {
 }
 
 void EpollLoop::wake() {
+  // Work posted from the loop's own thread (callbacks chaining the next operation) is picked up
+  // by the drain at the end of the current iteration: no eventfd round trip.
+  if (inLoopThread()) return;
   if (!wakePending_.exchange(true, std::memory_order_acq_rel)) {
     const uint64_t one = 1;
     // EAGAIN means the counter is already non-zero: the loop will wake anyway.
@@ -105,8 +108,10 @@ void EpollLoop::run() {
   epoll_event events[kMaxEvents];
   std::vector<std::function<void()>> tasks;
   std::vector<std::shared_ptr<Schedulable>> ready;
+  int timeout = -1;
   while (true) {
-    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, -1);
+    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
+    timeout = -1;
     if (n < 0 && errno != EINTR) {
       COFAB_LOG(kError, "tcp") << "epoll_wait failed: errno " << errno << "; loop exits";
       break;
@@ -122,7 +127,12 @@ void EpollLoop::run() {
     bool exit = false;
     // Drain until empty: work queued by the work itself (callbacks posting new operations)
     // runs in this iteration, without another trip through epoll_wait.
-    for (int round = 0; round < 64; ++round) {
+    for (int round = 0;; ++round) {
+      if (round == 64) {
+        // Keep I/O events flowing under a flood of self-posted work: poll, then drain again.
+        timeout = 0;
+        break;
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         wakePending_.store(false, std::memory_order_release);

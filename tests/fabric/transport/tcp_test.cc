@@ -1,0 +1,133 @@
+// tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/param.h"
+#include "fabric/transport/tcp/factory.h"
+#include "fabric/transport/tcp/socket_util.h"
+#include "tests/fabric/transport/transport_test_util.h"
+
+namespace cofab::transport::testing {
+namespace {
+
+TEST(TcpTest, UnknownInterfaceFailsLoudlyListingTheAvailableOnes) {
+  ScopedParamOverride o("COFAB_SOCKET_IFNAME", "nosuchif0");
+  auto c = tcp::createContext({});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("nosuchif0"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("lo 127.0.0.1"), std::string::npos) << c.status();
+}
+
+TEST(TcpTest, InterfaceLoIsUsedForListening) {
+  ScopedParamOverride o("COFAB_SOCKET_IFNAME", "lo");
+  auto c = tcp::createContext({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto l = (*c)->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ((*l)->address().rfind("127.0.0.1:", 0), 0u) << (*l)->address();
+}
+
+TEST(TcpTest, ListenOnAnAddressThisHostDoesNotHave) {
+  auto c = tcp::createContext({});
+  ASSERT_TRUE(c.ok());
+  auto l = (*c)->listen({.address = "192.0.2.1:0"});  // TEST-NET-1
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument) << l.status();
+  EXPECT_NE(l.status().message().find("available"), std::string::npos) << l.status();
+}
+
+TEST(TcpTest, AddressParsing) {
+  EXPECT_TRUE(tcp::parseAddress("127.0.0.1:80").ok());
+  EXPECT_TRUE(tcp::parseAddress("[::1]:80").ok());
+  EXPECT_TRUE(tcp::parseAddress("localhost").ok());
+  EXPECT_EQ(tcp::parseAddress("127.0.0.1:99999").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("127.0.0.1:x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("::1:80").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("[::1").status().code(), StatusCode::kInvalidArgument);
+  auto a = tcp::parseAddress("127.0.0.1:5000");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->toString(), "127.0.0.1:5000");
+}
+
+TEST(TcpTest, BadLoopCountParameterIsRejected) {
+  ScopedParamOverride o("COFAB_TCP_LOOPS", "0");
+  EXPECT_EQ(tcp::createContext({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TcpTest, SeveralLoopsAndExplicitSocketBuffers) {
+  auto s = tcp::createContext({.localId = "s"}, {.loops = 3, .socketBufferBytes = 4 << 20});
+  auto c = tcp::createContext({.localId = "c"}, {.loops = 2});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  std::vector<ConnPair> pairs;
+  for (int i = 0; i < 6; ++i) {
+    auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+    ASSERT_TRUE(cc.ok()) << cc.status();
+    auto a = (*l)->accept(testDeadline());
+    ASSERT_TRUE(a.ok());
+    pairs.push_back({*cc, *a});
+  }
+  const auto src = pattern(3 << 20, 1);
+  std::vector<std::vector<uint8_t>> dst(6, std::vector<uint8_t>(src.size()));
+  Recorder rec;
+  for (int i = 0; i < 6; ++i) {
+    pairs[i].server->recv(dst[i].data(), src.size(), rec.recvCb());
+    pairs[i].client->send(wire::Header{}, src.data(), src.size(), rec.sendCb());
+  }
+  ASSERT_TRUE(rec.wait(12));
+  for (const auto& st : rec.statuses()) EXPECT_TRUE(st.ok()) << st;
+  for (const auto& d : dst) EXPECT_TRUE(d == src);
+}
+
+TEST(TcpTest, GarbageFromAPeerIsDataLossNotACrash) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  // A raw client: valid handshake, then garbage where a header should be.
+  auto addr = tcp::parseAddress((*l)->address());
+  ASSERT_TRUE(addr.ok());
+  const int fd = ::socket(addr->family(), SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(fd, addr->get(), addr->len), 0);
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  auto b = wire::encodeHeader(hello);
+  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<uint8_t> junk(64, 0x5A);
+  ASSERT_EQ(::write(fd, junk.data(), junk.size()), 64);
+  std::vector<uint8_t> buf(10);
+  Recorder rec;
+  (*a)->recv(buf.data(), buf.size(), rec.recvCb());
+  ASSERT_TRUE(rec.wait(1));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kDataLoss) << rec.statuses()[0];
+  ::close(fd);
+}
+
+TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
+  auto s = tcp::createContext({.localId = "s", .maxPayload = 1000});
+  auto c = tcp::createContext({.localId = "c"});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+  ASSERT_TRUE(cc.ok());
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok());
+  std::vector<uint8_t> src(2000);
+  Recorder rec;
+  (*a)->recvOwned([&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
+    rec.record(st, h);
+  });
+  (*cc)->send(wire::Header{}, src.data(), src.size(), [](const Status&) {});
+  ASSERT_TRUE(rec.wait(1));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
+  EXPECT_NE(rec.statuses()[0].message().find("exceeds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cofab::transport::testing
