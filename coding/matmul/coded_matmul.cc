@@ -1,11 +1,10 @@
 #include "coding/matmul/coded_matmul.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "core/clock.h"
+#include "gpu/linear_combine.h"
 
 namespace cofab::coding {
 
@@ -19,16 +18,9 @@ Status gemmF32(ConstMatrixView a, ConstMatrixView b, MatrixView c) {
                            std::to_string(b.cols) + ", C " + std::to_string(c.rows) + "x" +
                            std::to_string(c.cols));
   }
-  if (c.rows == 0 || c.cols == 0) return OkStatus();
-  if (a.cols == 0) {
-    for (int64_t r = 0; r < c.rows; ++r) std::fill_n(c.row(r), c.cols, 0.0f);
-    return OkStatus();
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(a.rows),
-              static_cast<blasint>(b.cols), static_cast<blasint>(a.cols), 1.0f, a.data,
-              static_cast<blasint>(a.stride()), b.data, static_cast<blasint>(b.stride()), 0.0f,
-              c.data, static_cast<blasint>(c.stride()));
-  return OkStatus();
+  // The CPU twin of the GPU path (gpu/linear_combine.h): OpenBLAS here, cuBLAS there.
+  return gpu::gemmF32({.a = a.data, .b = b.data, .c = c.data, .m = a.rows, .n = b.cols,
+                       .k = a.cols, .lda = a.stride(), .ldb = b.stride(), .ldc = c.stride()});
 }
 
 StatusOr<CodedMatmul> CodedMatmul::create(const RealMdsOptions& options) {
@@ -59,9 +51,12 @@ StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a) const {
   for (int i = k; i < n; ++i) {
     for (int j = 0; j < k; ++j) p[(i - k) * k + j] = static_cast<float>(code_.at(i, j));
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n - k, static_cast<blasint>(blockElems),
-              k, 1.0f, p.data(), k, e.storage_.data(), static_cast<blasint>(blockElems), 0.0f,
-              e.storage_.data() + blockElems * k, static_cast<blasint>(blockElems));
+  COFAB_RETURN_IF_ERROR(gpu::gemmF32({.a = p.data(),
+                                      .b = e.storage_.data(),
+                                      .c = e.storage_.data() + blockElems * k,
+                                      .m = n - k,
+                                      .n = static_cast<int64_t>(blockElems),
+                                      .k = k}));
   return e;
 }
 
@@ -139,24 +134,16 @@ StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
   const int64_t t0 = nowNs();
   report.decoded = true;
   COFAB_ASSIGN_OR_RETURN(std::vector<double> d, code_.decodeCoefficients(report.used, missing));
-  // FP64: Y (k x blockElems) from the fp32 results, X_missing = D x Y, one rounding at the end.
-  std::vector<double> y(static_cast<size_t>(k) * blockElems);
-  for (int c2 = 0; c2 < k; ++c2) {
-    const float* src = byTask[report.used[c2]];
-    double* dst = y.data() + c2 * blockElems;
-    for (size_t e = 0; e < blockElems; ++e) dst[e] = src[e];
-  }
+  // FP64: the k results widened, one dgemm with the coefficients, rounded to fp32 once.
   const int e = static_cast<int>(missing.size());
-  std::vector<double> x(static_cast<size_t>(e) * blockElems);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e, static_cast<blasint>(blockElems), k,
-              1.0, d.data(), k, y.data(), static_cast<blasint>(blockElems), 0.0, x.data(),
-              static_cast<blasint>(blockElems));
-  std::vector<float> xf(blockElems);
-  for (int w = 0; w < e; ++w) {
-    const double* src = x.data() + w * blockElems;
-    for (size_t i = 0; i < blockElems; ++i) xf[i] = static_cast<float>(src[i]);
-    placeBlock(missing[w], xf.data());
-  }
+  std::vector<const float*> inputs;
+  for (int t : report.used) inputs.push_back(byTask[t]);
+  std::vector<std::vector<float>> rebuilt(e, std::vector<float>(blockElems));
+  std::vector<float*> outputs;
+  for (auto& r : rebuilt) outputs.push_back(r.data());
+  COFAB_RETURN_IF_ERROR(gpu::linearCombine(
+      {.coeffs = d, .inputs = inputs, .outputs = outputs, .elements = blockElems}));
+  for (int w = 0; w < e; ++w) placeBlock(missing[w], rebuilt[w].data());
   report.decodeMs = (nowNs() - t0) / 1e6;
   return report;
 }

@@ -8,7 +8,8 @@
 // (coefficients from RealMdsCode, combination through BLAS dgemm) and rounded to fp32 once.
 // Accuracy: relative error ~ worstCondition x fp32 rounding of the tasks.
 //
-// GEMMs go through OpenBLAS (cblas). Ownership: EncodedMatrix owns its blocks; every view is
+// GEMMs go through gpu/linear_combine.h, whose CPU twin is OpenBLAS and whose CUDA path is cuBLAS
+// with TF32 off (tests/gpu checks both agree). Ownership: EncodedMatrix owns its blocks; every view is
 // borrowed for the call. Threads: CodedMatmul is immutable; multiplyTask for different tasks may
 // run concurrently (the straggler executor does that).
 #pragma once

@@ -1,0 +1,39 @@
+// Turns CUDA runtime and cuBLAS results into Status naming the call (DESIGN.md §2). CUDA-only.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "core/status.h"
+
+namespace cofab::gpu::cuda {
+
+inline Status cudaStatus(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return OkStatus();
+  std::string msg = std::string(call) + " failed: " + cudaGetErrorString(err) + " (cudaError " +
+                    std::to_string(static_cast<int>(err)) + ")";
+  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice ||
+      err == cudaErrorInvalidDevice) {
+    return Unavailable(std::move(msg));
+  }
+  if (err == cudaErrorMemoryAllocation) return ResourceExhausted(std::move(msg));
+  return Internal(std::move(msg));
+}
+
+inline Status cublasStatus(cublasStatus_t st, const char* call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
+  std::string msg = std::string(call) + " failed: cublasStatus " +
+                    std::to_string(static_cast<int>(st));
+  if (st == CUBLAS_STATUS_NOT_INITIALIZED) return Unavailable(std::move(msg));
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhausted(std::move(msg));
+  return Internal(std::move(msg));
+}
+
+}  // namespace cofab::gpu::cuda
+
+#define COFAB_CUDA_RETURN_IF_ERROR(call) \
+  COFAB_RETURN_IF_ERROR(::cofab::gpu::cuda::cudaStatus((call), #call))
+#define COFAB_CUBLAS_RETURN_IF_ERROR(call) \
+  COFAB_RETURN_IF_ERROR(::cofab::gpu::cuda::cublasStatus((call), #call))

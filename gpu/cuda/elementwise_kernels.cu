@@ -1,0 +1,115 @@
+// CUDA kernels for reduce and XOR: grid-stride loops around the per-element functors that the
+// CPU twins also use (gpu/reduce_math.h, gpu/xor_math.h).
+#include <cstdint>
+
+#include "gpu/cuda/cuda_ops.h"
+#include "gpu/cuda/cuda_status.h"
+#include "gpu/ops_validate.h"
+#include "gpu/reduce_math.h"
+#include "gpu/xor_math.h"
+
+namespace cofab::gpu::cuda {
+namespace {
+
+// Input pointers travel by value in the kernel arguments (<= 64 of them, 512 bytes).
+template <typename T>
+struct PointerPack {
+  const T* p[kMaxKernelInputs];
+};
+
+template <typename Io>
+__global__ void reduceKernel(PointerPack<typename Io::Storage> ins, int count,
+                             typename Io::Storage* out, size_t n, float scale) {
+  const ReduceElement<Io> element;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    element(ins.p, count, out, i, scale);
+  }
+}
+
+__global__ void xorWordsKernel(PointerPack<uint64_t> srcs, int count, uint64_t* dst, size_t words) {
+  const XorWords op;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t acc = srcs.p[0][i];
+    for (int j = 1; j < count; ++j) acc = op(acc, srcs.p[j][i]);
+    dst[i] = acc;
+  }
+}
+
+__global__ void xorBytesKernel(PointerPack<uint8_t> srcs, int count, uint8_t* dst, size_t begin,
+                               size_t end) {
+  const XorWords op;
+  for (size_t i = begin + blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < end;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint8_t acc = srcs.p[0][i];
+    for (int j = 1; j < count; ++j) acc = op.byte(acc, srcs.p[j][i]);
+    dst[i] = acc;
+  }
+}
+
+constexpr int kThreads = 256;
+
+unsigned blocksFor(size_t n) {
+  const size_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 4096 ? (b == 0 ? 1 : b) : 4096);
+}
+
+template <typename Io>
+Status launchReduce(const ReduceArgs& a, cudaStream_t stream) {
+  using S = typename Io::Storage;
+  PointerPack<S> pack{};
+  for (size_t j = 0; j < a.inputs.size(); ++j) pack.p[j] = static_cast<const S*>(a.inputs[j].data);
+  const int count = static_cast<int>(a.inputs.size());
+  const float scale = a.op == ReduceOp::kAverage ? 1.0f / static_cast<float>(count) : 1.0f;
+  reduceKernel<Io><<<blocksFor(a.output.count), kThreads, 0, stream>>>(
+      pack, count, static_cast<S*>(a.output.data), a.output.count, scale);
+  return cudaStatus(cudaGetLastError(), "reduceKernel launch");
+}
+
+}  // namespace
+
+Status reduce(const ReduceArgs& a) {
+  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.output.device.index));
+  if (a.output.count == 0) return OkStatus();
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  switch (a.output.dtype) {
+    case DType::kF32:
+      return launchReduce<F32Io>(a, stream);
+    case DType::kF16:
+      return launchReduce<F16Io>(a, stream);
+    case DType::kBF16:
+      return launchReduce<Bf16Io>(a, stream);
+    default:
+      return InvalidArgument("reduce: unsupported dtype");
+  }
+}
+
+Status xorBuffers(const XorArgs& a) {
+  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.device.index));
+  if (a.bytes == 0) return OkStatus();
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  const int count = static_cast<int>(a.srcs.size());
+  bool aligned = reinterpret_cast<uintptr_t>(a.dst) % 8 == 0;
+  for (const void* s : a.srcs) aligned = aligned && reinterpret_cast<uintptr_t>(s) % 8 == 0;
+  size_t done = 0;
+  if (aligned && a.bytes >= 8) {
+    PointerPack<uint64_t> words{};
+    for (int j = 0; j < count; ++j) words.p[j] = static_cast<const uint64_t*>(a.srcs[j]);
+    const size_t n = a.bytes / 8;
+    xorWordsKernel<<<blocksFor(n), kThreads, 0, stream>>>(words, count,
+                                                         static_cast<uint64_t*>(a.dst), n);
+    COFAB_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    done = n * 8;
+  }
+  if (done < a.bytes) {
+    PointerPack<uint8_t> bytes{};
+    for (int j = 0; j < count; ++j) bytes.p[j] = static_cast<const uint8_t*>(a.srcs[j]);
+    xorBytesKernel<<<blocksFor(a.bytes - done), kThreads, 0, stream>>>(
+        bytes, count, static_cast<uint8_t*>(a.dst), done, a.bytes);
+    COFAB_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return OkStatus();
+}
+
+}  // namespace cofab::gpu::cuda
