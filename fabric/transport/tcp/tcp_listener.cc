@@ -132,10 +132,21 @@ void TcpListenerImpl::handleEvents(uint32_t) {
     const int fd = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": accept4 failed: errno " << errno;
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINVAL || err == EBADF) {
+        // close() shut the socket down; stop watching it (it is level-triggered).
+        closeOnLoop();
+        return;
       }
+      // Out of descriptors or memory: the socket stays readable, so stop watching it rather
+      // than spin; the listener is dead and says so once.
+      COFAB_LOG(kError, "tcp") << "listener " << address_ << ": "
+                               << errnoStatus(StatusCode::kResourceExhausted, "accept4", err)
+                               << "; no longer accepting";
+      queue_.close();
+      closeOnLoop();
       return;
     }
     SockAddr peer;
