@@ -1,0 +1,285 @@
+#include "fabric/comm/collectives.h"
+
+#include <string>
+
+#include "core/param.h"
+#include "fabric/comm/collective_op.h"
+#include "fabric/comm/direct_ops.h"
+#include "fabric/comm/ring_op.h"
+
+namespace cofab::comm {
+
+COFAB_PARAM_INT(kTimeoutMs, "COFAB_COLLECTIVE_TIMEOUT_MS", 300000, 1, 86400000,
+                "default deadline of a collective or send/recv, ms from the call");
+COFAB_PARAM_ENUM(kAllreduceAlgo, "COFAB_ALLREDUCE_ALGO", "auto",
+                 (std::vector<std::string>{"auto", "ring", "direct"}),
+                 "allreduce algorithm: auto (by COFAB_ALLREDUCE_SMALL_BYTES), ring or direct");
+COFAB_PARAM_INT(kAllreduceSmallBytes, "COFAB_ALLREDUCE_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+                "allreduce messages up to this many bytes use the direct algorithm (auto)");
+COFAB_PARAM_INT(kRingChunkBytes, "COFAB_RING_CHUNK_BYTES", 1 << 20, 1024, 1 << 30,
+                "message size of the pipelined ring and broadcast chain, bytes");
+COFAB_PARAM_INT(kRingWindow, "COFAB_RING_WINDOW", 4, 1, 1024,
+                "receives the ring posts ahead (scratch slots of one chunk each)");
+COFAB_PARAM_INT(kBroadcastSmallBytes, "COFAB_BROADCAST_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+                "broadcasts up to this many bytes go from the root to every rank directly");
+COFAB_PARAM_INT(kAllgatherSmallBytes, "COFAB_ALLGATHER_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+                "allgathers whose output is up to this many bytes use a direct exchange");
+
+namespace {
+
+int64_t intParam(const IntParam& p, Status* error) {
+  auto v = p.get();
+  if (!v.ok()) {
+    if (error->ok()) *error = v.status();
+    return p.defaultValue();
+  }
+  return *v;
+}
+
+Deadline deadlineOf(const CollectiveOptions& o, Status* error) {
+  if (o.deadline) return *o.deadline;
+  if (o.timeout > Duration::zero()) return Deadline::after(o.timeout);
+  return Deadline::afterMs(intParam(kTimeoutMs, error));
+}
+
+Status checkTensor(const TensorView& t, const char* what) {
+  COFAB_RETURN_IF_ERROR(t.validate(what));
+  if (!t.device.isCpu()) {
+    return InvalidArgument(std::string(what) + " is on " + t.device.toString() +
+                           ": the collectives take host memory");
+  }
+  return OkStatus();
+}
+
+OpSignature baseSig(Communicator& comm, OpCode code, DType dtype, uint64_t count) {
+  OpSignature sig;
+  sig.code = code;
+  sig.sequence = comm.nextSequence();
+  sig.dtype = dtype;
+  sig.count = count;
+  return sig;
+}
+
+CollectiveHandle run(Communicator& comm, std::shared_ptr<CollectiveOp> op) {
+  comm.submit(op);
+  return CollectiveHandle(std::move(op));
+}
+
+Status waitOn(CollectiveHandle h) { return h.wait(Deadline::never()); }
+
+}  // namespace
+
+CollectiveHandle CollectiveHandle::failed(const Status& status) {
+  CollectiveHandle h;
+  h.failed_ = status;
+  return h;
+}
+
+Status CollectiveHandle::wait(Deadline deadline) {
+  if (!op_) return failed_.ok() ? FailedPrecondition("wait on an empty CollectiveHandle") : failed_;
+  return op_->wait(deadline);
+}
+
+bool CollectiveHandle::test() const { return !op_ || op_->done(); }
+
+Status CollectiveHandle::status() const {
+  if (!op_) return failed_.ok() ? FailedPrecondition("status of an empty CollectiveHandle") : failed_;
+  return op_->status();
+}
+
+CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const TensorView& out,
+                                const AllreduceOptions& options) {
+  Status error;
+  if (!(error = checkTensor(in, "allreduce input")).ok() ||
+      !(error = checkTensor(out, "allreduce output")).ok() ||
+      !(error = checkSameShape(in, out, "allreduce input and output")).ok() ||
+      !(error = checkReducible(in.dtype, options.op)).ok()) {
+    return CollectiveHandle::failed(error);
+  }
+  const Deadline deadline = deadlineOf(options, &error);
+  AllreduceAlgorithm algo = options.algorithm;
+  if (algo == AllreduceAlgorithm::kAuto) {
+    auto forced = kAllreduceAlgo.get();
+    if (!forced.ok()) return CollectiveHandle::failed(forced.status());
+    if (*forced == "ring") {
+      algo = AllreduceAlgorithm::kRing;
+    } else if (*forced == "direct") {
+      algo = AllreduceAlgorithm::kDirect;
+    } else {
+      const auto small = static_cast<size_t>(intParam(kAllreduceSmallBytes, &error));
+      algo = in.bytes() <= small ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
+    }
+  }
+  RingPlan plan;
+  plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
+  plan.window = static_cast<int>(intParam(kRingWindow, &error));
+  if (!error.ok()) return CollectiveHandle::failed(error);
+
+  OpSignature sig = baseSig(comm, OpCode::kAllreduce, in.dtype, in.count);
+  sig.reduceOp = options.op;
+  if (algo == AllreduceAlgorithm::kDirect) {
+    sig.algorithm = Algorithm::kDirect;
+    return run(comm, makeDirectAllreduce(comm, sig, deadline, in, out));
+  }
+  sig.algorithm = Algorithm::kRing;
+  plan.mode = RingPlan::Mode::kAllreduce;
+  plan.in = in;
+  plan.out = out;
+  return run(comm, makeRingOp(comm, sig, deadline, plan));
+}
+
+Status allreduce(Communicator& comm, const TensorView& in, const TensorView& out,
+                 const AllreduceOptions& options) {
+  return waitOn(allreduceAsync(comm, in, out, options));
+}
+
+CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in,
+                                    const TensorView& out, const ReduceScatterOptions& options) {
+  Status error;
+  if (!(error = checkTensor(in, "reduce_scatter input")).ok() ||
+      !(error = checkTensor(out, "reduce_scatter output")).ok() ||
+      !(error = checkReducible(in.dtype, options.op)).ok()) {
+    return CollectiveHandle::failed(error);
+  }
+  if (in.dtype != out.dtype || in.count != out.count * static_cast<size_t>(comm.size())) {
+    return CollectiveHandle::failed(InvalidArgument(
+        "reduce_scatter: the input must hold size() = " + std::to_string(comm.size()) +
+        " blocks of the output (" + out.toString() + "), got " + in.toString()));
+  }
+  const Deadline deadline = deadlineOf(options, &error);
+  RingPlan plan;
+  plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
+  plan.window = static_cast<int>(intParam(kRingWindow, &error));
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  OpSignature sig = baseSig(comm, OpCode::kReduceScatter, out.dtype, out.count);
+  sig.reduceOp = options.op;
+  sig.algorithm = Algorithm::kRing;
+  plan.mode = RingPlan::Mode::kReduceScatter;
+  plan.in = in;
+  plan.out = out;
+  return run(comm, makeRingOp(comm, sig, deadline, plan));
+}
+
+Status reduceScatter(Communicator& comm, const TensorView& in, const TensorView& out,
+                     const ReduceScatterOptions& options) {
+  return waitOn(reduceScatterAsync(comm, in, out, options));
+}
+
+CollectiveHandle allgatherAsync(Communicator& comm, const TensorView& in, const TensorView& out,
+                                const CollectiveOptions& options) {
+  Status error;
+  if (!(error = checkTensor(in, "allgather input")).ok() ||
+      !(error = checkTensor(out, "allgather output")).ok()) {
+    return CollectiveHandle::failed(error);
+  }
+  if (in.dtype != out.dtype || out.count != in.count * static_cast<size_t>(comm.size())) {
+    return CollectiveHandle::failed(InvalidArgument(
+        "allgather: the output must hold size() = " + std::to_string(comm.size()) +
+        " blocks of the input (" + in.toString() + "), got " + out.toString()));
+  }
+  const Deadline deadline = deadlineOf(options, &error);
+  const auto small = static_cast<size_t>(intParam(kAllgatherSmallBytes, &error));
+  RingPlan plan;
+  plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
+  plan.window = static_cast<int>(intParam(kRingWindow, &error));
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  OpSignature sig = baseSig(comm, OpCode::kAllgather, in.dtype, in.count);
+  if (out.bytes() <= small) {
+    sig.algorithm = Algorithm::kDirect;
+    return run(comm, makeDirectAllgather(comm, sig, deadline, in, out));
+  }
+  sig.algorithm = Algorithm::kRing;
+  plan.mode = RingPlan::Mode::kAllgather;
+  plan.in = in;
+  plan.out = out;
+  return run(comm, makeRingOp(comm, sig, deadline, plan));
+}
+
+Status allgather(Communicator& comm, const TensorView& in, const TensorView& out,
+                 const CollectiveOptions& options) {
+  return waitOn(allgatherAsync(comm, in, out, options));
+}
+
+CollectiveHandle broadcastAsync(Communicator& comm, const TensorView& data,
+                                const BroadcastOptions& options) {
+  Status error = checkTensor(data, "broadcast data");
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  if (options.root < 0 || options.root >= comm.size()) {
+    return CollectiveHandle::failed(InvalidArgument(
+        "broadcast: root " + std::to_string(options.root) + " is not a rank of a communicator "
+        "of size " + std::to_string(comm.size())));
+  }
+  const Deadline deadline = deadlineOf(options, &error);
+  const auto small = static_cast<size_t>(intParam(kBroadcastSmallBytes, &error));
+  const auto chunk = static_cast<size_t>(intParam(kRingChunkBytes, &error));
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  OpSignature sig = baseSig(comm, OpCode::kBroadcast, data.dtype, data.count);
+  sig.root = static_cast<uint32_t>(options.root);
+  sig.algorithm = data.bytes() <= small ? Algorithm::kDirect : Algorithm::kChain;
+  return run(comm, makeBroadcast(comm, sig, deadline, data, chunk));
+}
+
+Status broadcast(Communicator& comm, const TensorView& data, const BroadcastOptions& options) {
+  return waitOn(broadcastAsync(comm, data, options));
+}
+
+CollectiveHandle barrierAsync(Communicator& comm, const CollectiveOptions& options) {
+  Status error;
+  const Deadline deadline = deadlineOf(options, &error);
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  OpSignature sig = baseSig(comm, OpCode::kBarrier, DType::kU8, 0);
+  sig.algorithm = Algorithm::kDirect;
+  return run(comm, makeBarrier(comm, sig, deadline));
+}
+
+Status barrier(Communicator& comm, const CollectiveOptions& options) {
+  return waitOn(barrierAsync(comm, options));
+}
+
+namespace {
+
+CollectiveHandle p2p(Communicator& comm, const TensorView& data, int peer,
+                     const CollectiveOptions& options, bool sending) {
+  const char* what = sending ? "send" : "recv";
+  Status error = checkTensor(data, what);
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  if (peer < 0 || peer >= comm.size() || peer == comm.rank()) {
+    return CollectiveHandle::failed(InvalidArgument(
+        std::string(what) + ": peer " + std::to_string(peer) + " must be another rank of this "
+        "communicator (size " + std::to_string(comm.size()) + ", this is rank " +
+        std::to_string(comm.rank()) + ")"));
+  }
+  const Deadline deadline = deadlineOf(options, &error);
+  if (!error.ok()) return CollectiveHandle::failed(error);
+  OpSignature sig;
+  sig.code = OpCode::kSendRecv;
+  sig.sequence = comm.nextP2pSequence(peer, sending);
+  sig.dtype = data.dtype;
+  sig.count = data.count;
+  sig.algorithm = Algorithm::kDirect;
+  // Both sides put the receiver in `root`, so a send matched against a send is caught too.
+  sig.root = static_cast<uint32_t>(sending ? peer : comm.rank());
+  sig.peer = peer;
+  return run(comm, makeP2p(comm, sig, deadline, data, sending));
+}
+
+}  // namespace
+
+CollectiveHandle sendAsync(Communicator& comm, const TensorView& data, int peer,
+                           const CollectiveOptions& options) {
+  return p2p(comm, data, peer, options, true);
+}
+CollectiveHandle recvAsync(Communicator& comm, const TensorView& data, int peer,
+                           const CollectiveOptions& options) {
+  return p2p(comm, data, peer, options, false);
+}
+Status send(Communicator& comm, const TensorView& data, int peer,
+            const CollectiveOptions& options) {
+  return waitOn(sendAsync(comm, data, peer, options));
+}
+Status recv(Communicator& comm, const TensorView& data, int peer,
+            const CollectiveOptions& options) {
+  return waitOn(recvAsync(comm, data, peer, options));
+}
+
+}  // namespace cofab::comm

@@ -1,0 +1,429 @@
+#include "fabric/comm/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "fabric/comm/collective_op.h"
+#include "fabric/comm/collectives.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::comm {
+
+COFAB_PARAM_INT(kSetupTimeoutMs, "COFAB_COMM_SETUP_TIMEOUT_MS", 60000, 1, 86400000,
+                "bound on communicator setup (store rendezvous and connections), ms");
+COFAB_PARAM_INT(kDiagGraceMs, "COFAB_COMM_DIAG_GRACE_MS", 1000, 0, 600000,
+                "how long a timed-out collective waits for the other ranks' reports before "
+                "naming the ranks that did not arrive, ms");
+
+namespace {
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
+
+std::string peerIdFor(const std::string& prefix, int rank) {
+  return prefix + " rank " + std::to_string(rank);
+}
+
+// Parses "<prefix> rank <n>"; -1 if the id belongs to another communicator.
+int parsePeerRank(const std::string& prefix, const std::string& id) {
+  const std::string head = prefix + " rank ";
+  if (id.compare(0, head.size(), head) != 0) return -1;
+  char* end = nullptr;
+  const long v = std::strtol(id.c_str() + head.size(), &end, 10);
+  if (end == id.c_str() + head.size() || *end != '\0' || v < 0 || v > INT32_MAX) return -1;
+  return static_cast<int>(v);
+}
+
+Duration orParam(Duration d, const IntParam& param) {
+  if (d > Duration::zero()) return d;
+  auto ms = param.get();
+  return Millis(ms.ok() ? *ms : param.defaultValue());
+}
+
+}  // namespace
+
+Communicator::Communicator(int rank, int size, Store* store, std::string name, std::string prefix,
+                           std::shared_ptr<transport::Context> context)
+    : rank_(rank),
+      size_(size),
+      baseStore_(store),
+      name_(std::move(name)),
+      prefix_(std::move(prefix)),
+      store_(prefix_, store),
+      context_(std::move(context)),
+      conns_(static_cast<size_t>(size)),
+      arrived_(new std::atomic<uint64_t>[static_cast<size_t>(size)]),
+      p2pSendSeq_(static_cast<size_t>(size), 0),
+      p2pRecvSeq_(static_cast<size_t>(size), 0) {
+  for (int i = 0; i < size; ++i) arrived_[static_cast<size_t>(i)].store(0);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::create(int rank, int size, Store* store,
+                                                             const CommOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgument("communicator: rank " + std::to_string(rank) + " of size " +
+                           std::to_string(size) + " is out of range");
+  }
+  transport::ContextOptions copts;
+  copts.localId = options.name + " rank " + std::to_string(rank);
+  std::shared_ptr<transport::Context> context;
+  if (size > 1) {
+    COFAB_ASSIGN_OR_RETURN(context, transport::Registry::create(options.transport, copts));
+  }
+  return create(rank, size, store, std::move(context), options);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::create(
+    int rank, int size, Store* store, std::shared_ptr<transport::Context> context,
+    const CommOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgument("communicator: rank " + std::to_string(rank) + " of size " +
+                           std::to_string(size) + " is out of range");
+  }
+  if (store == nullptr) return InvalidArgument("communicator: store is null");
+  if (size > 1 && context == nullptr) return InvalidArgument("communicator: context is null");
+  const Deadline deadline = Deadline::after(orParam(options.setupTimeout, kSetupTimeoutMs));
+  // Every (re)creation under one name gets a fresh namespace, so addresses left in the store
+  // by an earlier communicator of the same name are never read.
+  COFAB_ASSIGN_OR_RETURN(int64_t generation,
+                         store->add(options.name + "/generation/" + std::to_string(rank), 1));
+  std::string prefix = options.name + "/" + std::to_string(generation);
+  std::unique_ptr<Communicator> comm(
+      new Communicator(rank, size, store, options.name, prefix, std::move(context)));
+  COFAB_RETURN_IF_ERROR(comm->connectMesh(options, deadline)
+                            .withContext("communicator '" + options.name + "' rank " +
+                                         std::to_string(rank) + " of " + std::to_string(size)));
+  return comm;
+}
+
+Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) {
+  const std::string sizeText = std::to_string(size_);
+  COFAB_ASSIGN_OR_RETURN(Bytes agreed, store_.compareSet("size", {}, toBytes(sizeText)));
+  if (toString(agreed) != sizeText) {
+    return InvalidArgument("ranks disagree on the communicator size: this rank says " + sizeText +
+                           ", another said " + toString(agreed));
+  }
+  if (size_ == 1) return OkStatus();
+
+  COFAB_ASSIGN_OR_RETURN(auto listener, context_->listen({options.listenAddress}));
+  COFAB_RETURN_IF_ERROR(store_.set(addrKey(rank_), toBytes(listener->address())));
+
+  // Lower ranks are dialled, higher ranks dial us: one connection per pair, no races.
+  std::vector<std::string> keys;
+  for (int p = 0; p < rank_; ++p) keys.push_back(addrKey(p));
+  if (!keys.empty() && !store_.wait(keys, deadline).ok()) {
+    std::vector<int> missing;
+    for (int p = 0; p < rank_; ++p) {
+      auto there = store_.check({addrKey(p)});
+      if (!there.ok() || !*there) missing.push_back(p);
+    }
+    if (!missing.empty()) {
+      return DeadlineExceeded("setup timed out: rank(s) " + rankList(missing) +
+                              " never published their address in " + store_.describe() +
+                              " (did they start, with the same store and communicator name?)");
+    }
+  }
+  for (int p = 0; p < rank_; ++p) {
+    COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
+    transport::ConnectOptions co;
+    co.localId = peerIdFor(prefix_, rank_);
+    auto conn = context_->connect(toString(addr), co, deadline);
+    if (!conn.ok()) {
+      return Status(conn.status().code(), "connecting to rank " + std::to_string(p) + " at " +
+                                              toString(addr) + ": " + conn.status().message());
+    }
+    conns_[static_cast<size_t>(p)] = std::move(conn).value();
+  }
+  for (int accepted = 0; accepted < size_ - 1 - rank_;) {
+    auto conn = listener->accept(deadline);
+    if (!conn.ok()) {
+      std::vector<int> missing;
+      for (int p = rank_ + 1; p < size_; ++p) {
+        if (!conns_[static_cast<size_t>(p)]) missing.push_back(p);
+      }
+      return Status(conn.status().code() == StatusCode::kDeadlineExceeded
+                        ? StatusCode::kDeadlineExceeded
+                        : conn.status().code(),
+                    "setup: rank(s) " + rankList(missing) + " did not connect (" +
+                        conn.status().message() + ")");
+    }
+    const int p = parsePeerRank(prefix_, (*conn)->peerId());
+    if (p <= rank_ || p >= size_ || conns_[static_cast<size_t>(p)]) {
+      COFAB_LOG(kWarn, "comm") << "communicator '" << name_ << "': dropping unexpected connection"
+                               << " from '" << (*conn)->peerId() << "'";
+      (*conn)->close();
+      continue;
+    }
+    conns_[static_cast<size_t>(p)] = std::move(conn).value();
+    ++accepted;
+  }
+  listener->close();
+  return OkStatus();
+}
+
+Communicator::~Communicator() {
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy = running_ != nullptr || !queue_.empty();
+  }
+  if (busy) reportFailure(nullptr, Aborted("communicator '" + name_ + "' destroyed while "
+                                           "operations were pending"), -1);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return running_ == nullptr && queue_.empty(); });
+  }
+  if (failThread_.joinable()) failThread_.join();
+  for (auto& c : conns_) {
+    if (c) c->close();
+  }
+  conns_.clear();
+  if (context_ && context_.use_count() == 1) context_->join();
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key, Duration timeout) {
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(static_cast<size_t>(2 * size_));
+  CollectiveOptions opts;
+  opts.timeout = timeout;
+  COFAB_RETURN_IF_ERROR(allgather(*this, TensorView(mine, 2, DType::kI64),
+                                  TensorView(all.data(), all.size(), DType::kI64), opts)
+                            .withContext("split"));
+  const uint64_t splitIndex = splits_++;
+  if (color < 0) return std::unique_ptr<Communicator>();
+  std::vector<std::pair<int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < size_; ++r) {
+    if (all[static_cast<size_t>(2 * r)] == color) {
+      members.emplace_back(all[static_cast<size_t>(2 * r + 1)], r);
+    }
+  }
+  std::sort(members.begin(), members.end());
+  int newRank = 0;
+  while (members[static_cast<size_t>(newRank)].second != rank_) ++newRank;
+  CommOptions options;
+  options.name = prefix_ + "/split" + std::to_string(splitIndex) + "/color" + std::to_string(color);
+  options.setupTimeout = timeout;
+  const int newSize = static_cast<int>(members.size());
+  return create(newRank, newSize, baseStore_, newSize > 1 ? context_ : nullptr, options);
+}
+
+Status Communicator::asyncError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void Communicator::abort() {
+  reportFailure(nullptr, Aborted("communicator '" + name_ + "' rank " + std::to_string(rank_) +
+                                 " was aborted by the application"),
+                -1);
+}
+
+uint8_t* Communicator::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    const size_t rounded = (bytes + 63) & ~size_t{63};
+    void* p = std::aligned_alloc(64, rounded);
+    COFAB_CHECK(p != nullptr) << "out of memory for " << rounded << " bytes of scratch";
+    scratch_ = std::unique_ptr<uint8_t, void (*)(void*)>(static_cast<uint8_t*>(p), &std::free);
+    scratchBytes_ = rounded;
+  }
+  return scratch_.get();
+}
+
+uint64_t Communicator::nextSequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sequence_++;
+}
+
+uint64_t Communicator::nextP2pSequence(int peer, bool sending) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& v = sending ? p2pSendSeq_ : p2pRecvSeq_;
+  return v[static_cast<size_t>(peer)]++;
+}
+
+void Communicator::submit(const std::shared_ptr<CollectiveOp>& op) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!error_.ok()) {
+    const Status error = error_;
+    lock.unlock();
+    op->completeUnstarted(error);
+    return;
+  }
+  if (running_ || failing_) {
+    queue_.push_back(op);
+    return;
+  }
+  running_ = op;
+  lock.unlock();
+  op->start();
+}
+
+void Communicator::opFinished(CollectiveOp* op) {
+  std::shared_ptr<CollectiveOp> finished;
+  std::shared_ptr<CollectiveOp> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_.get() != op) return;  // an op that never ran
+    finished = std::move(running_);
+    running_.reset();
+    if (!failing_ && !queue_.empty()) {
+      next = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = next;
+    }
+    if (running_ == nullptr && queue_.empty()) idle_.notify_all();
+  }
+  if (next) next->start();
+}
+
+void Communicator::noteArrived(int peer, uint64_t sequence) {
+  auto& a = arrived_[static_cast<size_t>(peer)];
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < sequence + 1 &&
+         !a.compare_exchange_weak(cur, sequence + 1, std::memory_order_relaxed)) {
+  }
+}
+
+void Communicator::reportFailure(CollectiveOp* op, const Status& status, int peer) {
+  (void)op;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failing_ || !error_.ok()) return;
+  failing_ = true;
+  std::shared_ptr<CollectiveOp> target = running_;
+  failThread_ = std::thread([this, target, status, peer] {
+    handleFailure(target.get(), status, peer, false);
+  });
+}
+
+void Communicator::reportTimeout(CollectiveOp* op) {
+  (void)op;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failing_ || !error_.ok()) return;
+  failing_ = true;
+  std::shared_ptr<CollectiveOp> target = running_;
+  failThread_ = std::thread([this, target] { handleFailure(target.get(), {}, -1, true); });
+}
+
+Duration Communicator::diagnosticGrace() const {
+  auto ms = kDiagGraceMs.get();
+  return Millis(ms.ok() ? *ms : kDiagGraceMs.defaultValue());
+}
+
+std::string Communicator::failKey(uint64_t sequence, int rank) const {
+  (void)sequence;
+  return "fail/" + std::to_string(rank);
+}
+
+Status Communicator::timeoutStatus(CollectiveOp* op) {
+  if (op == nullptr) {
+    return DeadlineExceeded("communicator '" + name_ + "': an operation timed out");
+  }
+  const OpSignature& sig = op->signature();
+  std::set<int> arrived = {rank_};
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const bool seen = sig.code == OpCode::kSendRecv
+                          ? op->heardFrom(p)
+                          : arrived_[static_cast<size_t>(p)].load() > sig.sequence;
+    if (seen) arrived.insert(p);
+  }
+  std::vector<int> missing;
+  if (sig.code == OpCode::kSendRecv) {
+    for (int p = 0; p < size_; ++p) {
+      if (!arrived.count(p) && p == sig.peer) missing.push_back(p);
+    }
+  } else {
+    // Every rank that times out publishes whom it saw; the union is who arrived.
+    const std::string base = "diag/" + std::to_string(sig.sequence) + "/";
+    std::string mineText;
+    for (int r : arrived) mineText += (mineText.empty() ? "" : ",") + std::to_string(r);
+    store_.set(base + std::to_string(rank_), toBytes(mineText)).ignoreError();
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) keys.push_back(base + std::to_string(r));
+    }
+    store_.wait(keys, Deadline::after(diagnosticGrace())).ignoreError();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      auto there = store_.check({base + std::to_string(r)});
+      if (!there.ok() || !*there) continue;
+      auto text = store_.get(base + std::to_string(r), Deadline::afterMs(100));
+      if (!text.ok()) continue;
+      const std::string t = toString(*text);
+      size_t pos = 0;
+      while (pos < t.size()) {
+        size_t comma = t.find(',', pos);
+        if (comma == std::string::npos) comma = t.size();
+        arrived.insert(std::atoi(t.substr(pos, comma - pos).c_str()));
+        pos = comma + 1;
+      }
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (!arrived.count(r)) missing.push_back(r);
+    }
+  }
+  std::string msg = sig.describe() + " on communicator '" + name_ + "' did not complete by its "
+                    "deadline (rank " + std::to_string(rank_) + ")";
+  if (missing.empty()) {
+    msg += ": every rank arrived but the operation did not finish (a peer is stuck, or the "
+           "timeout is too short for this size)";
+  } else {
+    msg += ": rank(s) " + rankList(missing) + " did not arrive at sequence " +
+           std::to_string(sig.sequence);
+  }
+  return DeadlineExceeded(msg);
+}
+
+void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool timeout) {
+  if (timeout) {
+    status = timeoutStatus(op);
+  } else if (peer >= 0 && peer != rank_) {
+    // The peer may have failed first for a reason it published: report that cause instead of
+    // "connection closed".
+    const std::string key = failKey(0, peer);
+    auto there = store_.check({key});
+    if (there.ok() && *there) {
+      auto text = store_.get(key, Deadline::afterMs(1000));
+      if (text.ok()) {
+        const std::string t = toString(*text);
+        const size_t nl = t.find('\n');
+        const int code = std::atoi(t.substr(0, nl).c_str());
+        std::string message = nl == std::string::npos ? t : t.substr(nl + 1);
+        if (message.find("(reported by rank") == std::string::npos) {
+          message += " (reported by rank " + std::to_string(peer) + ")";
+        }
+        if (code > 0 && code <= static_cast<int>(StatusCode::kInternal)) {
+          status = Status(static_cast<StatusCode>(code), message);
+        }
+      }
+    }
+  }
+  // Publish before closing: a peer that sees the closed connection finds the cause here.
+  store_.set(failKey(0, rank_),
+             toBytes(std::to_string(static_cast<int>(status.code())) + "\n" + status.message()))
+      .ignoreError();
+  for (auto& c : conns_) {
+    if (c) c->close();
+  }
+  std::shared_ptr<CollectiveOp> running;
+  std::deque<std::shared_ptr<CollectiveOp>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = status;
+    running = running_;
+    queued.swap(queue_);
+    if (running_ == nullptr) idle_.notify_all();
+  }
+  (void)op;
+  for (auto& q : queued) q->completeUnstarted(status);
+  if (running) running->failureHandled(status);
+}
+
+}  // namespace cofab::comm

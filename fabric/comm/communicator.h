@@ -1,0 +1,140 @@
+// Communicator: a group of `size` ranks with one transport connection between every pair,
+// set up through a rendezvous Store. Collectives (fabric/comm/collectives.h) run on it.
+//
+// Ownership: the caller owns the Store and keeps it alive as long as the communicator (and its
+// sub-communicators from split()); the communicator owns its connections and shares its
+// transport Context with the communicators split from it. No process-wide state: several
+// communicators may live in one process (threads as ranks over a HashStore).
+//
+// Threads: create(), split() and the collectives may be called from any thread. Collectives
+// run one at a time, in the order they were issued on this rank, driven by the transport's I/O
+// threads (callbacks); every rank must issue the same collectives in the same order. The first
+// failure (a peer's death, a mismatch, a timeout, abort()) is sticky: every pending and later
+// operation fails with it, and it is published in the store so that the other ranks report the
+// same cause. Destroying the communicator aborts what is still pending and waits for it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "fabric/rendezvous/prefix_store.h"
+#include "fabric/rendezvous/store.h"
+#include "fabric/transport/connection.h"
+#include "fabric/transport/context.h"
+
+namespace cofab::comm {
+
+class CollectiveOp;
+
+struct CommOptions {
+  // Transport name for transport::Registry ("tcp", "loopback", ...).
+  std::string transport = "tcp";
+  // Store namespace of this communicator. Communicators created on one store at the same time
+  // need distinct names; re-creating one with the same name is fine (generations are counted).
+  std::string name = "cofab-comm";
+  // Where to listen (empty: the transport's default, see transport::ListenOptions).
+  std::string listenAddress;
+  // Bound on the whole setup (store rendezvous + connections): DeadlineExceeded names the ranks
+  // that did not show up. Zero: COFAB_COMM_SETUP_TIMEOUT_MS.
+  Duration setupTimeout{0};
+};
+
+class Communicator {
+ public:
+  // Collective over all `size` ranks: each calls it with its own rank and the same store/name.
+  static StatusOr<std::unique_ptr<Communicator>> create(int rank, int size, Store* store,
+                                                        const CommOptions& options = {});
+  // As create(), with a transport context the caller made (shared with other communicators).
+  static StatusOr<std::unique_ptr<Communicator>> create(
+      int rank, int size, Store* store, std::shared_ptr<transport::Context> context,
+      const CommOptions& options = {});
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+  // Collective over this communicator (like MPI_Comm_split): ranks passing the same `color`
+  // form a sub-communicator ordered by (key, rank). A negative color takes no part and gets a
+  // null pointer. The sub-communicator shares the transport context, and has its own
+  // connections and store namespace.
+  StatusOr<std::unique_ptr<Communicator>> split(int color, int key, Duration timeout = Duration{0});
+
+  // OK while healthy, else the sticky error that failed (or will fail) every operation.
+  Status asyncError() const;
+
+  // Fails every pending and later operation with Aborted, here and (through closed
+  // connections) on the peers. Returns without waiting; any thread.
+  void abort();
+
+  // --- Used by the collectives (fabric/comm/collective_op.h); not for applications. ---
+  transport::Connection* connection(int peer) const { return conns_[static_cast<size_t>(peer)].get(); }
+  // Scratch memory for the running operation (operations run one at a time), at least `bytes`.
+  uint8_t* scratch(size_t bytes);
+  uint64_t nextSequence();
+  uint64_t nextP2pSequence(int peer, bool sending);
+  // Queues `op`; starts it when the operations issued before it have finished.
+  void submit(const std::shared_ptr<CollectiveOp>& op);
+  // Called by the running op when it completed (any thread, no op lock held).
+  void opFinished(CollectiveOp* op);
+  // Records that a message of collective `sequence` arrived from `peer` (for timeout reports).
+  void noteArrived(int peer, uint64_t sequence);
+  // Starts the failure procedure for the running op (first failure only): publish, close,
+  // fail everything. `peer` is the rank blamed by a transport error (or -1). Any thread; never
+  // blocks (the procedure runs on a helper thread).
+  void reportFailure(CollectiveOp* op, const Status& status, int peer);
+  // The running op's deadline passed: find who did not arrive, then fail as above.
+  void reportTimeout(CollectiveOp* op);
+  // How long timeout reports wait for the other ranks' reports.
+  Duration diagnosticGrace() const;
+
+ private:
+  Communicator(int rank, int size, Store* store, std::string name, std::string prefix,
+               std::shared_ptr<transport::Context> context);
+  Status connectMesh(const CommOptions& options, Deadline deadline);
+  void handleFailure(CollectiveOp* op, Status status, int peer, bool timeout);
+  Status timeoutStatus(CollectiveOp* op);
+  void failQueued(const Status& status);
+  std::string failKey(uint64_t sequence, int rank) const;
+
+  const int rank_;
+  const int size_;
+  Store* const baseStore_;
+  const std::string name_;
+  const std::string prefix_;  // "<name>/<generation>"
+  PrefixStore store_;
+  std::shared_ptr<transport::Context> context_;
+  std::vector<std::shared_ptr<transport::Connection>> conns_;
+  std::unique_ptr<std::atomic<uint64_t>[]> arrived_;  // per peer: highest sequence seen + 1
+
+  std::vector<uint64_t> p2pSendSeq_;  // under mu_
+  std::vector<uint64_t> p2pRecvSeq_;  // under mu_
+
+  // Scratch: owned here, lent to the one running op.
+  std::unique_ptr<uint8_t, void (*)(void*)> scratch_{nullptr, nullptr};
+  size_t scratchBytes_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_;  // signalled when the queue drains (destructor waits on it)
+  uint64_t sequence_ = 0;
+  std::deque<std::shared_ptr<CollectiveOp>> queue_;
+  std::shared_ptr<CollectiveOp> running_;
+  Status error_;             // sticky, set once the failure procedure has finished
+  bool failing_ = false;     // the failure procedure has started
+  std::thread failThread_;   // runs handleFailure() (joined by the destructor)
+  uint64_t splits_ = 0;
+};
+
+}  // namespace cofab::comm

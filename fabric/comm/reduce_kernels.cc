@@ -1,0 +1,333 @@
+#include "fabric/comm/reduce_kernels.h"
+
+#include <immintrin.h>
+
+#include <string>
+
+#include "core/half.h"
+
+// Function multiversioning: each clone below is the same loop compiled for one ISA; an ifunc
+// resolver picks the best one at load time. Sanitizer builds keep one version (ifunc resolvers
+// run before the sanitizer runtime is initialised).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define COFAB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define COFAB_HAVE_F16C_PATH 1
+#else
+#define COFAB_CLONES
+#define COFAB_HAVE_F16C_PATH 0
+#endif
+
+namespace cofab::comm {
+namespace {
+
+template <typename T>
+struct SumF {
+  static T apply(T a, T b) { return a + b; }
+};
+template <typename T>
+struct MinF {
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
+template <typename T>
+struct MaxF {
+  static T apply(T a, T b) { return a < b ? b : a; }
+};
+
+// Integer sums wrap instead of being undefined: go through the unsigned type.
+template <typename T, typename U>
+struct WrapSumF {
+  static T apply(T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); }
+};
+
+template <typename F, typename T>
+__attribute__((always_inline)) inline void loop(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = F::apply(a[i], b[i]);
+}
+
+template <typename F, typename T>
+__attribute__((always_inline)) inline void loopDiv(T* dst, const T* a, const T* b, size_t n,
+                                                   T div) {
+  for (size_t i = 0; i < n; ++i) dst[i] = F::apply(a[i], b[i]) / div;
+}
+
+template <typename T, typename SumOp>
+__attribute__((always_inline)) inline void dispatch(ReduceOp op, int divisor, T* dst, const T* a,
+                                                    const T* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+      loop<SumOp>(dst, a, b, n);
+      return;
+    case ReduceOp::kAvg:
+      if (divisor > 1) {
+        loopDiv<SumOp>(dst, a, b, n, static_cast<T>(divisor));
+      } else {
+        loop<SumOp>(dst, a, b, n);
+      }
+      return;
+    case ReduceOp::kMin:
+      loop<MinF<T>>(dst, a, b, n);
+      return;
+    case ReduceOp::kMax:
+      loop<MaxF<T>>(dst, a, b, n);
+      return;
+  }
+}
+
+COFAB_CLONES void reduceF32(ReduceOp op, int div, float* d, const float* a, const float* b,
+                            size_t n) {
+  dispatch<float, SumF<float>>(op, div, d, a, b, n);
+}
+COFAB_CLONES void reduceF64(ReduceOp op, int div, double* d, const double* a, const double* b,
+                            size_t n) {
+  dispatch<double, SumF<double>>(op, div, d, a, b, n);
+}
+COFAB_CLONES void reduceI32(ReduceOp op, int div, int32_t* d, const int32_t* a, const int32_t* b,
+                            size_t n) {
+  dispatch<int32_t, WrapSumF<int32_t, uint32_t>>(op, div, d, a, b, n);
+}
+COFAB_CLONES void reduceI64(ReduceOp op, int div, int64_t* d, const int64_t* a, const int64_t* b,
+                            size_t n) {
+  dispatch<int64_t, WrapSumF<int64_t, uint64_t>>(op, div, d, a, b, n);
+}
+
+__attribute__((always_inline)) inline float combine(ReduceOp op, float x, float y) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return x + y;
+    case ReduceOp::kMin:
+      return y < x ? y : x;
+    case ReduceOp::kMax:
+      return x < y ? y : x;
+  }
+  return x;
+}
+
+// floatToBf16 without the early return, so the loop vectorises (blend instead of branch).
+__attribute__((always_inline)) inline uint16_t toBf16(float f) {
+  const uint32_t u = floatBits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+template <ReduceOp kOp>
+__attribute__((always_inline)) inline void bf16Loop(uint16_t* d, const uint16_t* a,
+                                                    const uint16_t* b, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = toBf16(combine(kOp, bf16ToFloat(a[i]), bf16ToFloat(b[i])) * scale);
+  }
+}
+
+COFAB_CLONES void reduceBf16(ReduceOp op, int div, uint16_t* d, const uint16_t* a,
+                             const uint16_t* b, size_t n) {
+  // Multiplying by 1 is exact, so the non-average ops share the loop shape.
+  const float scale = op == ReduceOp::kAvg && div > 1 ? 1.0f / static_cast<float>(div) : 1.0f;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      if (scale == 1.0f) {
+        bf16Loop<ReduceOp::kSum>(d, a, b, n, 1.0f);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          d[i] = toBf16((bf16ToFloat(a[i]) + bf16ToFloat(b[i])) / static_cast<float>(div));
+        }
+      }
+      return;
+    case ReduceOp::kMin:
+      bf16Loop<ReduceOp::kMin>(d, a, b, n, 1.0f);
+      return;
+    case ReduceOp::kMax:
+      bf16Loop<ReduceOp::kMax>(d, a, b, n, 1.0f);
+      return;
+  }
+}
+
+void reduceF16Portable(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint16_t* b,
+                       size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float v = combine(op, halfToFloat(a[i]), halfToFloat(b[i]));
+    if (op == ReduceOp::kAvg && div > 1) v /= static_cast<float>(div);
+    d[i] = floatToHalf(v);
+  }
+}
+
+#if COFAB_HAVE_F16C_PATH
+// F16C converts 8 halves per instruction with the same round-to-nearest-even as floatToHalf.
+__attribute__((target("avx2,f16c"))) void reduceF16F16c(ReduceOp op, int div, uint16_t* d,
+                                                        const uint16_t* a, const uint16_t* b,
+                                                        size_t n) {
+  const bool avg = op == ReduceOp::kAvg && div > 1;
+  const __m256 vdiv = _mm256_set1_ps(static_cast<float>(div));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    __m256 r;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        r = _mm256_add_ps(x, y);
+        if (avg) r = _mm256_div_ps(r, vdiv);
+        break;
+      case ReduceOp::kMin:
+        r = _mm256_min_ps(y, x);  // y < x ? y : x, as combine()
+        break;
+      default:
+        r = _mm256_max_ps(y, x);
+        break;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  reduceF16Portable(op, div, d + i, a + i, b + i, n - i);
+}
+#endif
+
+void reduceF16(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint16_t* b,
+               size_t n) {
+#if COFAB_HAVE_F16C_PATH
+  static const bool kF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  if (kF16c) {
+    reduceF16F16c(op, div, d, a, b, n);
+    return;
+  }
+#endif
+  reduceF16Portable(op, div, d, a, b, n);
+}
+
+void run(DType dtype, ReduceOp op, int div, void* dst, const void* a, const void* b, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      reduceF32(op, div, static_cast<float*>(dst), static_cast<const float*>(a),
+                static_cast<const float*>(b), n);
+      return;
+    case DType::kF64:
+      reduceF64(op, div, static_cast<double*>(dst), static_cast<const double*>(a),
+                static_cast<const double*>(b), n);
+      return;
+    case DType::kI32:
+      reduceI32(op, div, static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
+                static_cast<const int32_t*>(b), n);
+      return;
+    case DType::kI64:
+      reduceI64(op, div, static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
+                static_cast<const int64_t*>(b), n);
+      return;
+    case DType::kF16:
+      reduceF16(op, div, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                static_cast<const uint16_t*>(b), n);
+      return;
+    case DType::kBF16:
+      reduceBf16(op, div, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                 static_cast<const uint16_t*>(b), n);
+      return;
+    case DType::kU8:
+      break;
+  }
+  COFAB_CHECK(false) << "reduce on a non-reducible dtype " << dtypeName(dtype);
+}
+
+COFAB_CLONES int isaProbe() {
+#if defined(__AVX512F__)
+  return 2;
+#elif defined(__AVX2__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+std::string_view reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+StatusOr<ReduceOp> parseReduceOp(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+    if (name == reduceOpName(op)) return op;
+  }
+  return InvalidArgument("unknown reduce op '" + std::string(name) +
+                         "' (expected sum, avg, min or max)");
+}
+
+Status checkReducible(DType dtype, ReduceOp op) {
+  if (dtype == DType::kU8) {
+    return InvalidArgument("cannot reduce (" + std::string(reduceOpName(op)) +
+                           ") elements of dtype u8: use f32, f64, f16, bf16, i32 or i64");
+  }
+  if (static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::kMax)) {
+    return InvalidArgument("invalid reduce op value " + std::to_string(static_cast<int>(op)));
+  }
+  return OkStatus();
+}
+
+void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+  run(dtype, op, 1, dst, a, b, n);
+}
+
+void reduceFinal(DType dtype, ReduceOp op, int divisor, void* dst, const void* a, const void* b,
+                 size_t n) {
+  run(dtype, op, divisor, dst, a, b, n);
+}
+
+void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n) {
+  if (op != ReduceOp::kAvg || divisor <= 1 || n == 0) return;
+  // Rare path (direct algorithms divide once at the end): plain loops are enough.
+  switch (dtype) {
+    case DType::kF32: {
+      auto* p = static_cast<float*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<float>(divisor);
+      return;
+    }
+    case DType::kF64: {
+      auto* p = static_cast<double*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<double>(divisor);
+      return;
+    }
+    case DType::kI32: {
+      auto* p = static_cast<int32_t*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= divisor;
+      return;
+    }
+    case DType::kI64: {
+      auto* p = static_cast<int64_t*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= divisor;
+      return;
+    }
+    case DType::kF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < n; ++i) {
+        p[i] = floatToHalf(halfToFloat(p[i]) / static_cast<float>(divisor));
+      }
+      return;
+    }
+    case DType::kBF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < n; ++i) {
+        p[i] = toBf16(bf16ToFloat(p[i]) / static_cast<float>(divisor));
+      }
+      return;
+    }
+    case DType::kU8:
+      break;
+  }
+  COFAB_CHECK(false) << "finishAvg on dtype " << dtypeName(dtype);
+}
+
+std::string_view reduceIsa() {
+  switch (isaProbe()) {
+    case 2: return "avx512f";
+    case 1: return "avx2";
+    default: return "default";
+  }
+}
+
+}  // namespace cofab::comm

@@ -1,0 +1,44 @@
+// Element-wise reduction kernels used by the collectives (fabric/comm/collectives.h).
+//
+// Pure functions on caller-owned memory, callable from any thread (the collectives call them on
+// transport I/O threads). Each kernel is a plain loop the compiler vectorises; the dispatcher
+// picks an AVX-512 or AVX2 build of it at run time (GCC function multiversioning), so one
+// binary runs well on any x86-64. f16 and bf16 are widened to f32, combined in f32 and rounded
+// once per call (round to nearest even). Integer sums wrap (two's complement), like NCCL's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace cofab::comm {
+
+// Values travel in message headers (fabric/comm/op_header.h): never renumber.
+enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMin = 2, kMax = 3 };
+
+std::string_view reduceOpName(ReduceOp op);
+StatusOr<ReduceOp> parseReduceOp(std::string_view name);
+// InvalidArgument for dtypes the collectives cannot reduce (u8) naming the op and dtype.
+Status checkReducible(DType dtype, ReduceOp op);
+
+// dst[i] = a[i] (op) b[i] for i < n. dst may alias a or b exactly (in-place), not partially.
+// kAvg combines like kSum; the division by the rank count happens once, in finishAvg().
+void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n);
+
+// Like reduce(), and then divides by `divisor` (kAvg's last step; integers truncate toward zero).
+// For other ops it is reduce(). Folding the division into the last combine keeps f16/bf16 at
+// one rounding and saves a pass over memory.
+void reduceFinal(DType dtype, ReduceOp op, int divisor, void* dst, const void* a, const void* b,
+                 size_t n);
+
+// data[i] /= divisor for kAvg (in place, same rounding as reduceFinal); a no-op for other ops.
+void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n);
+
+// Which instruction set the dispatcher chose for f32 sums on this CPU ("avx512f", "avx2",
+// "default"), for benchmarks and cofab-info-like reports.
+std::string_view reduceIsa();
+
+}  // namespace cofab::comm

@@ -1,0 +1,284 @@
+// Every collective x dtype x op x size on 1, 2, 3, 4 and 8 ranks run as threads over a HashStore,
+// checked against the serial reference (tests/fabric/comm/comm_test_util.h), and every rank's
+// result checked bit-identical to rank 0's.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/param.h"
+#include "fabric/comm/collectives.h"
+#include "fabric/rendezvous/hash_store.h"
+#include "tests/fabric/comm/comm_test_util.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::comm {
+namespace {
+
+using testing::checkReduced;
+using testing::getElement;
+using testing::inputValue;
+using testing::kReduceDTypes;
+using testing::kReduceOps;
+using testing::makeBuffer;
+using testing::setElement;
+
+// 0, 1, odd, and with the chunk size forced to 1 KiB below, sizes that span many chunks per
+// block (and blocks of unequal length).
+constexpr size_t kSizes[] = {0, 1, 7, 1001, 5003};
+
+struct Group {
+  HashStore store;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+std::unique_ptr<Group> makeGroup(int n, const std::string& transport = "tcp") {
+  auto g = std::make_unique<Group>();
+  auto comms = testing::makeComms(n, &g->store, transport);
+  EXPECT_TRUE(comms.ok()) << comms.status();
+  if (!comms.ok()) return nullptr;
+  g->comms = std::move(comms).value();
+  return g;
+}
+
+class CollectivesByRanks : public ::testing::TestWithParam<int> {
+ protected:
+  // Small chunks and a small window so that modest sizes exercise pipelining and slot reuse.
+  ScopedParamOverride chunk_{"COFAB_RING_CHUNK_BYTES", "1024"};
+  ScopedParamOverride window_{"COFAB_RING_WINDOW", "3"};
+};
+
+Status runAllreduceCases(Communicator& comm, AllreduceAlgorithm algo) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (DType dtype : kReduceDTypes) {
+    for (ReduceOp op : kReduceOps) {
+      for (size_t count : kSizes) {
+        for (int pattern : {0, 1}) {
+          if (pattern == 1 && (dtype == DType::kI32 || dtype == DType::kI64)) continue;
+          for (bool inPlace : {false, true}) {
+            auto in = makeBuffer(dtype, count);
+            auto out = makeBuffer(dtype, count);
+            for (size_t i = 0; i < count; ++i) {
+              setElement(dtype, in.data(), i, inputValue(pattern, r, i));
+            }
+            AllreduceOptions o;
+            o.op = op;
+            o.algorithm = algo;
+            o.timeout = Millis(20000);
+            TensorView vin(in.data(), count, dtype);
+            TensorView vout(inPlace ? in.data() : out.data(), count, dtype);
+            const std::string what = std::string(dtypeName(dtype)) + " " +
+                                     std::string(reduceOpName(op)) + " count " +
+                                     std::to_string(count) + (inPlace ? " in place" : "");
+            COFAB_RETURN_IF_ERROR(allreduce(comm, vin, vout, o).withContext(what));
+            std::string bad = checkReduced(dtype, op, pattern, n, vout.data, count);
+            if (!bad.empty()) return Internal(what + ": " + bad);
+            // Bitwise agreement across ranks: allgather everyone's result and compare.
+            auto all = makeBuffer(dtype, count * static_cast<size_t>(n));
+            COFAB_RETURN_IF_ERROR(allgather(comm, vout, TensorView(all.data(), count * n, dtype)));
+            for (int q = 0; q < n; ++q) {
+              if (count > 0 && std::memcmp(all.data() + q * vout.bytes(), all.data(),
+                                           vout.bytes()) != 0) {
+                return Internal(what + ": rank " + std::to_string(q) +
+                                "'s result differs from rank 0's");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+TEST_P(CollectivesByRanks, AllreduceRing) {
+  auto g = makeGroup(GetParam());
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(GetParam(), [&](int r) {
+    return runAllreduceCases(*g->comms[r], AllreduceAlgorithm::kRing);
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+TEST_P(CollectivesByRanks, AllreduceDirect) {
+  auto g = makeGroup(GetParam());
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(GetParam(), [&](int r) {
+    return runAllreduceCases(*g->comms[r], AllreduceAlgorithm::kDirect);
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+Status runReduceScatterCases(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (DType dtype : kReduceDTypes) {
+    for (ReduceOp op : kReduceOps) {
+      for (size_t count : kSizes) {
+        for (bool inPlace : {false, true}) {
+          const size_t total = count * static_cast<size_t>(n);
+          auto in = makeBuffer(dtype, total);
+          auto out = makeBuffer(dtype, count);
+          for (size_t i = 0; i < total; ++i) setElement(dtype, in.data(), i, inputValue(0, r, i));
+          ReduceScatterOptions o;
+          o.op = op;
+          o.timeout = Millis(20000);
+          TensorView vin(in.data(), total, dtype);
+          TensorView vout = inPlace ? vin.slice(count * static_cast<size_t>(r), count)
+                                    : TensorView(out.data(), count, dtype);
+          const std::string what = "reduce_scatter " + std::string(dtypeName(dtype)) + " " +
+                                   std::string(reduceOpName(op)) + " count " +
+                                   std::to_string(count) + (inPlace ? " in place" : "");
+          COFAB_RETURN_IF_ERROR(reduceScatter(comm, vin, vout, o).withContext(what));
+          std::string bad = checkReduced(dtype, op, 0, n, vout.data, count,
+                                         count * static_cast<size_t>(r));
+          if (!bad.empty()) return Internal(what + ": " + bad);
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+TEST_P(CollectivesByRanks, ReduceScatter) {
+  auto g = makeGroup(GetParam());
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(
+      GetParam(), [&](int r) { return runReduceScatterCases(*g->comms[r]); });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+Status runAllgatherAndBroadcastCases(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (DType dtype : kAllDTypes) {
+    // 20000 bytes of output and more crosses COFAB_ALLGATHER_SMALL_BYTES (set below): both
+    // algorithms run.
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{30011}}) {
+      for (bool inPlace : {false, true}) {
+        const size_t total = count * static_cast<size_t>(n);
+        auto in = makeBuffer(dtype, count);
+        auto out = makeBuffer(dtype, total);
+        TensorView vout(out.data(), total, dtype);
+        TensorView vin = inPlace ? vout.slice(count * static_cast<size_t>(r), count)
+                                 : TensorView(in.data(), count, dtype);
+        for (size_t i = 0; i < count; ++i) setElement(dtype, vin.data, i, inputValue(0, r, i));
+        const std::string what = "allgather " + std::string(dtypeName(dtype)) + " count " +
+                                 std::to_string(count) + (inPlace ? " in place" : "");
+        COFAB_RETURN_IF_ERROR(allgather(comm, vin, vout).withContext(what));
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < count; ++i) {
+            const double want = testing::roundTo(dtype, inputValue(0, q, i));
+            const double got = getElement(dtype, out.data(), q * count + i);
+            if (got != want) {
+              return Internal(what + ": block " + std::to_string(q) + " element " +
+                              std::to_string(i) + " is " + std::to_string(got) + ", expected " +
+                              std::to_string(want));
+            }
+          }
+        }
+      }
+      for (int root = 0; root < n; ++root) {
+        auto data = makeBuffer(dtype, count);
+        for (size_t i = 0; i < count; ++i) {
+          setElement(dtype, data.data(), i, inputValue(0, r == root ? root : 100 + r, i));
+        }
+        BroadcastOptions o;
+        o.root = root;
+        const std::string what = "broadcast " + std::string(dtypeName(dtype)) + " count " +
+                                 std::to_string(count) + " root " + std::to_string(root);
+        COFAB_RETURN_IF_ERROR(broadcast(comm, TensorView(data.data(), count, dtype), o)
+                                  .withContext(what));
+        for (size_t i = 0; i < count; ++i) {
+          const double want = testing::roundTo(dtype, inputValue(0, root, i));
+          if (getElement(dtype, data.data(), i) != want) {
+            return Internal(what + ": element " + std::to_string(i) + " differs from the root's");
+          }
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+TEST_P(CollectivesByRanks, AllgatherAndBroadcast) {
+  ScopedParamOverride smallAg("COFAB_ALLGATHER_SMALL_BYTES", "20000");
+  ScopedParamOverride smallBc("COFAB_BROADCAST_SMALL_BYTES", "5000");
+  auto g = makeGroup(GetParam());
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(
+      GetParam(), [&](int r) { return runAllgatherAndBroadcastCases(*g->comms[r]); });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+TEST_P(CollectivesByRanks, BarrierSendRecvAndAsyncHandles) {
+  const int n = GetParam();
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    for (int i = 0; i < 3; ++i) COFAB_RETURN_IF_ERROR(barrier(c));
+    if (n > 1) {
+      // A ring shift: even ranks send first, odd ranks receive first, so that blocking
+      // sends of large messages cannot wait on each other in a cycle.
+      for (size_t count : {size_t{0}, size_t{3}, size_t{100000}}) {
+        std::vector<int32_t> out(count), in(count);
+        for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(r * 1000 + i);
+        const int right = (r + 1) % n, left = (r + n - 1) % n;
+        TensorView vout(out.data(), count, DType::kI32), vin(in.data(), count, DType::kI32);
+        auto hs = sendAsync(c, vout, right);
+        auto hr = recvAsync(c, vin, left);
+        COFAB_RETURN_IF_ERROR(hs.wait(Deadline::afterMs(20000)));
+        COFAB_RETURN_IF_ERROR(hr.wait(Deadline::afterMs(20000)));
+        for (size_t i = 0; i < count; ++i) {
+          if (in[i] != static_cast<int32_t>(left * 1000 + i)) {
+            return Internal("recv from rank " + std::to_string(left) + ": element " +
+                            std::to_string(i) + " is " + std::to_string(in[i]));
+          }
+        }
+      }
+    }
+    // Several asynchronous allreduces in flight; they complete in issue order.
+    constexpr int kOps = 4;
+    std::vector<std::vector<float>> bufs(kOps, std::vector<float>(3000));
+    std::vector<CollectiveHandle> handles;
+    for (int k = 0; k < kOps; ++k) {
+      for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = static_cast<float>(r + k + i % 5);
+      AllreduceOptions o;
+      o.algorithm = k % 2 ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kDirect;
+      handles.push_back(allreduceAsync(c, TensorView(bufs[k].data(), bufs[k].size(), DType::kF32),
+                                       TensorView(bufs[k].data(), bufs[k].size(), DType::kF32),
+                                       o));
+    }
+    for (int k = kOps - 1; k >= 0; --k) {
+      COFAB_RETURN_IF_ERROR(handles[k].wait(Deadline::afterMs(20000)));
+      if (!handles[k].test() || !handles[k].status().ok()) return Internal("handle state");
+      for (size_t i = 0; i < bufs[k].size(); ++i) {
+        const float want = static_cast<float>(n * (k + static_cast<int>(i % 5)) + n * (n - 1) / 2);
+        if (bufs[k][i] != want) return Internal("async allreduce " + std::to_string(k) + " wrong");
+      }
+    }
+    return c.asyncError();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesByRanks, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// The loopback transport runs the same engine without sockets.
+TEST(CollectivesLoopback, AllreduceAllgatherOnThreeRanks) {
+  ScopedParamOverride chunk("COFAB_RING_CHUNK_BYTES", "1024");
+  auto g = makeGroup(3, "loopback");
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(3, [&](int r) -> Status {
+    COFAB_RETURN_IF_ERROR(runAllreduceCases(*g->comms[r], AllreduceAlgorithm::kRing));
+    return runAllgatherAndBroadcastCases(*g->comms[r]);
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+}  // namespace
+}  // namespace cofab::comm
