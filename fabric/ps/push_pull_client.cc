@@ -1,10 +1,36 @@
-// Placeholder so the API header can be built against while the implementation lands.
+// PushPullClient implementation. One mutex (mu_) guards the table of chunks in flight and the
+// daemon states; it is held only to look up or update an entry (never across a wait), and the
+// transport never calls back inline, so sending under it cannot deadlock. Results are copied from
+// the transport's receive buffer into the caller's `out` on the I/O thread.
 #include "fabric/ps/push_pull.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "fabric/ps/placement.h"
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/transport/registry.h"
 
 namespace cofab::ps {
+
+COFAB_PARAM_STRING(kPsTransport, "COFAB_PS_TRANSPORT", "tcp",
+                   "transport workers use to reach the aggregator daemons");
+COFAB_PARAM_INT(kPsChunkBytes, "COFAB_PS_CHUNK_BYTES", 4 << 20, 64, 1 << 30,
+                "push-pull chunk size in bytes (same on every worker)");
+COFAB_PARAM_BOOL(kPsReplication, "COFAB_PS_REPLICATION", false,
+                 "push-pull expects backup daemons and fails over to them");
+COFAB_PARAM_INT(kPsHeartbeatMs, "COFAB_PS_HEARTBEAT_MS", 500, 1, 3600000,
+                "ping a daemon that has been silent this long while chunks are outstanding");
+COFAB_PARAM_INT(kPsFailoverMs, "COFAB_PS_FAILOVER_MS", 3000, 1, 3600000,
+                "declare a silent daemon dead after this long (replication on)");
 
 namespace detail {
 struct OpState {
@@ -12,6 +38,22 @@ struct OpState {
   std::condition_variable cv;
   bool done = false;
   Status status;
+  uint64_t key = 0;
+  uint64_t iteration = 0;
+  uint32_t remaining = 0;
+  std::vector<int> chunkServer;  // daemon holding each chunk; -1 once its result arrived
+
+  // Returns false if the op had already finished.
+  bool finish(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return false;
+      done = true;
+      status = std::move(s);
+    }
+    cv.notify_all();
+    return true;
+  }
 };
 }  // namespace detail
 
@@ -20,45 +62,585 @@ bool PushPullHandle::test() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done;
 }
+
 Status PushPullHandle::wait(Deadline deadline) const {
   if (!state_) return FailedPrecondition("wait() on an invalid PushPullHandle");
   std::unique_lock<std::mutex> lock(state_->mu);
   while (!state_->done) {
-    if (state_->cv.wait_until(lock, deadline.when()) == std::cv_status::timeout && !state_->done)
-      return DeadlineExceeded("push-pull still in progress");
+    if (state_->cv.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
+        !state_->done) {
+      std::ostringstream os;
+      os << "push-pull key=" << state_->key << " iteration=" << state_->iteration << ": "
+         << state_->remaining << " of " << state_->chunkServer.size()
+         << " chunks still missing:";
+      int shown = 0;
+      for (size_t c = 0; c < state_->chunkServer.size() && shown < 8; ++c) {
+        if (state_->chunkServer[c] < 0) continue;
+        os << " chunk " << c << " (aggregator " << state_->chunkServer[c] << ")";
+        ++shown;
+      }
+      return DeadlineExceeded(os.str());
+    }
   }
   return state_->status;
 }
+
 Status PushPullHandle::status() const {
   if (!state_) return FailedPrecondition("status() on an invalid PushPullHandle");
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done ? state_->status : Unavailable("in progress");
 }
 
-class PushPullClient::Impl {};
+namespace {
 
-StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(Store&, int, int,
-                                                                  const ClientOptions&) {
-  return Unimplemented("PushPullClient is being implemented");
+struct ChunkId {
+  uint64_t key;
+  uint64_t iteration;
+  uint32_t chunk;
+  bool operator==(const ChunkId&) const = default;
+};
+struct ChunkIdHash {
+  size_t operator()(const ChunkId& id) const {
+    return mix64(id.key ^ mix64(id.iteration ^ (static_cast<uint64_t>(id.chunk) << 40)));
+  }
+};
+
+struct Pending {
+  std::shared_ptr<detail::OpState> op;
+  const uint8_t* in = nullptr;
+  uint8_t* out = nullptr;
+  size_t bytes = 0;
+  DType dtype = DType::kF32;
+  uint32_t chunkCount = 0;
+  uint8_t pushBits = 0;
+  bool pull = false;
+  int server = 0;
+  bool acked = false;
+};
+
+struct ServerState {
+  std::string address;
+  std::shared_ptr<transport::Connection> conn;
+  bool dead = false;
+  size_t outstanding = 0;
+  int64_t lastHeardNs = 0;
+  int64_t lastPingNs = 0;
+};
+
+}  // namespace
+
+class PushPullClient::Impl {
+ public:
+  Impl(int rank, int worldSize, ClientOptions options)
+      : rank_(rank), worldSize_(worldSize), options_(std::move(options)) {}
+  ~Impl() { close(); }
+
+  Status start(const std::vector<std::string>& addresses) {
+    transport::ContextOptions co;
+    co.localId = workerPeerId(rank_);
+    COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
+    const Deadline deadline = Deadline::afterMs(options_.connectTimeoutMs);
+    servers_.resize(addresses.size());
+    for (size_t s = 0; s < addresses.size(); ++s) {
+      transport::ConnectOptions opts;
+      opts.localId = workerPeerId(rank_);
+      auto conn = ctx_->connect(addresses[s], opts, deadline);
+      if (!conn.ok()) {
+        return conn.status().withContext("worker " + std::to_string(rank_) +
+                                         " connecting to aggregator " + std::to_string(s));
+      }
+      servers_[s].address = addresses[s];
+      servers_[s].conn = std::move(conn).value();
+    }
+    for (size_t s = 0; s < servers_.size(); ++s) postRecv(static_cast<int>(s), servers_[s].conn);
+    heartbeat_ = std::thread([this] { heartbeatLoop(); });
+    return OkStatus();
+  }
+
+  PushPullHandle pushPull(uint64_t key, TensorView in, TensorView out,
+                          const PushPullOptions& options) {
+    auto op = std::make_shared<detail::OpState>();
+    op->key = key;
+    PushPullHandle handle(op);
+    Status bad = validate(in, out, options);
+    if (!bad.ok()) {
+      op->finish(bad.withContext("pushPull key=" + std::to_string(key)));
+      return handle;
+    }
+    const size_t esize = dtypeSize(in.dtype);
+    const ChunkLayout layout = chunkLayout(in.count, esize, chunkBytes_);
+    uint8_t bits = 0;
+    if (options.op == ReduceOp::kAverage) bits |= kPushAverage;
+    const bool pull = options.delivery == Delivery::kPull;
+    if (!pull) bits |= kPushDeliver;
+
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t iteration = options.iteration;
+    if (iteration == kAutoIteration) {
+      iteration = nextIteration_[key]++;
+    } else {
+      nextIteration_[key] = iteration + 1;
+    }
+    op->iteration = iteration;
+    op->remaining = layout.chunkCount;
+    op->chunkServer.assign(layout.chunkCount, -1);
+    if (!sticky_.ok()) {
+      op->finish(sticky_);
+      return handle;
+    }
+    if (layout.chunkCount == 0) {
+      op->finish(OkStatus());
+      return handle;
+    }
+    ops_.erase(std::remove_if(ops_.begin(), ops_.end(),
+                              [](const std::shared_ptr<detail::OpState>& o) {
+                                std::lock_guard<std::mutex> l(o->mu);
+                                return o->done;
+                              }),
+               ops_.end());
+    ops_.push_back(op);
+    const int m = static_cast<int>(servers_.size());
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, in.count - first);
+      Pending p;
+      p.op = op;
+      p.in = static_cast<const uint8_t*>(in.data) + first * esize;
+      p.out = static_cast<uint8_t*>(out.data) + first * esize;
+      p.bytes = n * esize;
+      p.dtype = in.dtype;
+      p.chunkCount = layout.chunkCount;
+      p.pushBits = bits;
+      p.pull = pull;
+      int server = primaryServer(key, c, m);
+      if (servers_[static_cast<size_t>(server)].dead) server = backupServer(server, m);
+      if (servers_[static_cast<size_t>(server)].dead) {
+        failAllLocked(Unavailable("aggregators " + std::to_string(primaryServer(key, c, m)) +
+                                  " and its backup " + std::to_string(server) + " are both gone"));
+        return handle;
+      }
+      p.server = server;
+      {
+        std::lock_guard<std::mutex> l(op->mu);
+        op->chunkServer[c] = server;
+      }
+      const ChunkId id{key, iteration, c};
+      auto [it, inserted] = pending_.emplace(id, std::move(p));
+      if (!inserted) {
+        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) + " iteration=" +
+                                      std::to_string(iteration) +
+                                      " is already in flight on this client"));
+        return handle;
+      }
+      sendChunkLocked(id, it->second);
+    }
+    return handle;
+  }
+
+  Status waitAll(Deadline deadline) {
+    std::vector<std::shared_ptr<detail::OpState>> ops;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ops = ops_;
+    }
+    Status first;
+    for (auto& op : ops) {
+      Status s = PushPullHandle(op).wait(deadline);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+  Status status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sticky_;
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      stop_ = true;
+    }
+    stopCv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (!ctx_) return;
+    // Say goodbye so the daemons do not mistake this orderly exit for a dead worker.
+    std::vector<std::shared_ptr<std::atomic<bool>>> sent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : servers_) {
+        if (s.dead || !s.conn) continue;
+        wire::Header h;
+        h.type = wire::MessageType::kGoodbye;
+        h.senderRank = static_cast<uint32_t>(rank_);
+        auto flag = std::make_shared<std::atomic<bool>>(false);
+        s.conn->send(h, nullptr, 0, [flag](const Status&) { flag->store(true); });
+        sent.push_back(flag);
+      }
+    }
+    const Deadline d = Deadline::afterMs(1000);
+    for (auto& f : sent) {
+      while (!f->load() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+    }
+    ctx_->close();
+    ctx_->join();
+    std::lock_guard<std::mutex> lock(mu_);
+    failAllLocked(Cancelled("push-pull client closed"));
+  }
+
+  size_t chunkBytes_ = 4 << 20;
+  bool replication_ = false;
+  int64_t heartbeatMs_ = 500;
+  int64_t failoverMs_ = 3000;
+
+  int rank_;
+  int worldSize_;
+  ClientOptions options_;
+
+  std::atomic<uint64_t> chunksPushed_{0}, chunksResent_{0}, bytesOut_{0}, bytesIn_{0},
+      failovers_{0};
+  std::vector<ServerState> servers_;
+
+ private:
+  Status validate(const TensorView& in, const TensorView& out, const PushPullOptions& o) {
+    COFAB_RETURN_IF_ERROR(in.validate("in"));
+    COFAB_RETURN_IF_ERROR(out.validate("out"));
+    COFAB_RETURN_IF_ERROR(checkSameShape(in, out, "pushPull in/out"));
+    if (!in.device.isCpu() || !out.device.isCpu()) {
+      return InvalidArgument("pushPull takes host tensors; got " + in.toString());
+    }
+    switch (in.dtype) {
+      case DType::kF32:
+      case DType::kF64:
+      case DType::kF16:
+      case DType::kBF16:
+        break;
+      default:
+        return InvalidArgument("pushPull supports f32, f64, f16 and bf16; got " +
+                               std::string(dtypeName(in.dtype)));
+    }
+    if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
+      return InvalidArgument("unknown ReduceOp");
+    }
+    return OkStatus();
+  }
+
+  void sendChunkLocked(const ChunkId& id, Pending& p) {
+    ServerState& s = servers_[static_cast<size_t>(p.server)];
+    if (s.outstanding++ == 0) s.lastHeardNs = nowNs();
+    wire::Header h;
+    h.type = wire::MessageType::kPush;
+    h.senderRank = static_cast<uint32_t>(rank_);
+    h.key = id.key;
+    h.iteration = id.iteration;
+    h.chunkIndex = id.chunk;
+    h.chunkCount = p.chunkCount;
+    h.dtype = p.dtype;
+    h.opcode = p.pushBits;
+    h.sequence = sequence_++;
+    const int server = p.server;
+    auto conn = s.conn;
+    auto onSent = [this, server, conn](const Status& st) {
+      if (!st.ok()) onServerError(server, conn, st);
+    };
+    conn->send(h, p.in, p.bytes, onSent);
+    chunksPushed_.fetch_add(1, std::memory_order_relaxed);
+    bytesOut_.fetch_add(p.bytes, std::memory_order_relaxed);
+    if (p.pull) {
+      wire::Header q = h;
+      q.type = wire::MessageType::kPull;
+      q.opcode = 0;
+      q.sequence = sequence_++;
+      conn->send(q, nullptr, 0, onSent);
+    }
+  }
+
+  void postRecv(int server, std::shared_ptr<transport::Connection> conn) {
+    conn->recvOwned([this, server, conn](const Status& st, const wire::Header& h,
+                                         std::vector<uint8_t>&& payload) {
+      if (!st.ok()) {
+        onServerError(server, conn, st);
+        return;
+      }
+      onMessage(server, h, std::move(payload));
+      postRecv(server, conn);
+    });
+  }
+
+  std::string serverName(int s) const {
+    return "aggregator " + std::to_string(s) + " (" + servers_[static_cast<size_t>(s)].address +
+           ")";
+  }
+
+  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload) {
+    std::unique_lock<std::mutex> lock(mu_);
+    servers_[static_cast<size_t>(server)].lastHeardNs = nowNs();
+    const ChunkId id{h.key, h.iteration, h.chunkIndex};
+    if (h.type == wire::MessageType::kPullReply) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) return;  // a duplicate result after a resend: already applied
+      Pending& p = it->second;
+      if (payload.size() != p.bytes) {
+        failOpLocked(p.op, DataLoss(serverName(server) + " sent " +
+                                    std::to_string(payload.size()) + " bytes for " +
+                                    h.describe() + ", expected " + std::to_string(p.bytes)));
+        return;
+      }
+      std::memcpy(p.out, payload.data(), p.bytes);
+      bytesIn_.fetch_add(p.bytes, std::memory_order_relaxed);
+      auto op = p.op;
+      const int s = p.server;
+      servers_[static_cast<size_t>(s)].outstanding--;
+      pending_.erase(it);
+      bool complete = false;
+      {
+        std::lock_guard<std::mutex> l(op->mu);
+        op->chunkServer[id.chunk] = -1;
+        complete = --op->remaining == 0;
+      }
+      if (complete) op->finish(OkStatus());
+      return;
+    }
+    if (h.type != wire::MessageType::kControl) return;
+    const auto cop = static_cast<ControlOp>(h.opcode);
+    if (cop == ControlOp::kAck) {
+      auto it = pending_.find(id);
+      if (it != pending_.end()) it->second.acked = true;
+      return;
+    }
+    if (cop == ControlOp::kReject) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) return;
+      RejectReason reason = RejectReason::kMalformed;
+      std::string text;
+      if (!payload.empty()) {
+        reason = static_cast<RejectReason>(payload[0]);
+        text.assign(payload.begin() + 1, payload.end());
+      }
+      const bool precondition = reason == RejectReason::kFinishedIteration ||
+                                reason == RejectReason::kBeyondWindow ||
+                                reason == RejectReason::kDraining;
+      std::string msg = serverName(server) + " rejected " + h.describe() + ": " +
+                        std::string(rejectReasonName(reason)) + ": " + text;
+      failOpLocked(it->second.op,
+                   precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
+      return;
+    }
+    if (cop == ControlOp::kRoundFailed) {
+      std::string text(payload.begin(), payload.end());
+      failAllLocked(Aborted(serverName(server) + " released the round without a result: " +
+                            text));
+      return;
+    }
+  }
+
+  void onServerError(int server, const std::shared_ptr<transport::Connection>& conn,
+                     const Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ServerState& s = servers_[static_cast<size_t>(server)];
+    if (closed_ || s.dead || s.conn != conn) return;
+    s.dead = true;
+    s.conn->close();
+    const int m = static_cast<int>(servers_.size());
+    const int backup = backupServer(server, m);
+    if (!replication_ || m < 2 || servers_[static_cast<size_t>(backup)].dead) {
+      failAllLocked(Unavailable(serverName(server) + " failed: " + st.toString() +
+                                (replication_ ? "; its backup is gone too"
+                                              : "; no backup (replication off)")));
+      return;
+    }
+    COFAB_LOG(kWarn, "ps") << serverName(server) << " failed (" << st.toString()
+                           << "); failing over to " << serverName(backup);
+    failovers_.fetch_add(1);
+    // Resend everything that has no result yet: the backup applies what it has not seen and
+    // answers duplicates (forwarded before the primary died) without applying them twice.
+    std::vector<ChunkId> moved;
+    for (auto& [id, p] : pending_) {
+      if (p.server == server) moved.push_back(id);
+    }
+    std::sort(moved.begin(), moved.end(), [](const ChunkId& a, const ChunkId& b) {
+      return std::tie(a.iteration, a.key, a.chunk) < std::tie(b.iteration, b.key, b.chunk);
+    });
+    s.outstanding = 0;
+    for (const ChunkId& id : moved) {
+      Pending& p = pending_[id];
+      p.server = backup;
+      p.acked = false;
+      {
+        std::lock_guard<std::mutex> l(p.op->mu);
+        p.op->chunkServer[id.chunk] = backup;
+      }
+      chunksResent_.fetch_add(1);
+      sendChunkLocked(id, p);
+    }
+  }
+
+  void failOpLocked(const std::shared_ptr<detail::OpState>& op, const Status& st) {
+    if (!op->finish(st)) return;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.op == op) {
+        servers_[static_cast<size_t>(it->second.server)].outstanding--;
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void failAllLocked(const Status& st) {
+    if (sticky_.ok()) sticky_ = st;
+    for (auto& [id, p] : pending_) p.op->finish(sticky_);
+    pending_.clear();
+    for (auto& s : servers_) s.outstanding = 0;
+  }
+
+  void heartbeatLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto period = Millis(std::max<int64_t>(1, heartbeatMs_ / 2));
+    while (!stop_) {
+      stopCv_.wait_for(lock, period);
+      if (stop_) break;
+      const int64_t now = nowNs();
+      for (size_t i = 0; i < servers_.size(); ++i) {
+        ServerState& s = servers_[i];
+        if (s.dead || s.outstanding == 0) continue;
+        const int64_t silentMs = (now - s.lastHeardNs) / 1000000;
+        if (replication_ && silentMs >= failoverMs_) {
+          auto conn = s.conn;
+          lock.unlock();
+          onServerError(static_cast<int>(i), conn,
+                        DeadlineExceeded("silent for " + std::to_string(silentMs) +
+                                         " ms with chunks outstanding (heartbeat)"));
+          lock.lock();
+          continue;
+        }
+        if (silentMs >= heartbeatMs_ && (now - s.lastPingNs) / 1000000 >= heartbeatMs_) {
+          s.lastPingNs = now;
+          wire::Header h;
+          h.type = wire::MessageType::kControl;
+          h.opcode = static_cast<uint8_t>(ControlOp::kPing);
+          h.senderRank = static_cast<uint32_t>(rank_);
+          s.conn->send(h, nullptr, 0, [](const Status&) {});
+        }
+      }
+    }
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable stopCv_;
+  bool stop_ = false;
+  bool closed_ = false;
+  Status sticky_;
+  uint64_t sequence_ = 0;
+  std::shared_ptr<transport::Context> ctx_;
+  std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;
+  std::unordered_map<uint64_t, uint64_t> nextIteration_;
+  std::vector<std::shared_ptr<detail::OpState>> ops_;
+  std::thread heartbeat_;
+};
+
+namespace {
+
+StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize,
+                                                         ClientOptions options) {
+  if (worldSize <= 0 || rank < 0 || rank >= worldSize) {
+    return InvalidArgument("PushPullClient: rank " + std::to_string(rank) +
+                           " outside a world of size " + std::to_string(worldSize));
+  }
+  if (options.transport.empty()) {
+    COFAB_ASSIGN_OR_RETURN(options.transport, kPsTransport.get());
+  }
+  auto impl = std::make_unique<PushPullClient::Impl>(rank, worldSize, options);
+  if (options.chunkBytes == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kPsChunkBytes.get());
+    impl->chunkBytes_ = static_cast<size_t>(v);
+  } else {
+    impl->chunkBytes_ = options.chunkBytes;
+  }
+  if (options.replication < 0) {
+    COFAB_ASSIGN_OR_RETURN(impl->replication_, kPsReplication.get());
+  } else {
+    impl->replication_ = options.replication != 0;
+  }
+  if (options.heartbeatMs > 0) {
+    impl->heartbeatMs_ = options.heartbeatMs;
+  } else {
+    COFAB_ASSIGN_OR_RETURN(impl->heartbeatMs_, kPsHeartbeatMs.get());
+  }
+  if (options.failoverMs > 0) {
+    impl->failoverMs_ = options.failoverMs;
+  } else {
+    COFAB_ASSIGN_OR_RETURN(impl->failoverMs_, kPsFailoverMs.get());
+  }
+  return impl;
 }
-StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(int, int, const ClientOptions&) {
-  return Unimplemented("PushPullClient is being implemented");
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(Store& store, int rank,
+                                                                  int worldSize,
+                                                                  const ClientOptions& options) {
+  if (!options.serverAddresses.empty()) return connect(rank, worldSize, options);
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
+  auto countBytes = store.get(serverCountKey(options.storePrefix), deadline);
+  if (!countBytes.ok()) {
+    return countBytes.status().withContext(
+        "no aggregator daemon registered under '" + options.storePrefix +
+        "' (start cofab-aggd, e.g. cofab-run --role agg:1:cofab-aggd)");
+  }
+  COFAB_ASSIGN_OR_RETURN(int64_t m, parseCounter(serverCountKey(options.storePrefix),
+                                                 countBytes.value()));
+  if (m <= 0 || m > 4096) {
+    return InvalidArgument("store key '" + serverCountKey(options.storePrefix) + "' holds " +
+                           std::to_string(m) + ", not a daemon count");
+  }
+  std::vector<std::string> keys;
+  for (int i = 0; i < m; ++i) keys.push_back(serverAddressKey(options.storePrefix, i));
+  COFAB_RETURN_IF_ERROR(store.wait(keys, deadline).withContext("waiting for aggregator daemons"));
+  std::vector<std::string> addresses;
+  for (const auto& k : keys) {
+    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(k, deadline));
+    addresses.push_back(toString(v));
+  }
+  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  return std::unique_ptr<PushPullClient>(new PushPullClient(std::move(impl)));
 }
+
+StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(int rank, int worldSize,
+                                                                  const ClientOptions& options) {
+  if (options.serverAddresses.empty()) {
+    return InvalidArgument("PushPullClient::connect without a store needs serverAddresses");
+  }
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  COFAB_RETURN_IF_ERROR(impl->start(options.serverAddresses));
+  return std::unique_ptr<PushPullClient>(new PushPullClient(std::move(impl)));
+}
+
 PushPullClient::PushPullClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-PushPullClient::~PushPullClient() = default;
-PushPullHandle PushPullClient::pushPull(uint64_t, TensorView, TensorView, const PushPullOptions&) {
-  auto s = std::make_shared<detail::OpState>();
-  s->done = true;
-  s->status = Unimplemented("PushPullClient is being implemented");
-  return PushPullHandle(s);
+PushPullClient::~PushPullClient() { close(); }
+
+PushPullHandle PushPullClient::pushPull(uint64_t key, TensorView in, TensorView out,
+                                        const PushPullOptions& options) {
+  return impl_->pushPull(key, in, out, options);
 }
-Status PushPullClient::waitAll(Deadline) { return Unimplemented("not yet"); }
-Status PushPullClient::status() const { return Unimplemented("not yet"); }
-void PushPullClient::close() {}
-int PushPullClient::rank() const { return 0; }
-int PushPullClient::worldSize() const { return 0; }
-int PushPullClient::numServers() const { return 0; }
-size_t PushPullClient::chunkBytes() const { return 0; }
-ClientStats PushPullClient::stats() const { return {}; }
+Status PushPullClient::waitAll(Deadline deadline) { return impl_->waitAll(deadline); }
+Status PushPullClient::status() const { return impl_->status(); }
+void PushPullClient::close() { impl_->close(); }
+int PushPullClient::rank() const { return impl_->rank_; }
+int PushPullClient::worldSize() const { return impl_->worldSize_; }
+int PushPullClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }
+size_t PushPullClient::chunkBytes() const { return impl_->chunkBytes_; }
+ClientStats PushPullClient::stats() const {
+  ClientStats s;
+  s.chunksPushed = impl_->chunksPushed_.load();
+  s.chunksResent = impl_->chunksResent_.load();
+  s.bytesOut = impl_->bytesOut_.load();
+  s.bytesIn = impl_->bytesIn_.load();
+  s.failovers = impl_->failovers_.load();
+  return s;
+}
 
 }  // namespace cofab::ps

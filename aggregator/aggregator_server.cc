@@ -1,0 +1,318 @@
+#include "aggregator/aggregator_server.h"
+
+#include <thread>
+
+#include "core/log.h"
+#include "fabric/ps/placement.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::aggregator {
+
+using ps::RejectReason;
+
+AggregatorServer::AggregatorServer(const ServerOptions& options)
+    : options_(options),
+      metrics_(options.numWorkers, options.engineThreads),
+      activeLinks_(new std::atomic<int>[static_cast<size_t>(options.numWorkers)]) {
+  for (int i = 0; i < options.numWorkers; ++i) activeLinks_[static_cast<size_t>(i)].store(0);
+}
+
+StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(
+    const ServerOptions& options) {
+  if (options.numWorkers <= 0 || options.numWorkers > 65536) {
+    return InvalidArgument("aggregator: --workers must be in [1, 65536], got " +
+                           std::to_string(options.numWorkers));
+  }
+  if (options.numServers <= 0 || options.id < 0 || options.id >= options.numServers) {
+    return InvalidArgument("aggregator: id " + std::to_string(options.id) + " outside " +
+                           std::to_string(options.numServers) + " daemons");
+  }
+  if (options.engineThreads <= 0 || options.engineThreads > 256) {
+    return InvalidArgument("aggregator: engine threads must be in [1, 256]");
+  }
+  if (options.replication && options.numServers < 2) {
+    return InvalidArgument("aggregator: replication needs at least 2 daemons");
+  }
+  std::unique_ptr<AggregatorServer> s(new AggregatorServer(options));
+  transport::ContextOptions co;
+  co.localId = ps::aggregatorPeerId(options.id);
+  // Oversized chunks up to twice the limit are read and rejected with a reason; beyond that the
+  // transport refuses the frame before allocating and drops that one connection.
+  co.maxPayload = std::max<uint64_t>(2 * options.maxChunkBytes, 1 << 20);
+  COFAB_ASSIGN_OR_RETURN(s->ctx_, transport::Registry::create(options.transport, co));
+  transport::ListenOptions lo;
+  lo.address = options.listenAddress;
+  COFAB_ASSIGN_OR_RETURN(s->listener_, s->ctx_->listen(lo));
+  s->address_ = s->listener_->address();
+  EngineOptions eo = options.engine;
+  eo.numWorkers = options.numWorkers;
+  AggregatorServer* self = s.get();
+  for (int i = 0; i < options.engineThreads; ++i) {
+    s->engines_.push_back(std::make_unique<Engine>(
+        i, eo, s->metrics_,
+        [self](const wire::Header& h, const Payload& p) { return self->forward(h, p); }));
+  }
+  s->acceptNext();
+  return s;
+}
+
+AggregatorServer::~AggregatorServer() { shutdown("the aggregator is being destroyed"); }
+
+size_t AggregatorServer::engineFor(uint64_t key, uint32_t chunk) const {
+  return static_cast<size_t>(ps::mix64(key * 31 + chunk) % engines_.size());
+}
+
+void AggregatorServer::acceptNext() {
+  listener_->acceptAsync([this](const Status& st, std::shared_ptr<transport::Connection> conn) {
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kCancelled) {
+        COFAB_LOG(kWarn, "aggd") << "accept failed: " << st;
+        if (!draining_) acceptNext();
+      }
+      return;
+    }
+    onAccepted(std::move(conn));
+    acceptNext();
+  });
+}
+
+void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
+  metrics_.connectionsAccepted.fetch_add(1, std::memory_order_relaxed);
+  auto peer = std::make_shared<Peer>();
+  peer->conn = std::move(conn);
+  const int w = ps::parseWorkerPeerId(peer->conn->peerId());
+  if (w >= 0 && w < options_.numWorkers) peer->workerRank = w;
+  const int a = ps::parseAggregatorPeerId(peer->conn->peerId());
+  if (a >= 0 && a < options_.numServers) peer->aggregatorId = a;
+  COFAB_LOG(kInfo, "aggd") << "accepted " << peer->describe();
+  postRecv(peer);
+}
+
+void AggregatorServer::postRecv(const std::shared_ptr<Peer>& peer) {
+  peer->conn->recvOwned(
+      [this, peer](const Status& st, const wire::Header& h, std::vector<uint8_t>&& payload) {
+        if (!st.ok()) {
+          onPeerError(peer, st);
+          return;
+        }
+        onMessage(peer, h, std::move(payload));
+        postRecv(peer);
+      });
+}
+
+void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Status& st) {
+  peer->conn->close();
+  if (st.code() == StatusCode::kCancelled || stopped_) return;
+  const bool orderly = peer->goodbye.load();
+  if (!orderly) metrics_.connectionsBroken.fetch_add(1, std::memory_order_relaxed);
+  if (peer->workerRank >= 0 && peer->active.exchange(false)) {
+    const int left = activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_sub(1) - 1;
+    if (left == 0 && !orderly) {
+      metrics_.workersLost.fetch_add(1, std::memory_order_relaxed);
+      COFAB_LOG(kWarn, "aggd") << "worker " << peer->workerRank << " lost: " << peer->describe()
+                               << ": " << st.toString();
+      Event e;
+      e.kind = Event::Kind::kWorkerGone;
+      e.rank = peer->workerRank;
+      e.reason = st.toString();
+      broadcast(e);
+    }
+    return;
+  }
+  if (!orderly) {
+    COFAB_LOG(kInfo, "aggd") << peer->describe() << " closed: " << st.toString();
+  }
+}
+
+void AggregatorServer::broadcast(const Event& e) {
+  for (auto& engine : engines_) engine->post(e);
+}
+
+bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, size_t size) {
+  const bool forwarded = (h.opcode & ps::kPushForwarded) != 0;
+  if (peer.aggregatorId < 0 && peer.workerRank < 0) {
+    peer.reject(metrics_, RejectReason::kUnknownWorker, h,
+                "connection '" + peer.conn->peerId() + "' is not a worker of this job (workers " +
+                    "are 'worker 0'..'worker " + std::to_string(options_.numWorkers - 1) + "')");
+    return false;
+  }
+  if (peer.workerRank >= 0 && (forwarded || h.senderRank != static_cast<uint32_t>(peer.workerRank))) {
+    peer.reject(metrics_, RejectReason::kUnknownWorker, h,
+                forwarded ? "a worker may not send forwarded chunks"
+                          : "sender rank " + std::to_string(h.senderRank) +
+                                " on the connection of worker " +
+                                std::to_string(peer.workerRank));
+    return false;
+  }
+  if (peer.aggregatorId >= 0 &&
+      (!forwarded || h.senderRank >= static_cast<uint32_t>(options_.numWorkers))) {
+    peer.reject(metrics_, RejectReason::kMalformed, h, "bad forwarded chunk");
+    return false;
+  }
+  if ((h.opcode & ~ps::kKnownPushBits) != 0 || h.chunkCount == 0) {
+    peer.reject(metrics_, RejectReason::kMalformed, h,
+                "unknown opcode bits or chunkCount 0 (a push names chunk i of n)");
+    return false;
+  }
+  switch (h.dtype) {
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF16:
+    case DType::kBF16:
+      break;
+    default:
+      peer.reject(metrics_, RejectReason::kUnsupportedDType, h,
+                  "aggregation supports f32, f64, f16 and bf16, not " +
+                      std::string(dtypeName(h.dtype)));
+      return false;
+  }
+  if (size > options_.maxChunkBytes) {
+    peer.reject(metrics_, RejectReason::kOversized, h,
+                std::to_string(size) + " bytes exceed --max-chunk-bytes " +
+                    std::to_string(options_.maxChunkBytes));
+    return false;
+  }
+  if (size == 0 || size % dtypeSize(h.dtype) != 0) {
+    peer.reject(metrics_, RejectReason::kWrongSize, h,
+                std::to_string(size) + " bytes is not a positive number of " +
+                    std::string(dtypeName(h.dtype)) + " elements");
+    return false;
+  }
+  return true;
+}
+
+void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
+                                 std::vector<uint8_t>&& payload) {
+  switch (h.type) {
+    case wire::MessageType::kPush: {
+      if (draining_) {
+        peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
+        return;
+      }
+      if (!validatePush(*peer, h, payload.size())) return;
+      metrics_.bytesIn.fetch_add(payload.size(), std::memory_order_relaxed);
+      metrics_.noteWorkerIteration(static_cast<int>(h.senderRank), h.iteration);
+      if (peer->workerRank >= 0 && !peer->active.exchange(true)) {
+        activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_add(1);
+      }
+      Event e;
+      e.kind = Event::Kind::kPush;
+      e.peer = peer;
+      e.header = h;
+      e.payload = std::make_shared<std::vector<uint8_t>>(std::move(payload));
+      engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
+      return;
+    }
+    case wire::MessageType::kPull: {
+      if (peer->workerRank < 0 || h.senderRank != static_cast<uint32_t>(peer->workerRank)) {
+        peer->reject(metrics_, RejectReason::kUnknownWorker, h, "pull from a non-worker");
+        return;
+      }
+      if (h.chunkCount == 0) {
+        peer->reject(metrics_, RejectReason::kMalformed, h, "pull with chunkCount 0");
+        return;
+      }
+      Event e;
+      e.kind = Event::Kind::kPull;
+      e.peer = peer;
+      e.header = h;
+      engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
+      return;
+    }
+    case wire::MessageType::kControl:
+      if (h.opcode == static_cast<uint8_t>(ps::ControlOp::kPing)) {
+        peer->sendControl(ps::ControlOp::kPong, h);
+        return;
+      }
+      break;
+    case wire::MessageType::kGoodbye:
+      peer->goodbye = true;
+      return;
+    default:
+      break;
+  }
+  peer->reject(metrics_, RejectReason::kMalformed, h,
+               "unexpected " + std::string(wire::messageTypeName(h.type)) +
+                   " message on the aggregation port");
+}
+
+Status AggregatorServer::connectBackup(const std::string& backupAddress, Deadline deadline) {
+  transport::ConnectOptions co;
+  co.localId = ps::aggregatorPeerId(options_.id);
+  COFAB_ASSIGN_OR_RETURN(auto link, ctx_->connect(backupAddress, co, deadline));
+  {
+    std::lock_guard<std::mutex> lock(backupMu_);
+    backup_ = link;
+  }
+  backupAlive_ = true;
+  postBackupRecv(link);
+  COFAB_LOG(kInfo, "aggd") << "replicating to backup " << link->describe();
+  return OkStatus();
+}
+
+void AggregatorServer::postBackupRecv(std::shared_ptr<transport::Connection> link) {
+  link->recvOwned([this, link](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
+    if (!st.ok()) {
+      onBackupError(st);
+      return;
+    }
+    if (h.type == wire::MessageType::kControl &&
+        h.opcode == static_cast<uint8_t>(ps::ControlOp::kForwardAck)) {
+      Event e;
+      e.kind = Event::Kind::kForwardAck;
+      e.header = h;
+      engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
+    }
+    postBackupRecv(link);
+  });
+}
+
+bool AggregatorServer::forward(const wire::Header& h, const Payload& payload) {
+  if (!backupAlive_) return false;
+  std::shared_ptr<transport::Connection> link;
+  {
+    std::lock_guard<std::mutex> lock(backupMu_);
+    link = backup_;
+  }
+  if (!link) return false;
+  link->send(h, payload->data(), payload->size(), [this, payload](const Status& st) {
+    if (!st.ok()) onBackupError(st);
+  });
+  return true;
+}
+
+void AggregatorServer::onBackupError(const Status& st) {
+  if (!backupAlive_.exchange(false) || stopped_) return;
+  metrics_.backupLost.fetch_add(1);
+  COFAB_LOG(kWarn, "aggd") << "backup lost (" << st.toString()
+                           << "); continuing without replication";
+  Event e;
+  e.kind = Event::Kind::kBackupLost;
+  broadcast(e);
+}
+
+void AggregatorServer::shutdown(const std::string& why) {
+  if (draining_.exchange(true)) return;
+  COFAB_LOG(kInfo, "aggd") << "draining: " << why;
+  if (listener_) listener_->close();
+  const Deadline deadline = Deadline::afterMs(options_.drainTimeoutMs);
+  for (;;) {
+    uint64_t open = 0;
+    for (auto& e : engines_) open += e->openRounds();
+    if (open == 0 || deadline.expired()) break;
+    std::this_thread::sleep_for(Millis(10));
+  }
+  Event drain;
+  drain.kind = Event::Kind::kDrain;
+  drain.reason = "the aggregator is shutting down (" + why + ")";
+  broadcast(drain);
+  stopped_ = true;
+  for (auto& e : engines_) e->stop();
+  std::this_thread::sleep_for(Millis(20));  // let the last answers reach the sockets
+  if (ctx_) {
+    ctx_->close();
+    ctx_->join();
+  }
+}
+
+}  // namespace cofab::aggregator

@@ -1,0 +1,94 @@
+// AggregatorServer: the aggregation service behind cofab-aggd — listens on a transport, accepts
+// workers (and, as a backup, its primary), validates every message, and hands chunks to K engine
+// threads (engine.h) by a fixed hash of (key, chunk), so each slot lives on one thread.
+//
+// Ownership and threads: the server owns its transport context (whose I/O threads run the
+// receive loops and message validation), the engines, and the link to its backup. Everything a
+// peer sends that is wrong (bad rank, dtype, size, opcode, iteration) is answered with a kReject
+// naming the reason and counted in metrics(); nothing a peer sends can crash the daemon.
+// create(), connectBackup() and shutdown() are called from the daemon's main thread;
+// renderMetrics() from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "aggregator/engine.h"
+#include "aggregator/metrics.h"
+#include "aggregator/peer.h"
+#include "core/status.h"
+#include "fabric/transport/context.h"
+
+namespace cofab::aggregator {
+
+struct ServerOptions {
+  int id = 0;           // this daemon's index among numServers
+  int numServers = 1;
+  int numWorkers = 1;   // contributions per round
+  std::string transport = "tcp";
+  std::string listenAddress;  // empty: the transport's default with a kernel-chosen port
+  int engineThreads = 2;
+  bool replication = false;   // forward every contribution to the backup before acking
+  size_t maxChunkBytes = 64u << 20;
+  int64_t drainTimeoutMs = 5000;
+  EngineOptions engine;       // numWorkers is copied from above
+};
+
+class AggregatorServer {
+ public:
+  static StatusOr<std::unique_ptr<AggregatorServer>> create(const ServerOptions& options);
+  ~AggregatorServer();  // shutdown("destroyed")
+  AggregatorServer(const AggregatorServer&) = delete;
+  AggregatorServer& operator=(const AggregatorServer&) = delete;
+
+  // The address workers connect to.
+  const std::string& address() const { return address_; }
+  const ServerOptions& options() const { return options_; }
+
+  // With replication: connects to this daemon's backup (daemon (id + 1) % numServers) and
+  // forwards every accepted contribution to it from then on.
+  Status connectBackup(const std::string& backupAddress, Deadline deadline);
+
+  // Graceful stop: refuses new chunks (kDraining), waits up to drainTimeoutMs for open rounds
+  // to finish, fails the rest with kRoundFailed(`why`), closes everything. Idempotent.
+  void shutdown(const std::string& why);
+
+  bool draining() const { return draining_.load(); }
+  std::string renderMetrics() const { return metrics_.render(options_.id, draining()); }
+  const Metrics& metrics() const { return metrics_; }
+  // Which engine owns chunk `chunk` of `key`.
+  size_t engineFor(uint64_t key, uint32_t chunk) const;
+
+ private:
+  explicit AggregatorServer(const ServerOptions& options);
+  void acceptNext();
+  void onAccepted(std::shared_ptr<transport::Connection> conn);
+  void postRecv(const std::shared_ptr<Peer>& peer);
+  void onMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
+                 std::vector<uint8_t>&& payload);
+  void onPeerError(const std::shared_ptr<Peer>& peer, const Status& st);
+  bool validatePush(const Peer& peer, const wire::Header& h, size_t payloadSize);
+  bool forward(const wire::Header& h, const Payload& payload);
+  void onBackupError(const Status& st);
+  void postBackupRecv(std::shared_ptr<transport::Connection> link);
+  void broadcast(const Event& e);
+
+  ServerOptions options_;
+  Metrics metrics_;
+  std::shared_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Listener> listener_;
+  std::string address_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopped_{false};
+  std::unique_ptr<std::atomic<int>[]> activeLinks_;  // live active connections per worker rank
+
+  std::mutex backupMu_;
+  std::shared_ptr<transport::Connection> backup_;
+  std::atomic<bool> backupAlive_{false};
+};
+
+}  // namespace cofab::aggregator

@@ -1,0 +1,144 @@
+// cofab-aggd: the aggregator daemon. Workers push gradient chunks to it and get sums back
+// (fabric/ps/push_pull.h); docs/AGGREGATOR.md has the protocol, flags and deployment.
+//
+//   cofab-run -n 4 --role agg:2:cofab-aggd -- ./my_trainer
+//
+// Started by cofab-run it reads COFAB_ROLE_RANK/SIZE, COFAB_WORLD_SIZE and COFAB_STORE, registers
+// its address under <store-prefix>/server/<id>, serves until SIGTERM/SIGINT, then drains and
+// exits 0. Exit 1 on a configuration or startup error (printed on stderr).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "aggregator/aggregator_server.h"
+#include "aggregator/daemon_config.h"
+#include "aggregator/http_endpoint.h"
+#include "core/log.h"
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/rendezvous/store.h"
+
+using namespace cofab;
+using namespace cofab::aggregator;
+
+namespace {
+
+void logLine(const std::string& text) {
+  const std::string line = wallTimestamp() + " cofab-aggd " + text + "\n";
+  (void)!write(2, line.data(), line.size());
+}
+
+Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Store* store,
+                            const std::string& httpAddress) {
+  const ServerOptions& o = server.options();
+  const Deadline deadline = Deadline::afterMs(c.connectTimeoutMs);
+  const int backup = (o.id + 1) % o.numServers;
+  if (store) {
+    // Daemon-to-daemon address first; the worker-facing key only once replication is wired,
+    // so no worker can push before this daemon forwards.
+    const std::string listenKey = c.storePrefix + "/listen/" + std::to_string(o.id);
+    COFAB_RETURN_IF_ERROR(store->set(listenKey, toBytes(server.address())));
+    if (o.replication) {
+      const std::string backupKey = c.storePrefix + "/listen/" + std::to_string(backup);
+      COFAB_ASSIGN_OR_RETURN(Bytes addr, store->get(backupKey, deadline));
+      COFAB_RETURN_IF_ERROR(server.connectBackup(toString(addr), deadline));
+    }
+    if (!httpAddress.empty()) {
+      COFAB_RETURN_IF_ERROR(store->set(c.storePrefix + "/http/" + std::to_string(o.id),
+                                       toBytes(httpAddress)));
+    }
+    COFAB_RETURN_IF_ERROR(
+        store->set(ps::serverAddressKey(c.storePrefix, o.id), toBytes(server.address())));
+    COFAB_RETURN_IF_ERROR(store->set(ps::serverCountKey(c.storePrefix),
+                                     toBytes(std::to_string(o.numServers))));
+  } else if (o.replication) {
+    COFAB_RETURN_IF_ERROR(
+        server.connectBackup(c.peers[static_cast<size_t>(backup)], deadline));
+  }
+  return OkStatus();
+}
+
+int run(const std::vector<std::string>& args) {
+  auto parsed = parseDaemonArgs(args);
+  if (!parsed.ok()) {
+    std::cerr << "cofab-aggd: " << parsed.status().message() << "\n";
+    return 1;
+  }
+  DaemonConfig c = std::move(parsed).value();
+  if (c.help) {
+    std::cout << daemonUsage();
+    return 0;
+  }
+  // Signals are taken synchronously by the main thread (sigwait); every thread started below
+  // inherits the block, so none of them is interrupted.
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Store> store;
+  if (c.peers.empty()) {
+    auto s = openStore(c.storeUrl, Deadline::afterMs(c.connectTimeoutMs));
+    if (!s.ok()) {
+      std::cerr << "cofab-aggd: " << s.status().toString() << "\n";
+      return 1;
+    }
+    store = std::move(s).value();
+  }
+  auto server = AggregatorServer::create(c.server);
+  if (!server.ok()) {
+    std::cerr << "cofab-aggd: " << server.status().toString() << "\n";
+    return 1;
+  }
+  std::unique_ptr<HttpEndpoint> http;
+  std::string httpAddress;
+  if (c.http != "off") {
+    HttpEndpointOptions ho;
+    const auto colon = c.http.rfind(':');
+    ho.host = colon == std::string::npos ? c.http : c.http.substr(0, colon);
+    ho.port = colon == std::string::npos ? 0 : std::atoi(c.http.c_str() + colon + 1);
+    AggregatorServer* srv = server->get();
+    ho.metrics = [srv] { return srv->renderMetrics(); };
+    ho.healthy = [srv] { return !srv->draining(); };
+    auto h = HttpEndpoint::start(ho);
+    if (!h.ok()) {
+      std::cerr << "cofab-aggd: " << h.status().toString() << "\n";
+      return 1;
+    }
+    http = std::move(h).value();
+    httpAddress = ho.host + ":" + std::to_string(http->port());
+  }
+  Status reg = registerAndReplicate(**server, c, store.get(), httpAddress);
+  if (!reg.ok()) {
+    std::cerr << "cofab-aggd: " << reg.toString() << "\n";
+    return 1;
+  }
+  const ServerOptions& o = (*server)->options();
+  logLine("event=serving id=" + std::to_string(o.id) + " servers=" +
+          std::to_string(o.numServers) + " workers=" + std::to_string(o.numWorkers) +
+          " transport=" + o.transport + " address=" + (*server)->address() +
+          " http=" + (httpAddress.empty() ? "off" : httpAddress) +
+          " engines=" + std::to_string(o.engineThreads) +
+          " replication=" + (o.replication ? "on" : "off"));
+  int sig = 0;
+  sigwait(&stopSignals, &sig);
+  logLine("event=draining signal=" + std::to_string(sig));
+  (*server)->shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const Metrics& m = (*server)->metrics();
+  logLine("event=stopped rounds=" + std::to_string(m.roundsCompleted.load()) +
+          " rounds_failed=" + std::to_string(m.roundsFailed.load()) +
+          " bytes_in=" + std::to_string(m.bytesIn.load()) +
+          " bytes_out=" + std::to_string(m.bytesOut.load()) +
+          " rejects=" + std::to_string(m.rejectsTotal()));
+  if (http) http->stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,233 @@
+#include "aggregator/daemon_config.h"
+
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/param.h"
+
+namespace cofab::aggregator {
+
+COFAB_PARAM_STRING(kAggTransport, "COFAB_AGG_TRANSPORT", "tcp", "cofab-aggd transport backend");
+COFAB_PARAM_STRING(kAggListen, "COFAB_AGG_LISTEN", "",
+                   "cofab-aggd listen address (empty: transport default, any port)");
+COFAB_PARAM_INT(kAggEngines, "COFAB_AGG_ENGINES", 2, 1, 256,
+                "cofab-aggd engine (shard) threads");
+COFAB_PARAM_BOOL(kAggReplication, "COFAB_AGG_REPLICATION", false,
+                 "cofab-aggd forwards every contribution to its backup before acking");
+COFAB_PARAM_INT(kAggRoundTimeoutMs, "COFAB_AGG_ROUND_TIMEOUT_MS", 120000, 1, 86400000,
+                "cofab-aggd releases a round still missing live workers after this long");
+COFAB_PARAM_INT(kAggDeadWorkerMs, "COFAB_AGG_DEAD_WORKER_MS", 2000, 0, 86400000,
+                "cofab-aggd releases a round missing a disconnected worker after this long");
+COFAB_PARAM_INT(kAggMaxChunk, "COFAB_AGG_MAX_CHUNK_BYTES", 64 << 20, 64, 1 << 30,
+                "cofab-aggd rejects larger chunks");
+COFAB_PARAM_INT(kAggDrainMs, "COFAB_AGG_DRAIN_TIMEOUT_MS", 5000, 0, 3600000,
+                "cofab-aggd waits this long for open rounds on SIGTERM");
+COFAB_PARAM_STRING(kAggHttp, "COFAB_AGG_HTTP", "127.0.0.1:0",
+                   "cofab-aggd health/metrics endpoint host:port, or off");
+COFAB_PARAM_STRING(kAggPrefix, "COFAB_AGG_STORE_PREFIX", "cofab/agg",
+                   "store namespace cofab-aggd registers under");
+COFAB_PARAM_STRING(kAggConfig, "COFAB_AGG_CONFIG", "", "cofab-aggd key=value config file");
+COFAB_PARAM_INT(kRoleRank, "COFAB_ROLE_RANK", 0, 0, 1 << 20,
+                "index of this process within its cofab-run --role (set by cofab-run)");
+COFAB_PARAM_INT(kRoleSize, "COFAB_ROLE_SIZE", 1, 1, 1 << 20,
+                "processes in this cofab-run --role (set by cofab-run)");
+
+std::string daemonUsage() {
+  return "usage: cofab-aggd [flags]   (every flag also works as 'name = value' in --config)\n"
+         "  --workers N            workers per round (default COFAB_WORLD_SIZE)\n"
+         "  --id I --servers M     this daemon's index among M (default COFAB_ROLE_RANK/SIZE)\n"
+         "  --store URL            register in this store (default COFAB_STORE)\n"
+         "  --store-prefix P       store namespace (COFAB_AGG_STORE_PREFIX, cofab/agg)\n"
+         "  --peers A0,A1,...      static deployment: every daemon's address, no store\n"
+         "  --transport NAME       tcp (COFAB_AGG_TRANSPORT)\n"
+         "  --listen ADDR          listen address (COFAB_AGG_LISTEN)\n"
+         "  --engines K            engine threads (COFAB_AGG_ENGINES, 2)\n"
+         "  --replication on|off   forward to the backup (id+1)%M before acking\n"
+         "  --first-iteration T    iteration every chunk's first round has (0)\n"
+         "  --round-timeout-ms X   release rounds missing live workers (120000)\n"
+         "  --dead-worker-ms X     release rounds missing a lost worker (2000)\n"
+         "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
+         "  --drain-timeout-ms X   on SIGTERM, wait this long for open rounds (5000)\n"
+         "  --http HOST:PORT|off   /healthz and /metrics (COFAB_AGG_HTTP, 127.0.0.1:0)\n"
+         "  --config FILE          key = value lines, '#' comments (COFAB_AGG_CONFIG)\n";
+}
+
+namespace {
+
+StatusOr<int64_t> parseInt(const std::string& name, const std::string& v) {
+  int64_t out = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size()) {
+    return InvalidArgument("--" + name + " expects an integer, got '" + v + "'\n" +
+                           daemonUsage());
+  }
+  return out;
+}
+
+StatusOr<bool> parseBool(const std::string& name, const std::string& v) {
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
+  return InvalidArgument("--" + name + " expects on|off, got '" + v + "'");
+}
+
+Status readConfigFile(const std::string& path, std::map<std::string, std::string>* out) {
+  std::ifstream in(path);
+  if (!in) return IoError("cannot read config file '" + path + "'");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const auto eq = line.find('=');
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r");
+      const auto e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    if (trim(line).empty()) continue;
+    if (eq == std::string::npos) {
+      return InvalidArgument(path + ":" + std::to_string(n) + ": expected 'name = value'");
+    }
+    (*out)[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return OkStatus();
+}
+
+Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
+  ServerOptions& s = c.server;
+  if (name == "workers") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.numWorkers = static_cast<int>(x);
+  } else if (name == "id") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.id = static_cast<int>(x);
+  } else if (name == "servers") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.numServers = static_cast<int>(x);
+  } else if (name == "store") {
+    c.storeUrl = v;
+  } else if (name == "store-prefix") {
+    c.storePrefix = v;
+  } else if (name == "peers") {
+    c.peers.clear();
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (!item.empty()) c.peers.push_back(item);
+    }
+  } else if (name == "transport") {
+    s.transport = v;
+  } else if (name == "listen") {
+    s.listenAddress = v;
+  } else if (name == "engines") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.engineThreads = static_cast<int>(x);
+  } else if (name == "replication") {
+    COFAB_ASSIGN_OR_RETURN(s.replication, parseBool(name, v));
+  } else if (name == "first-iteration") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.engine.firstIteration = static_cast<uint64_t>(x);
+  } else if (name == "round-timeout-ms") {
+    COFAB_ASSIGN_OR_RETURN(s.engine.roundTimeoutMs, parseInt(name, v));
+  } else if (name == "dead-worker-ms") {
+    COFAB_ASSIGN_OR_RETURN(s.engine.deadWorkerMs, parseInt(name, v));
+  } else if (name == "max-chunk-bytes") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.maxChunkBytes = static_cast<size_t>(x);
+  } else if (name == "drain-timeout-ms") {
+    COFAB_ASSIGN_OR_RETURN(s.drainTimeoutMs, parseInt(name, v));
+  } else if (name == "http") {
+    c.http = v;
+  } else if (name == "connect-timeout-ms") {
+    COFAB_ASSIGN_OR_RETURN(c.connectTimeoutMs, parseInt(name, v));
+  } else {
+    return InvalidArgument("unknown option '" + name + "'\n" + daemonUsage());
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
+  DaemonConfig c;
+  // Environment first (lowest precedence), then the config file, then flags.
+  COFAB_ASSIGN_OR_RETURN(c.server.transport, kAggTransport.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.listenAddress, kAggListen.get());
+  COFAB_ASSIGN_OR_RETURN(int64_t engines, kAggEngines.get());
+  c.server.engineThreads = static_cast<int>(engines);
+  COFAB_ASSIGN_OR_RETURN(c.server.replication, kAggReplication.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.engine.roundTimeoutMs, kAggRoundTimeoutMs.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.engine.deadWorkerMs, kAggDeadWorkerMs.get());
+  COFAB_ASSIGN_OR_RETURN(int64_t maxChunk, kAggMaxChunk.get());
+  c.server.maxChunkBytes = static_cast<size_t>(maxChunk);
+  COFAB_ASSIGN_OR_RETURN(c.server.drainTimeoutMs, kAggDrainMs.get());
+  COFAB_ASSIGN_OR_RETURN(c.http, kAggHttp.get());
+  COFAB_ASSIGN_OR_RETURN(c.storePrefix, kAggPrefix.get());
+  COFAB_ASSIGN_OR_RETURN(int64_t roleRank, kRoleRank.get());
+  COFAB_ASSIGN_OR_RETURN(int64_t roleSize, kRoleSize.get());
+  c.server.id = static_cast<int>(roleRank);
+  c.server.numServers = static_cast<int>(roleSize);
+  std::string raw;
+  if (rawParamValue("COFAB_WORLD_SIZE", &raw)) {
+    COFAB_ASSIGN_OR_RETURN(int64_t w, parseInt("workers", raw));
+    c.server.numWorkers = static_cast<int>(w);
+  } else {
+    c.server.numWorkers = 0;
+  }
+  if (rawParamValue("COFAB_STORE", &raw)) c.storeUrl = raw;
+
+  std::vector<std::pair<std::string, std::string>> flags;
+  COFAB_ASSIGN_OR_RETURN(std::string configFile, kAggConfig.get());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      c.help = true;
+      return c;
+    }
+    if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'\n" + daemonUsage());
+    std::string name = a.substr(2), value;
+    const auto eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else {
+      if (i + 1 >= args.size()) return InvalidArgument("--" + name + " needs a value");
+      value = args[++i];
+    }
+    if (name == "config") {
+      configFile = value;
+    } else {
+      flags.emplace_back(name, value);
+    }
+  }
+  if (!configFile.empty()) {
+    std::map<std::string, std::string> file;
+    COFAB_RETURN_IF_ERROR(readConfigFile(configFile, &file));
+    for (const auto& [k, v] : file) {
+      COFAB_RETURN_IF_ERROR(apply(c, k, v).withContext("config file '" + configFile + "'"));
+    }
+  }
+  for (const auto& [k, v] : flags) COFAB_RETURN_IF_ERROR(apply(c, k, v));
+  if (!c.peers.empty()) {
+    c.server.numServers = static_cast<int>(c.peers.size());
+    if (c.server.id < 0 || c.server.id >= c.server.numServers) {
+      return InvalidArgument("--id " + std::to_string(c.server.id) + " outside --peers");
+    }
+    if (c.server.listenAddress.empty()) {
+      c.server.listenAddress = c.peers[static_cast<size_t>(c.server.id)];
+    }
+  } else if (c.storeUrl.empty()) {
+    return InvalidArgument("cofab-aggd needs --store URL (or COFAB_STORE) or --peers\n" +
+                           daemonUsage());
+  }
+  if (c.server.numWorkers <= 0) {
+    return InvalidArgument("cofab-aggd needs --workers N (or COFAB_WORLD_SIZE)\n" +
+                           daemonUsage());
+  }
+  return c;
+}
+
+}  // namespace cofab::aggregator

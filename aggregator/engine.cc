@@ -1,0 +1,411 @@
+#include "aggregator/engine.h"
+
+#include <sstream>
+
+#include "aggregator/reducer.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "fabric/ps/placement.h"
+
+namespace cofab::aggregator {
+
+using ps::RejectReason;
+
+struct Engine::Slot {
+  uint64_t key = 0;
+  uint32_t chunk = 0;
+  uint32_t chunkCount = 0;
+  DType dtype = DType::kF32;
+  size_t bytes = 0;
+  uint64_t cur = 0;
+
+  // The open round.
+  std::vector<Payload> contribution;            // by rank
+  std::vector<uint8_t> state;                   // 0 absent, 1 waiting for backup, 2 durable
+  std::vector<std::shared_ptr<Peer>> pusher;    // who to ack, by rank
+  std::vector<std::shared_ptr<Peer>> deliverTo; // push-back results
+  std::vector<std::pair<std::shared_ptr<Peer>, wire::Header>> pullers;
+  int present = 0;
+  int durable = 0;
+  bool average = false;
+  int64_t openedNs = 0;
+
+  // The last finished round: answers duplicates and late pulls.
+  bool hasLast = false;
+  std::shared_ptr<const std::vector<uint8_t>> lastResult;
+  std::string lastFailure;  // non-empty: it was released without a result
+
+  bool open() const { return present > 0 || !pullers.empty(); }
+};
+
+namespace {
+uint64_t slotId(uint64_t key, uint32_t chunk) {
+  return ps::mix64(key) ^ (static_cast<uint64_t>(chunk) * 0x9e3779b97f4a7c15ull);
+}
+std::string roundName(uint64_t key, uint32_t chunk, uint64_t iteration) {
+  return "key=" + std::to_string(key) + " chunk=" + std::to_string(chunk) +
+         " iteration=" + std::to_string(iteration);
+}
+}  // namespace
+
+Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward)
+    : index_(index),
+      options_(options),
+      metrics_(metrics),
+      forward_(std::move(forward)),
+      goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
+      goneReason_(static_cast<size_t>(options.numWorkers)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::post(Event event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(event));
+    metrics_.engineQueueDepth[static_cast<size_t>(index_)].store(queue_.size(),
+                                                                 std::memory_order_relaxed);
+  }
+  cv_.notify_one();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::run() {
+  std::vector<Event> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, Millis(50), [&] { return !queue_.empty() || stop_; });
+      if (queue_.empty() && stop_) break;
+      batch.swap(queue_);
+      metrics_.engineQueueDepth[static_cast<size_t>(index_)].store(0, std::memory_order_relaxed);
+    }
+    for (Event& e : batch) handle(e);
+    batch.clear();
+    tick();
+  }
+}
+
+void Engine::handle(Event& e) {
+  switch (e.kind) {
+    case Event::Kind::kPush: onPush(e); break;
+    case Event::Kind::kPull: onPull(e); break;
+    case Event::Kind::kForwardAck: onForwardAck(e); break;
+    case Event::Kind::kWorkerGone: onWorkerGone(e); break;
+    case Event::Kind::kBackupLost: onBackupLost(); break;
+    case Event::Kind::kDrain: failOpenRounds(e.reason); break;
+  }
+}
+
+Engine::Slot& Engine::slotFor(const wire::Header& h, bool* created) {
+  auto& ptr = slots_[slotId(h.key, h.chunkIndex)];
+  *created = ptr == nullptr;
+  if (!ptr) {
+    ptr = std::make_unique<Slot>();
+    Slot& s = *ptr;
+    s.key = h.key;
+    s.chunk = h.chunkIndex;
+    s.chunkCount = h.chunkCount;
+    s.dtype = h.dtype;
+    s.cur = options_.firstIteration;
+    const auto n = static_cast<size_t>(options_.numWorkers);
+    s.contribution.resize(n);
+    s.state.assign(n, 0);
+    s.pusher.resize(n);
+  }
+  return *ptr;
+}
+
+void Engine::onPush(Event& e) {
+  const wire::Header& h = e.header;
+  const bool forwarded = (h.opcode & ps::kPushForwarded) != 0;
+  const int rank = static_cast<int>(h.senderRank);
+  bool created = false;
+  Slot& s = slotFor(h, &created);
+  if (created) s.bytes = e.payload->size();
+  if (s.key != h.key || s.chunk != h.chunkIndex) {
+    // Two (key, chunk) pairs with one slot id: astronomically unlikely; refuse rather than mix.
+    e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
+    return;
+  }
+  if (h.dtype != s.dtype) {
+    e.peer->reject(metrics_, RejectReason::kWrongDType, h,
+                   "chunk has dtype " + std::string(dtypeName(s.dtype)) + ", got " +
+                       std::string(dtypeName(h.dtype)));
+    return;
+  }
+  if (e.payload->size() != s.bytes || h.chunkCount != s.chunkCount) {
+    e.peer->reject(metrics_, RejectReason::kWrongSize, h,
+                   "chunk has " + std::to_string(s.bytes) + " bytes of " +
+                       std::to_string(s.chunkCount) + " chunks, got " +
+                       std::to_string(e.payload->size()) + " bytes of " +
+                       std::to_string(h.chunkCount));
+    return;
+  }
+  const bool deliver = (h.opcode & ps::kPushDeliver) != 0;
+  if (h.iteration + 1 == s.cur && s.hasLast) {
+    // A resend for the round just finished (lost ack, or a failover): answer, never apply.
+    metrics_.chunksDuplicate.fetch_add(1, std::memory_order_relaxed);
+    if (forwarded) {
+      e.peer->sendControl(ps::ControlOp::kForwardAck, h);
+      return;
+    }
+    if (!s.lastFailure.empty()) {
+      e.peer->sendText(ps::ControlOp::kRoundFailed, h, s.lastFailure);
+      return;
+    }
+    e.peer->sendControl(ps::ControlOp::kAck, h);
+    if (deliver) e.peer->sendResult(metrics_, h, s.lastResult);
+    return;
+  }
+  if (h.iteration < s.cur) {
+    e.peer->reject(metrics_, RejectReason::kFinishedIteration, h,
+                   "the open round is iteration " + std::to_string(s.cur));
+    return;
+  }
+  if (h.iteration > s.cur) {
+    e.peer->reject(metrics_, RejectReason::kBeyondWindow, h,
+                   "the open round is iteration " + std::to_string(s.cur) +
+                       " and the window is 0 (one round at a time per chunk)");
+    return;
+  }
+  const bool average = (h.opcode & ps::kPushAverage) != 0;
+  if (s.present > 0 && average != s.average) {
+    e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                   std::string("the round is a ") + (s.average ? "average" : "sum"));
+    return;
+  }
+  const auto r = static_cast<size_t>(rank);
+  if (!forwarded) {
+    if (deliver) s.deliverTo.push_back(e.peer);
+    s.pusher[r] = e.peer;
+  }
+  if (s.state[r] != 0) {
+    // Duplicate within the open round: applied once; acked again once durable.
+    metrics_.chunksDuplicate.fetch_add(1, std::memory_order_relaxed);
+    if (forwarded) {
+      e.peer->sendControl(ps::ControlOp::kForwardAck, h);
+    } else if (s.state[r] == 2) {
+      e.peer->sendControl(ps::ControlOp::kAck, h);
+    }
+    return;
+  }
+  if (!s.open()) {
+    s.openedNs = nowNs();
+    openRounds_.fetch_add(1, std::memory_order_relaxed);
+    metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.average = average;
+  s.contribution[r] = e.payload;
+  s.present++;
+  metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+  if (forwarded) {
+    // This daemon is the backup: applied here is durable; tell the primary.
+    metrics_.forwardedApplied.fetch_add(1, std::memory_order_relaxed);
+    s.state[r] = 1;
+    e.peer->sendControl(ps::ControlOp::kForwardAck, h);
+    markDurable(s, rank);
+    return;
+  }
+  s.state[r] = 1;
+  wire::Header fh = h;
+  fh.opcode = static_cast<uint8_t>((h.opcode & ps::kPushAverage) | ps::kPushForwarded);
+  if (forward_ && forward_(fh, e.payload)) {
+    metrics_.chunksForwarded.fetch_add(1, std::memory_order_relaxed);
+    return;  // durable when the backup acks (onForwardAck)
+  }
+  markDurable(s, rank);
+}
+
+void Engine::markDurable(Slot& s, int rank) {
+  const auto r = static_cast<size_t>(rank);
+  if (s.state[r] != 1) return;
+  s.state[r] = 2;
+  s.durable++;
+  if (s.pusher[r]) {
+    wire::Header about;
+    about.key = s.key;
+    about.chunkIndex = s.chunk;
+    about.chunkCount = s.chunkCount;
+    about.iteration = s.cur;
+    about.dtype = s.dtype;
+    about.senderRank = static_cast<uint32_t>(rank);
+    s.pusher[r]->sendControl(ps::ControlOp::kAck, about);
+  }
+  maybeComplete(s);
+}
+
+void Engine::onForwardAck(const Event& e) {
+  const wire::Header& h = e.header;
+  auto it = slots_.find(slotId(h.key, h.chunkIndex));
+  if (it == slots_.end()) return;
+  Slot& s = *it->second;
+  if (h.iteration != s.cur || h.senderRank >= static_cast<uint32_t>(options_.numWorkers)) return;
+  markDurable(s, static_cast<int>(h.senderRank));
+}
+
+void Engine::onBackupLost() {
+  for (auto& [id, slot] : slots_) {
+    for (int r = 0; r < options_.numWorkers; ++r) markDurable(*slot, r);
+  }
+}
+
+void Engine::maybeComplete(Slot& s) {
+  if (s.durable == options_.numWorkers) complete(s);
+}
+
+void Engine::complete(Slot& s) {
+  std::vector<const uint8_t*> inputs(static_cast<size_t>(options_.numWorkers));
+  for (size_t r = 0; r < inputs.size(); ++r) inputs[r] = s.contribution[r]->data();
+  auto result = std::make_shared<std::vector<uint8_t>>(s.bytes);
+  reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
+  wire::Header about;
+  about.key = s.key;
+  about.chunkIndex = s.chunk;
+  about.chunkCount = s.chunkCount;
+  about.iteration = s.cur;
+  about.dtype = s.dtype;
+  std::shared_ptr<const std::vector<uint8_t>> shared = result;
+  for (const auto& peer : s.deliverTo) peer->sendResult(metrics_, about, shared);
+  for (const auto& [peer, h] : s.pullers) peer->sendResult(metrics_, h, shared);
+  s.hasLast = true;
+  s.lastResult = std::move(shared);
+  s.lastFailure.clear();
+  metrics_.roundsCompleted.fetch_add(1, std::memory_order_relaxed);
+  resetRound(s);
+}
+
+void Engine::resetRound(Slot& s) {
+  if (s.open()) {
+    openRounds_.fetch_sub(1, std::memory_order_relaxed);
+    metrics_.openRounds.fetch_sub(1, std::memory_order_relaxed);
+  }
+  for (auto& c : s.contribution) c.reset();
+  for (auto& p : s.pusher) p.reset();
+  std::fill(s.state.begin(), s.state.end(), 0);
+  s.deliverTo.clear();
+  s.pullers.clear();
+  s.present = 0;
+  s.durable = 0;
+  s.cur++;
+}
+
+void Engine::onPull(Event& e) {
+  const wire::Header& h = e.header;
+  bool created = false;
+  Slot& s = slotFor(h, &created);
+  if (!created && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {
+    e.peer->reject(metrics_, RejectReason::kWrongDType, h, "pull does not match the chunk");
+    return;
+  }
+  if (h.iteration + 1 == s.cur && s.hasLast) {
+    if (!s.lastFailure.empty()) {
+      e.peer->sendText(ps::ControlOp::kRoundFailed, h, s.lastFailure);
+    } else {
+      e.peer->sendResult(metrics_, h, s.lastResult);
+    }
+    return;
+  }
+  if (h.iteration != s.cur) {
+    e.peer->reject(metrics_,
+                   h.iteration < s.cur ? RejectReason::kFinishedIteration
+                                       : RejectReason::kBeyondWindow,
+                   h, "the open round is iteration " + std::to_string(s.cur));
+    return;
+  }
+  if (!s.open()) {
+    s.openedNs = nowNs();
+    openRounds_.fetch_add(1, std::memory_order_relaxed);
+    metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.pullers.emplace_back(e.peer, h);
+}
+
+void Engine::onWorkerGone(const Event& e) {
+  const auto r = static_cast<size_t>(e.rank);
+  if (r >= goneSinceNs_.size()) return;
+  goneSinceNs_[r] = nowNs();
+  goneReason_[r] = e.reason;
+}
+
+std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) const {
+  std::ostringstream os;
+  *anyGone = false;
+  bool first = true;
+  for (size_t r = 0; r < s.state.size(); ++r) {
+    if (s.state[r] == 2) continue;
+    os << (first ? "" : ", ") << "worker " << r;
+    first = false;
+    if (s.state[r] == 1) {
+      os << " (waiting for the backup's ack)";
+    } else if (goneSinceNs_[r] != 0) {
+      os << " (connection lost " << (now - goneSinceNs_[r]) / 1000000 << " ms ago: "
+         << goneReason_[r] << ")";
+      *anyGone = true;
+    } else {
+      os << " (connected, not yet pushed)";
+    }
+  }
+  return os.str();
+}
+
+void Engine::tick() {
+  const int64_t now = nowNs();
+  for (auto& [id, slot] : slots_) {
+    Slot& s = *slot;
+    if (!s.open()) continue;
+    bool gone = false;
+    int64_t goneFor = -1;
+    for (size_t r = 0; r < s.state.size(); ++r) {
+      if (s.state[r] == 0 && goneSinceNs_[r] != 0) {
+        gone = true;
+        goneFor = std::max(goneFor, (now - goneSinceNs_[r]) / 1000000);
+      }
+    }
+    const int64_t openFor = (now - s.openedNs) / 1000000;
+    if ((gone && goneFor >= options_.deadWorkerMs) || openFor >= options_.roundTimeoutMs) {
+      bool anyGone = false;
+      std::string missing = missingWorkers(s, now, &anyGone);
+      failRound(s, "round " + roundName(s.key, s.chunk, s.cur) + " released after " +
+                       std::to_string(openFor) + " ms, missing " + missing);
+    }
+  }
+}
+
+void Engine::failRound(Slot& s, const std::string& why) {
+  COFAB_LOG(kWarn, "aggd") << why;
+  wire::Header about;
+  about.key = s.key;
+  about.chunkIndex = s.chunk;
+  about.chunkCount = s.chunkCount;
+  about.iteration = s.cur;
+  about.dtype = s.dtype;
+  for (const auto& p : s.pusher) {
+    if (p) p->sendText(ps::ControlOp::kRoundFailed, about, why);
+  }
+  for (const auto& [peer, h] : s.pullers) peer->sendText(ps::ControlOp::kRoundFailed, h, why);
+  s.hasLast = true;
+  s.lastResult.reset();
+  s.lastFailure = why;
+  metrics_.roundsFailed.fetch_add(1, std::memory_order_relaxed);
+  resetRound(s);
+}
+
+void Engine::failOpenRounds(const std::string& why) {
+  for (auto& [id, slot] : slots_) {
+    if (slot->open()) {
+      failRound(*slot, "round " + roundName(slot->key, slot->chunk, slot->cur) + ": " + why);
+    }
+  }
+}
+
+}  // namespace cofab::aggregator

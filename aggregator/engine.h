@@ -1,0 +1,109 @@
+// Engine: one aggregation shard thread. Every (key, chunk) slot is pinned to exactly one engine
+// (AggregatorServer::engineFor), so slot state is touched by that thread only and needs no lock;
+// the only lock is the event queue's, taken once per batch by the engine.
+//
+// A slot runs one round at a time: round `cur` collects one contribution per worker (buffered,
+// deduplicated by rank), and completes when all `numWorkers` are durable (applied here and, with
+// replication, acknowledged by the backup); then it reduces in rank order (reducer.h), answers
+// the waiting pullers / push-back contributors, keeps the result for late duplicates and pulls,
+// and moves on to cur + 1. Pushes for the round just finished are answered from that result
+// (a retransmission or a failover resend); older ones are rejected as finished, newer ones as
+// beyond the window. A round missing a worker whose connection broke is released after
+// deadWorkerMs, one missing live workers after roundTimeoutMs: everyone waiting gets kRoundFailed
+// naming the missing workers.
+//
+// Events are posted from transport I/O threads (post()); results and acks are sent from the
+// engine thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "aggregator/metrics.h"
+#include "aggregator/peer.h"
+#include "core/status.h"
+#include "fabric/wire/header.h"
+
+namespace cofab::aggregator {
+
+struct EngineOptions {
+  int numWorkers = 1;
+  uint64_t firstIteration = 0;
+  int64_t roundTimeoutMs = 60000;
+  int64_t deadWorkerMs = 2000;
+};
+
+using Payload = std::shared_ptr<std::vector<uint8_t>>;
+
+struct Event {
+  enum class Kind : uint8_t { kPush, kPull, kForwardAck, kWorkerGone, kBackupLost, kDrain };
+  Kind kind = Kind::kPush;
+  std::shared_ptr<Peer> peer;
+  wire::Header header;
+  Payload payload;
+  int rank = -1;
+  std::string reason;
+};
+
+// Forwards a contribution to the backup; false when there is no live backup (then the
+// contribution is durable at once).
+using ForwardFn = std::function<bool(const wire::Header&, const Payload&)>;
+
+class Engine {
+ public:
+  Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward);
+  ~Engine();  // stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void post(Event event);
+  // Rounds with contributions or pullers still waiting (approximate, for draining).
+  uint64_t openRounds() const { return openRounds_.load(std::memory_order_relaxed); }
+  // Finishes the queue and joins the thread.
+  void stop();
+
+ private:
+  struct Slot;
+  void run();
+  void handle(Event& e);
+  void onPush(Event& e);
+  void onPull(Event& e);
+  void onForwardAck(const Event& e);
+  void onWorkerGone(const Event& e);
+  void onBackupLost();
+  void failOpenRounds(const std::string& why);
+  void tick();
+  Slot& slotFor(const wire::Header& h, bool* created);
+  void markDurable(Slot& slot, int rank);
+  void maybeComplete(Slot& slot);
+  void complete(Slot& slot);
+  void failRound(Slot& slot, const std::string& why);
+  void resetRound(Slot& slot);
+  std::string missingWorkers(const Slot& slot, int64_t now, bool* anyGone) const;
+
+  const int index_;
+  const EngineOptions options_;
+  Metrics& metrics_;
+  ForwardFn forward_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Event> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+
+  // Engine-thread state.
+  std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;  // by slotId(key, chunk)
+  std::vector<int64_t> goneSinceNs_;                           // 0: connected
+  std::vector<std::string> goneReason_;
+  std::atomic<uint64_t> openRounds_{0};
+};
+
+}  // namespace cofab::aggregator

@@ -1,0 +1,94 @@
+#include "aggregator/metrics.h"
+
+#include <sstream>
+
+namespace cofab::aggregator {
+
+Metrics::Metrics(int workers, int engines)
+    : workerIteration(new std::atomic<uint64_t>[static_cast<size_t>(workers)]),
+      engineQueueDepth(new std::atomic<uint64_t>[static_cast<size_t>(engines)]),
+      numWorkers(workers),
+      numEngines(engines) {
+  for (auto& r : rejects) r.store(0);
+  for (int i = 0; i < workers; ++i) workerIteration[static_cast<size_t>(i)].store(0);
+  for (int i = 0; i < engines; ++i) engineQueueDepth[static_cast<size_t>(i)].store(0);
+}
+
+void Metrics::noteWorkerIteration(int rank, uint64_t iteration) {
+  auto& slot = workerIteration[static_cast<size_t>(rank)];
+  uint64_t seen = slot.load(std::memory_order_relaxed);
+  while (iteration + 1 > seen &&
+         !slot.compare_exchange_weak(seen, iteration + 1, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Metrics::rejectsTotal() const {
+  uint64_t n = 0;
+  for (const auto& r : rejects) n += r.load(std::memory_order_relaxed);
+  return n;
+}
+
+namespace {
+void counter(std::ostringstream& os, const char* name, const char* help, uint64_t v,
+             const std::string& labels) {
+  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n"
+     << name << '{' << labels << "} " << v << '\n';
+}
+}  // namespace
+
+std::string Metrics::render(int serverId, bool draining) const {
+  std::ostringstream os;
+  const std::string id = "aggregator=\"" + std::to_string(serverId) + "\"";
+  os << "# HELP cofab_agg_up 1 while the daemon serves, 0 while it drains\n"
+        "# TYPE cofab_agg_up gauge\ncofab_agg_up{"
+     << id << "} " << (draining ? 0 : 1) << '\n';
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  counter(os, "cofab_agg_rounds_completed_total", "rounds reduced and answered",
+          ld(roundsCompleted), id);
+  counter(os, "cofab_agg_rounds_failed_total", "rounds released without a result",
+          ld(roundsFailed), id);
+  counter(os, "cofab_agg_bytes_in_total", "chunk payload bytes received", ld(bytesIn), id);
+  counter(os, "cofab_agg_bytes_out_total", "result payload bytes sent", ld(bytesOut), id);
+  counter(os, "cofab_agg_chunks_applied_total", "contributions applied", ld(chunksApplied), id);
+  counter(os, "cofab_agg_chunks_duplicate_total", "retransmitted contributions answered, not applied",
+          ld(chunksDuplicate), id);
+  counter(os, "cofab_agg_chunks_forwarded_total", "contributions replicated to the backup",
+          ld(chunksForwarded), id);
+  counter(os, "cofab_agg_forwarded_applied_total", "contributions received as a backup",
+          ld(forwardedApplied), id);
+  counter(os, "cofab_agg_connections_accepted_total", "connections accepted",
+          ld(connectionsAccepted), id);
+  counter(os, "cofab_agg_connections_broken_total", "connections that failed",
+          ld(connectionsBroken), id);
+  counter(os, "cofab_agg_workers_lost_total", "workers whose connection broke without goodbye",
+          ld(workersLost), id);
+  os << "# HELP cofab_agg_rejects_total chunks rejected, by reason\n"
+        "# TYPE cofab_agg_rejects_total counter\n";
+  for (uint8_t r = 1; r <= ps::kMaxRejectReason; ++r) {
+    os << "cofab_agg_rejects_total{" << id << ",reason=\""
+       << ps::rejectReasonName(static_cast<ps::RejectReason>(r)) << "\"} " << ld(rejects[r])
+       << '\n';
+  }
+  os << "# HELP cofab_agg_open_rounds rounds with contributions waiting for the rest\n"
+        "# TYPE cofab_agg_open_rounds gauge\ncofab_agg_open_rounds{"
+     << id << "} " << ld(openRounds) << '\n';
+  os << "# HELP cofab_agg_engine_queue_depth events queued per engine thread\n"
+        "# TYPE cofab_agg_engine_queue_depth gauge\n";
+  for (int e = 0; e < numEngines; ++e) {
+    os << "cofab_agg_engine_queue_depth{" << id << ",engine=\"" << e << "\"} "
+       << ld(engineQueueDepth[static_cast<size_t>(e)]) << '\n';
+  }
+  uint64_t newest = 0;
+  for (int w = 0; w < numWorkers; ++w) {
+    newest = std::max(newest, ld(workerIteration[static_cast<size_t>(w)]));
+  }
+  os << "# HELP cofab_agg_worker_lag_iterations newest iteration pushed by any worker minus this "
+        "worker's\n# TYPE cofab_agg_worker_lag_iterations gauge\n";
+  for (int w = 0; w < numWorkers; ++w) {
+    os << "cofab_agg_worker_lag_iterations{" << id << ",worker=\"" << w << "\"} "
+       << newest - ld(workerIteration[static_cast<size_t>(w)]) << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace cofab::aggregator

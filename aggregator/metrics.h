@@ -1,0 +1,52 @@
+// Metrics: the aggregator daemon's counters and gauges, rendered in Prometheus text format for
+// the /metrics endpoint.
+//
+// Updated with relaxed atomics from the transport I/O threads and the engine threads (no locks
+// on the hot path); read by the HTTP thread. Owned by AggregatorServer.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fabric/ps/ps_protocol.h"
+
+namespace cofab::aggregator {
+
+struct Metrics {
+  explicit Metrics(int numWorkers, int numEngines);
+
+  std::atomic<uint64_t> roundsCompleted{0};
+  std::atomic<uint64_t> roundsFailed{0};
+  std::atomic<uint64_t> bytesIn{0};
+  std::atomic<uint64_t> bytesOut{0};
+  std::atomic<uint64_t> chunksApplied{0};
+  std::atomic<uint64_t> chunksDuplicate{0};
+  std::atomic<uint64_t> chunksForwarded{0};
+  std::atomic<uint64_t> forwardedApplied{0};
+  std::atomic<uint64_t> connectionsAccepted{0};
+  std::atomic<uint64_t> connectionsBroken{0};
+  std::atomic<uint64_t> workersLost{0};
+  std::atomic<uint64_t> backupLost{0};
+  std::atomic<uint64_t> openRounds{0};
+  std::array<std::atomic<uint64_t>, ps::kMaxRejectReason + 1> rejects{};
+  // Highest iteration each worker has pushed (+1; 0 = nothing yet): lag = max - this.
+  std::unique_ptr<std::atomic<uint64_t>[]> workerIteration;
+  std::unique_ptr<std::atomic<uint64_t>[]> engineQueueDepth;
+  int numWorkers;
+  int numEngines;
+
+  void noteReject(ps::RejectReason reason) {
+    rejects[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+  }
+  void noteWorkerIteration(int rank, uint64_t iteration);
+  uint64_t rejectsTotal() const;
+
+  // Prometheus text exposition (version 0.0.4); `up` and `draining` describe the daemon.
+  std::string render(int serverId, bool draining) const;
+};
+
+}  // namespace cofab::aggregator

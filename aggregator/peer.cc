@@ -1,0 +1,39 @@
+#include "aggregator/peer.h"
+
+namespace cofab::aggregator {
+
+void Peer::sendControl(ps::ControlOp op, const wire::Header& about) const {
+  conn->send(ps::controlHeader(op, about), nullptr, 0, [](const Status&) {});
+}
+
+void Peer::sendText(ps::ControlOp op, const wire::Header& about, std::string_view text) const {
+  auto payload = std::make_shared<std::string>(text);
+  conn->send(ps::controlHeader(op, about), payload->data(), payload->size(),
+             [payload](const Status&) {});
+}
+
+void Peer::reject(Metrics& metrics, ps::RejectReason reason, const wire::Header& about,
+                  std::string_view text) const {
+  metrics.noteReject(reason);
+  auto payload = std::make_shared<std::string>();
+  payload->push_back(static_cast<char>(reason));
+  payload->append(text);
+  conn->send(ps::controlHeader(ps::ControlOp::kReject, about), payload->data(), payload->size(),
+             [payload](const Status&) {});
+}
+
+void Peer::sendResult(Metrics& metrics, const wire::Header& about,
+                      const std::shared_ptr<const std::vector<uint8_t>>& result) const {
+  wire::Header h;
+  h.type = wire::MessageType::kPullReply;
+  h.key = about.key;
+  h.chunkIndex = about.chunkIndex;
+  h.chunkCount = about.chunkCount;
+  h.iteration = about.iteration;
+  h.dtype = about.dtype;
+  h.senderRank = about.senderRank;
+  metrics.bytesOut.fetch_add(result->size(), std::memory_order_relaxed);
+  conn->send(h, result->data(), result->size(), [result](const Status&) {});
+}
+
+}  // namespace cofab::aggregator

@@ -1,0 +1,39 @@
+// Peer: the daemon's view of one accepted connection (a worker, or a primary daemon forwarding
+// to this one as its backup) plus helpers to answer it.
+//
+// Shared between the connection's receive loop (transport I/O thread) and the engine threads
+// that answer it (shared_ptr). Sends are thread-safe (Connection contract); payload memory is
+// kept alive by the send callback.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "aggregator/metrics.h"
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/transport/connection.h"
+
+namespace cofab::aggregator {
+
+struct Peer {
+  std::shared_ptr<transport::Connection> conn;
+  int workerRank = -1;     // "worker N" in the handshake, N < workers; else -1
+  int aggregatorId = -1;   // "agg N": a primary that replicates to this daemon
+  std::atomic<bool> goodbye{false};
+  std::atomic<bool> active{false};  // has had a push accepted (it is that rank's live link)
+
+  std::string describe() const { return conn ? conn->describe() : "(no connection)"; }
+
+  void sendControl(ps::ControlOp op, const wire::Header& about) const;
+  // kReject with the reason byte and text; counts it.
+  void reject(Metrics& metrics, ps::RejectReason reason, const wire::Header& about,
+              std::string_view text) const;
+  void sendText(ps::ControlOp op, const wire::Header& about, std::string_view text) const;
+  void sendResult(Metrics& metrics, const wire::Header& about,
+                  const std::shared_ptr<const std::vector<uint8_t>>& result) const;
+};
+
+}  // namespace cofab::aggregator

@@ -1,0 +1,147 @@
+// cofab-aggd as real processes: results against a serial reference over many tensors, sizes,
+// dtypes, ops and deliveries; metrics; SIGTERM drains and exits 0.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include "fabric/ps/push_pull.h"
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/test_data.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+struct TensorSpec {
+  uint64_t key;
+  size_t count;
+  DType dtype;
+  bool average;
+};
+
+std::vector<TensorSpec> manyTensors() {
+  const size_t sizes[] = {1, 7, 1000, 1024, 1025, 5000, 20000, 3, 4096, 777};
+  const DType dtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+  std::vector<TensorSpec> out;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    out.push_back({100 + i, sizes[i], dtypes[i % 4], i % 3 == 1});
+  }
+  return out;
+}
+
+struct Case {
+  int servers;
+  ps::Delivery delivery;
+};
+
+class PushPullReferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PushPullReferenceTest, BitExactAgainstSerialReference) {
+  const int kWorkers = 3;
+  const int kIterations = 3;
+  DaemonCluster cluster(GetParam().servers, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  const auto tensors = manyTensors();
+  // outputs[rank][iteration][tensor]
+  std::vector<std::vector<std::vector<std::vector<uint8_t>>>> outputs(kWorkers);
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = 4096;  // many chunks per tensor, spread over every daemon
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    auto& mine = outputs[static_cast<size_t>(rank)];
+    for (int it = 0; it < kIterations; ++it) {
+      std::vector<std::vector<uint8_t>> in, out;
+      std::vector<ps::PushPullHandle> handles;
+      for (const auto& t : tensors) {
+        in.push_back(makeTensor(t.dtype, t.count, rank, t.key, static_cast<uint64_t>(it)));
+        out.emplace_back(in.back().size());
+      }
+      // Batched: all tensors in flight at once, waited on afterwards.
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        ps::PushPullOptions po;
+        po.op = tensors[i].average ? ps::ReduceOp::kAverage : ps::ReduceOp::kSum;
+        po.delivery = GetParam().delivery;
+        handles.push_back(client->pushPull(
+            tensors[i].key, TensorView(in[i].data(), tensors[i].count, tensors[i].dtype),
+            TensorView(out[i].data(), tensors[i].count, tensors[i].dtype), po));
+      }
+      for (auto& h : handles) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(30000)));
+      mine.push_back(std::move(out));
+    }
+    client->close();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  for (int it = 0; it < kIterations; ++it) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < kWorkers; ++r) {
+        inputs.push_back(makeTensor(tensors[i].dtype, tensors[i].count, r, tensors[i].key,
+                                    static_cast<uint64_t>(it)));
+      }
+      const auto expected = referenceReduce(tensors[i].dtype, tensors[i].average, inputs);
+      for (int r = 0; r < kWorkers; ++r) {
+        ASSERT_EQ(outputs[static_cast<size_t>(r)][static_cast<size_t>(it)][i], expected)
+            << "worker " << r << " iteration " << it << " key " << tensors[i].key << " dtype "
+            << dtypeName(tensors[i].dtype) << " count " << tensors[i].count;
+      }
+    }
+  }
+  double rounds = 0;
+  for (int s = 0; s < cluster.servers(); ++s) {
+    auto v = cluster.metric(s, "cofab_agg_rounds_completed_total");
+    ASSERT_TRUE(v.ok()) << v.status();
+    rounds += *v;
+  }
+  size_t chunks = 0;
+  for (const auto& t : tensors) {
+    chunks += ps::chunkLayout(t.count, dtypeSize(t.dtype), 4096).chunkCount;
+  }
+  EXPECT_EQ(rounds, static_cast<double>(chunks * kIterations));
+}
+
+INSTANTIATE_TEST_SUITE_P(Deployments, PushPullReferenceTest,
+                         ::testing::Values(Case{1, ps::Delivery::kPushBack},
+                                           Case{1, ps::Delivery::kPull},
+                                           Case{3, ps::Delivery::kPushBack},
+                                           Case{3, ps::Delivery::kPull}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.servers) + "servers_" +
+                                  (info.param.delivery == ps::Delivery::kPull ? "pull" : "push");
+                         });
+
+TEST(DaemonLifecycle, HealthMetricsAndSigtermExitsZero) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto health = cluster.httpGet(0, "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "ok\n");
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    std::vector<float> x(1000, static_cast<float>(rank + 1));
+    COFAB_RETURN_IF_ERROR(client->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
+                                           TensorView::of(x.data(), x.size(), DType::kF32))
+                              .wait(Deadline::afterMs(20000)));
+    if (x[999] != 3.0f) return Internal("sum is " + std::to_string(x[999]));
+    client->close();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  auto rounds = cluster.metric(0, "cofab_agg_rounds_completed_total");
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  EXPECT_EQ(*rounds, 1);
+  auto bytesIn = cluster.metric(0, "cofab_agg_bytes_in_total");
+  ASSERT_TRUE(bytesIn.ok());
+  EXPECT_EQ(*bytesIn, 2 * 4000);
+  auto lag = cluster.metric(0, "cofab_agg_worker_lag_iterations", "worker=\"1\"");
+  ASSERT_TRUE(lag.ok()) << lag.status();
+  EXPECT_EQ(*lag, 0);
+  auto lost = cluster.metric(0, "cofab_agg_workers_lost_total");
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(*lost, 0) << "an orderly close() must not count as a lost worker";
+  cluster.signal(0, SIGTERM);
+  EXPECT_EQ(cluster.wait(0, Deadline::afterMs(20000)), 0);
+}
+
+}  // namespace
+}  // namespace cofab::testing
