@@ -143,21 +143,37 @@ TEST_F(GpuKernelTest, CodedMatmulOnTheDeviceMatchesTheCpu) {
   ASSERT_TRUE(cm.ok());
   const int64_t rows = 120, inner = 64, cols = 40;
   auto a = randomFloats(rows * inner, 3), b = randomFloats(inner * cols, 4);
-  auto enc = cm->encode({a.data(), rows, inner, 0});  // encode on the host, tasks on the GPU
+  auto enc = cm->encode({a.data(), rows, inner, 0});  // the host encoding, for comparison
   ASSERT_TRUE(enc.ok());
   const int64_t br = enc->blockRows();
+  const size_t blockElems = static_cast<size_t>(br * inner);
+  // Encode on the device: parity (2 x blockElems) = P (2 x 6) x systematic blocks (6 x blockElems).
+  DeviceBuffer dblocks = upload(enc->block(0).data, 8 * blockElems * 4);
+  std::vector<float> p;
+  for (int i = 6; i < 8; ++i) {
+    for (int j = 0; j < 6; ++j) p.push_back(static_cast<float>(cm->code().at(i, j)));
+  }
+  DeviceBuffer dp = upload(p.data(), p.size() * 4);
+  auto* blocks = static_cast<float*>(dblocks.data());
+  ASSERT_TRUE(gemmF32({.a = static_cast<float*>(dp.data()), .b = blocks,
+                       .c = blocks + 6 * blockElems, .m = 2, .n = static_cast<int64_t>(blockElems),
+                       .k = 6, .device = Device::cuda(0), .stream = stream_->handle()})
+                  .ok());
+  auto parity = download<float>(dblocks, 8 * blockElems);
+  for (size_t i = 6 * blockElems; i < 8 * blockElems; ++i) {
+    ASSERT_NEAR(parity[i], enc->block(0).data[i], 1e-5f) << i;
+  }
   DeviceBuffer db = upload(b.data(), b.size() * 4);
   std::vector<DeviceBuffer> outs;
   for (int t = 0; t < 8; ++t) {
-    DeviceBuffer blk = upload(enc->block(t).data, br * inner * 4);
     auto out = DeviceBuffer::allocate(br * cols * 4, 0);
-    ASSERT_TRUE(gemmF32({.a = static_cast<float*>(blk.data()), .b = static_cast<float*>(db.data()),
+    ASSERT_TRUE(gemmF32({.a = blocks + t * blockElems, .b = static_cast<float*>(db.data()),
                          .c = static_cast<float*>(out->data()), .m = br, .n = cols, .k = inner,
                          .device = Device::cuda(0), .stream = stream_->handle()})
                     .ok());
     outs.push_back(std::move(out).value());
-    ASSERT_TRUE(stream_->synchronize().ok());
   }
+  ASSERT_TRUE(stream_->synchronize().ok());
   // Tasks 0 and 3 straggle: decode blocks 0 and 3 from tasks {1, 2, 4, 5, 6, 7} on the device.
   std::vector<int> used = {1, 2, 4, 5, 6, 7}, missing = {0, 3};
   auto d = cm->code().decodeCoefficients(used, missing);
