@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds cofab with every optional backend off (no ISA-L, DPDK, RDMA verbs headers or CUDA) and
+# runs the unit tests there: the portable fallbacks must build and pass on their own.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export BUILD_DIR=${BUILD_DIR:-$root/build-minimal}
+bash "$root/scripts/build.sh" -DCOFAB_WITH_ISAL=OFF -DCOFAB_WITH_DPDK=OFF -DCOFAB_WITH_RDMA=OFF \
+  -DCOFAB_WITH_CUDA=OFF -DCOFAB_BUILD_BENCH=OFF
+grep -q 'ISA-L=0 DPDK=0 RDMA=0 CUDA=0' "$BUILD_DIR/configure.log" || {
+  echo "check_minimal_build: a backend was not switched off"; exit 1; }
+cd "$BUILD_DIR"
+ctest -j2 --output-on-failure --timeout 300 -L unit
