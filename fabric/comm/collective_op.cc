@@ -139,7 +139,9 @@ void CollectiveOp::onRecvDone(uint64_t tag, const Status& s, const wire::Header&
   }
   if (!failed_) {
     if (!s.ok()) {
-      fail(transportError(peer, s, h, false), peer);
+      Status e = transportError(peer, s, h, false);
+      // A desync seen through a size mismatch is this rank's own finding, not the peer's.
+      fail(e, e.code() == StatusCode::kInvalidArgument ? -1 : peer);
     } else if (Status bad = checkHeader(sig_, rank_, peer, index, messagesFrom(peer), h);
                !bad.ok()) {
       fail(bad);

@@ -1,7 +1,10 @@
 #include "fabric/comm/communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <set>
 
 #include "core/log.h"
@@ -40,6 +43,19 @@ int parsePeerRank(const std::string& prefix, const std::string& id) {
   const long v = std::strtol(id.c_str() + head.size(), &end, 10);
   if (end == id.c_str() + head.size() || *end != '\0' || v < 0 || v > INT32_MAX) return -1;
   return static_cast<int>(v);
+}
+
+// A peer that dies while this rank writes to it must be an error status, not SIGPIPE killing
+// the process: the tcp transport writes with writev(), which cannot pass MSG_NOSIGNAL. Once per
+// process, and only if the application left SIGPIPE at its default (like gRPC does).
+void ignoreSigpipeOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
 }
 
 Duration orParam(Duration d, const IntParam& param) {
@@ -90,6 +106,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   }
   if (store == nullptr) return InvalidArgument("communicator: store is null");
   if (size > 1 && context == nullptr) return InvalidArgument("communicator: context is null");
+  if (size > 1) ignoreSigpipeOnce();
   const Deadline deadline = Deadline::after(orParam(options.setupTimeout, kSetupTimeoutMs));
   // Every (re)creation under one name gets a fresh namespace, so addresses left in the store
   // by an earlier communicator of the same name are never read.
@@ -384,24 +401,24 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
 void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool timeout) {
   if (timeout) {
     status = timeoutStatus(op);
-  } else if (peer >= 0 && peer != rank_) {
-    // The peer may have failed first for a reason it published: report that cause instead of
-    // "connection closed".
+  } else if (peer >= 0 && peer != rank_ &&
+             (status.code() == StatusCode::kRemoteError || status.code() == StatusCode::kIoError ||
+              status.code() == StatusCode::kCancelled)) {
+    // The peer may have failed first for a reason it publishes (its transport can close the
+    // connection before its failure procedure has written the cause): wait a little for it,
+    // and report that cause instead of "connection closed". A dead peer never writes it.
     const std::string key = failKey(0, peer);
-    auto there = store_.check({key});
-    if (there.ok() && *there) {
-      auto text = store_.get(key, Deadline::afterMs(1000));
-      if (text.ok()) {
-        const std::string t = toString(*text);
-        const size_t nl = t.find('\n');
-        const int code = std::atoi(t.substr(0, nl).c_str());
-        std::string message = nl == std::string::npos ? t : t.substr(nl + 1);
-        if (message.find("(reported by rank") == std::string::npos) {
-          message += " (reported by rank " + std::to_string(peer) + ")";
-        }
-        if (code > 0 && code <= static_cast<int>(StatusCode::kInternal)) {
-          status = Status(static_cast<StatusCode>(code), message);
-        }
+    auto text = store_.get(key, Deadline::after(diagnosticGrace()));
+    if (text.ok()) {
+      const std::string t = toString(*text);
+      const size_t nl = t.find('\n');
+      const int code = std::atoi(t.substr(0, nl).c_str());
+      std::string message = nl == std::string::npos ? t : t.substr(nl + 1);
+      if (message.find("(reported by rank") == std::string::npos) {
+        message += " (reported by rank " + std::to_string(peer) + ")";
+      }
+      if (code > 0 && code <= static_cast<int>(StatusCode::kInternal)) {
+        status = Status(static_cast<StatusCode>(code), message);
       }
     }
   }

@@ -1,0 +1,59 @@
+// Shared by the collective benchmarks (cofab's and the Gloo / Open MPI peers): command-line
+// sizes, iteration counts, and the nccl-tests bandwidth definitions, so every program measures
+// the same way: barrier, `iters` back-to-back operations, the slowest rank's time / iters.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cofab::bench {
+
+// "4K,64K,1M,64M" -> bytes. K/M/G are binary.
+inline std::vector<size_t> parseSizes(const std::string& text) {
+  std::vector<size_t> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    size_t v = std::strtoull(item.c_str(), &end, 10);
+    if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+    if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+    if (end && (*end == 'G' || *end == 'g')) v <<= 30;
+    out.push_back(v);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+inline const char* kDefaultSizes = "4K,64K,1M,16M,64M,256M";
+
+// Enough iterations for a stable mean without spending minutes on 256 MiB.
+inline int itersFor(size_t bytes) {
+  const size_t budget = size_t{384} << 20;
+  size_t it = bytes == 0 ? 200 : budget / bytes;
+  if (it < 3) it = 3;
+  if (it > 200) it = 200;
+  return static_cast<int>(it);
+}
+
+// nccl-tests: algbw = bytes / time; busbw = algbw * factor.
+inline double busFactor(std::string_view op, int ranks) {
+  if (op == "allreduce") return 2.0 * (ranks - 1) / ranks;
+  if (op == "allgather") return static_cast<double>(ranks - 1) / ranks;
+  return 1.0;  // broadcast
+}
+
+inline std::string argValue(int argc, char** argv, const std::string& name, const std::string& def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return argv[i + 1];
+  }
+  return def;
+}
+
+}  // namespace cofab::bench

@@ -1,0 +1,246 @@
+// Failure and desync diagnostics on threads as ranks: mismatched collectives, counts, dtypes
+// and sequences fail with InvalidArgument on every rank (never a wrong result or a hang), a
+// rank that never arrives is named in DeadlineExceeded with the sequence number, abort() fails
+// everyone, setup names the ranks that never showed up; plus split and 1-rank communicators.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/param.h"
+#include "fabric/comm/collectives.h"
+#include "fabric/rendezvous/hash_store.h"
+#include "tests/fabric/comm/comm_test_util.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::comm {
+namespace {
+
+using cofab::testing::runThreadRanks;
+
+std::string describe(const std::vector<Status>& st) {
+  std::string s;
+  for (size_t r = 0; r < st.size(); ++r) s += "\n  rank " + std::to_string(r) + ": " + st[r].toString();
+  return s;
+}
+
+struct Group {
+  HashStore store;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+std::unique_ptr<Group> makeGroup(int n) {
+  auto g = std::make_unique<Group>();
+  auto comms = testing::makeComms(n, &g->store, "tcp");
+  EXPECT_TRUE(comms.ok()) << comms.status();
+  if (!comms.ok()) return nullptr;
+  g->comms = std::move(comms).value();
+  return g;
+}
+
+AllreduceOptions quick(ReduceOp op = ReduceOp::kSum) {
+  AllreduceOptions o;
+  o.op = op;
+  o.timeout = Millis(10000);
+  return o;
+}
+
+// Every rank fails with InvalidArgument, and at least one message names the mismatch. The
+// 10 s timeouts are far away: a DeadlineExceeded here would mean a hang was turned into a
+// timeout, which is what must not happen.
+void expectMismatch(const std::vector<Status>& st, const std::string& words) {
+  bool named = false;
+  for (const auto& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << describe(st);
+    named = named || s.message().find(words) != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "no rank's message contains '" << words << "':" << describe(st);
+}
+
+TEST(CommDesync, DifferentCollectivesAreReportedOnEveryRank) {
+  auto g = makeGroup(3);
+  ASSERT_TRUE(g);
+  auto st = runThreadRanks(3, [&](int r) -> Status {
+    std::vector<float> buf(12, 1.0f), out(36);
+    if (r == 1) {
+      CollectiveOptions o;
+      o.timeout = Millis(10000);
+      return allgather(*g->comms[r], TensorView(buf.data(), 12, DType::kF32),
+                       TensorView(out.data(), 36, DType::kF32), o);
+    }
+    return allreduce(*g->comms[r], TensorView(buf.data(), 12, DType::kF32), quick());
+  });
+  expectMismatch(st, "mismatch");
+  for (const auto& s : st) {
+    EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s;
+  }
+}
+
+TEST(CommDesync, DifferentCountsAndDtypesAreReported) {
+  for (bool dtypeCase : {false, true}) {
+    auto g = makeGroup(3);
+    ASSERT_TRUE(g);
+    auto st = runThreadRanks(3, [&](int r) -> Status {
+      std::vector<double> buf(100, 1.0);
+      const size_t count = (!dtypeCase && r == 2) ? 10 : 12;
+      const DType dtype = (dtypeCase && r == 0) ? DType::kI64 : DType::kF64;
+      AllreduceOptions o = quick();
+      o.algorithm = dtypeCase ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
+      return allreduce(*g->comms[r], TensorView(buf.data(), count, dtype), o);
+    });
+    expectMismatch(st, dtypeCase ? "x i64" : "10 x f64");
+  }
+}
+
+TEST(CommDesync, ASkippedCollectiveIsASequenceMismatch) {
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  auto st = runThreadRanks(2, [&](int r) -> Status {
+    std::vector<float> buf(8, 1.0f);
+    if (r == 0) {
+      CollectiveOptions o;
+      o.timeout = Millis(10000);
+      COFAB_RETURN_IF_ERROR(barrier(*g->comms[r], o));
+    }
+    COFAB_RETURN_IF_ERROR(allreduce(*g->comms[r], TensorView(buf.data(), 8, DType::kF32), quick()));
+    return allreduce(*g->comms[r], TensorView(buf.data(), 8, DType::kF32), quick());
+  });
+  expectMismatch(st, "mismatch");
+}
+
+TEST(CommDeadline, NamesTheRankThatDidNotArriveOnEverySurvivor) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "300");
+  auto g = makeGroup(4);
+  ASSERT_TRUE(g);
+  std::vector<Status> st(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> buf(1000, 1.0f);
+      COFAB_CHECK(barrier(*g->comms[r]).ok());
+      AllreduceOptions o;
+      o.timeout = Millis(400);
+      o.algorithm = r == 0 ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kRing;
+      st[r] = allreduce(*g->comms[r], TensorView(buf.data(), buf.size(), DType::kF32), o);
+    });
+  }
+  // Rank 3 takes part in the barrier but never calls the allreduce.
+  ASSERT_TRUE(barrier(*g->comms[3]).ok());
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << describe(st);
+    EXPECT_NE(st[r].message().find("rank(s) 3 did not arrive at sequence 1"), std::string::npos)
+        << describe(st);
+  }
+  // The failure is sticky: rank 3's next collective fails at once with the published cause.
+  std::vector<float> buf(4);
+  Status late = allreduce(*g->comms[3], TensorView(buf.data(), 4, DType::kF32), quick());
+  EXPECT_FALSE(late.ok());
+}
+
+TEST(CommDeadline, AWaitDeadlineLeavesTheOperationRunning) {
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(100, 1.0f), b(100, 2.0f);
+  auto h = allreduceAsync(*g->comms[0], TensorView(a.data(), 100, DType::kF32),
+                          TensorView(a.data(), 100, DType::kF32), quick());
+  Status early = h.wait(Deadline::afterMs(50));
+  EXPECT_EQ(early.code(), StatusCode::kDeadlineExceeded) << early;
+  EXPECT_FALSE(h.test());
+  EXPECT_EQ(h.status().code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(allreduce(*g->comms[1], TensorView(b.data(), 100, DType::kF32), quick()).ok());
+  ASSERT_TRUE(h.wait(Deadline::afterMs(10000)).ok());
+  EXPECT_EQ(a[7], 3.0f);
+}
+
+TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
+  auto g = makeGroup(3);
+  ASSERT_TRUE(g);
+  std::vector<float> buf0(10), buf1(10);
+  auto h0 = allreduceAsync(*g->comms[0], TensorView(buf0.data(), 10, DType::kF32),
+                           TensorView(buf0.data(), 10, DType::kF32), quick());
+  auto h1 = allreduceAsync(*g->comms[1], TensorView(buf1.data(), 10, DType::kF32),
+                           TensorView(buf1.data(), 10, DType::kF32), quick());
+  g->comms[2]->abort();
+  Status s0 = h0.wait(Deadline::afterMs(10000));
+  Status s1 = h1.wait(Deadline::afterMs(10000));
+  EXPECT_EQ(s0.code(), StatusCode::kAborted) << s0;
+  EXPECT_EQ(s1.code(), StatusCode::kAborted) << s1;
+  EXPECT_NE(s0.message().find("rank 2"), std::string::npos) << s0;
+  // asyncError() becomes the sticky error once the failure has been handled.
+  Status err = g->comms[2]->asyncError();
+  for (int i = 0; i < 200 && err.ok(); ++i) {
+    std::this_thread::sleep_for(Millis(10));
+    err = g->comms[2]->asyncError();
+  }
+  EXPECT_EQ(err.code(), StatusCode::kAborted);
+  EXPECT_FALSE(barrier(*g->comms[2]).ok());
+}
+
+TEST(CommSetup, NamesTheRanksThatNeverShowedUp) {
+  HashStore store;
+  std::vector<Status> st(4);
+  runThreadRanks(2, [&](int r) {
+    CommOptions o;
+    o.setupTimeout = Millis(300);
+    // Ranks 0 and 2 of 4 start; 1 and 3 never do.
+    auto c = Communicator::create(r * 2, 4, &store, o);
+    st[r] = c.status();
+    return OkStatus();
+  });
+  EXPECT_EQ(st[0].code(), StatusCode::kDeadlineExceeded) << st[0];
+  EXPECT_NE(st[0].message().find("3"), std::string::npos) << st[0];
+  EXPECT_EQ(st[1].code(), StatusCode::kDeadlineExceeded) << st[1];
+  EXPECT_NE(st[1].message().find("rank(s) 1"), std::string::npos) << st[1];
+}
+
+TEST(CommSetup, RejectsBadArguments) {
+  HashStore store;
+  EXPECT_EQ(Communicator::create(2, 2, &store).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Communicator::create(0, 1, &store, CommOptions{.transport = "nope"}).ok(), true);
+  auto c = Communicator::create(0, 1, &store);
+  ASSERT_TRUE(c.ok());
+  std::vector<uint8_t> u(4);
+  EXPECT_EQ(allreduce(**c, TensorView(u.data(), 4, DType::kU8)).code(),
+            StatusCode::kInvalidArgument);
+  std::vector<float> f(4);
+  EXPECT_EQ(allreduce(**c, TensorView(f.data(), 4, DType::kF32), TensorView(f.data(), 3, DType::kF32))
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(send(**c, TensorView(f.data(), 4, DType::kF32), 0).code(),
+            StatusCode::kInvalidArgument);
+  BroadcastOptions bo;
+  bo.root = 5;
+  EXPECT_EQ(broadcast(**c, TensorView(f.data(), 4, DType::kF32), bo).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(CommSplit, SubCommunicatorsReduceWithinTheirColor) {
+  auto g = makeGroup(5);
+  ASSERT_TRUE(g);
+  auto st = runThreadRanks(5, [&](int r) -> Status {
+    // Rank 4 opts out; the others form {0, 2} and {1, 3}, ordered by descending rank.
+    const int color = r == 4 ? -1 : r % 2;
+    COFAB_ASSIGN_OR_RETURN(auto sub, g->comms[r]->split(color, -r, Millis(10000)));
+    CollectiveOptions bo;
+    bo.timeout = Millis(10000);
+    if (r == 4) {
+      if (sub != nullptr) return Internal("expected no communicator");
+      return barrier(*g->comms[r], bo);
+    }
+    if (sub->size() != 2) return Internal("sub size " + std::to_string(sub->size()));
+    const int want = r >= 2 ? 0 : 1;
+    if (sub->rank() != want) return Internal("sub rank " + std::to_string(sub->rank()));
+    std::vector<int32_t> v(5, r);
+    COFAB_RETURN_IF_ERROR(allreduce(*sub, TensorView(v.data(), 5, DType::kI32), quick()));
+    const int sum = color == 0 ? 0 + 2 : 1 + 3;
+    if (v[4] != sum) return Internal("sub allreduce gave " + std::to_string(v[4]));
+    // The parent still works after the split.
+    return barrier(*g->comms[r], bo);
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << describe(st);
+}
+
+}  // namespace
+}  // namespace cofab::comm

@@ -1,0 +1,120 @@
+// Forked processes as ranks meeting through a FileStore over tcp: collectives on 2 and 4
+// processes against the serial reference, and a rank killed mid-job named by every survivor.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fabric/comm/collectives.h"
+#include "fabric/rendezvous/file_store.h"
+#include "tests/fabric/comm/comm_test_util.h"
+#include "tests/support/process_group.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::comm {
+namespace {
+
+using cofab::testing::childFail;
+using cofab::testing::failures;
+using cofab::testing::ProcessGroup;
+using cofab::testing::TempDir;
+
+StatusOr<std::unique_ptr<Communicator>> join(const std::string& dir, int rank, int n,
+                                             std::unique_ptr<FileStore>* store) {
+  COFAB_ASSIGN_OR_RETURN(*store, FileStore::open(dir));
+  CommOptions o;
+  o.setupTimeout = Millis(20000);
+  return Communicator::create(rank, n, store->get(), o);
+}
+
+int collectivesChild(const std::string& dir, int rank, int n) {
+  std::unique_ptr<FileStore> store;
+  auto comm = join(dir, rank, n, &store);
+  if (!comm.ok()) return childFail(rank, comm.status().toString());
+  Communicator& c = **comm;
+  for (DType dtype : testing::kReduceDTypes) {
+    for (ReduceOp op : testing::kReduceOps) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{100003}}) {
+        auto buf = testing::makeBuffer(dtype, count);
+        for (size_t i = 0; i < count; ++i) {
+          testing::setElement(dtype, buf.data(), i, testing::inputValue(0, rank, i));
+        }
+        AllreduceOptions o;
+        o.op = op;
+        o.timeout = Millis(20000);
+        Status s = allreduce(c, TensorView(buf.data(), count, dtype), o);
+        if (!s.ok()) return childFail(rank, s.toString());
+        std::string bad = testing::checkReduced(dtype, op, 0, n, buf.data(), count);
+        if (!bad.empty()) return childFail(rank, bad);
+      }
+    }
+  }
+  std::vector<int64_t> mine(1000, rank), all(1000 * n);
+  Status s = allgather(c, TensorView(mine.data(), 1000, DType::kI64),
+                       TensorView(all.data(), all.size(), DType::kI64));
+  if (!s.ok()) return childFail(rank, s.toString());
+  for (int q = 0; q < n; ++q) {
+    if (all[q * 1000 + 999] != q) return childFail(rank, "allgather block " + std::to_string(q));
+  }
+  std::vector<float> b(300000, rank == 1 ? 5.0f : 0.0f);
+  BroadcastOptions bo;
+  bo.root = 1;
+  s = broadcast(c, TensorView(b.data(), b.size(), DType::kF32), bo);
+  if (!s.ok()) return childFail(rank, s.toString());
+  if (b[299999] != 5.0f) return childFail(rank, "broadcast");
+  s = barrier(c);
+  if (!s.ok()) return childFail(rank, s.toString());
+  return 0;
+}
+
+class CommProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommProcesses, CollectivesMatchTheReference) {
+  TempDir dir;
+  ProcessGroup procs;
+  const int n = GetParam();
+  procs.start(n, [&](int rank) { return collectivesChild(dir.path(), rank, n); });
+  EXPECT_EQ(failures(procs.waitAll(Deadline::afterMs(50000))), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommProcesses, ::testing::Values(2, 4),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Rank 2 of 3 dies (SIGKILL) instead of joining the second allreduce: the survivors fail with
+// RemoteError (or, had the kernel not told them, DeadlineExceeded) naming rank 2.
+TEST(CommProcessFailure, AKilledRankIsNamedBySurvivors) {
+  TempDir dir;
+  ProcessGroup procs;
+  procs.start(3, [&](int rank) {
+    std::unique_ptr<FileStore> store;
+    auto comm = join(dir.path(), rank, 3, &store);
+    if (!comm.ok()) return childFail(rank, comm.status().toString());
+    std::vector<float> v(1 << 16, 1.0f);
+    AllreduceOptions o;
+    o.timeout = Millis(15000);
+    Status s = allreduce(**comm, TensorView(v.data(), v.size(), DType::kF32), o);
+    if (!s.ok()) return childFail(rank, "first allreduce: " + s.toString());
+    if (rank == 2) raise(SIGKILL);
+    s = allreduce(**comm, TensorView(v.data(), v.size(), DType::kF32), o);
+    if (s.ok()) return childFail(rank, "the allreduce with a dead rank succeeded");
+    if (s.code() != StatusCode::kRemoteError && s.code() != StatusCode::kDeadlineExceeded) {
+      return childFail(rank, "unexpected code: " + s.toString());
+    }
+    if (s.message().find("rank 2") == std::string::npos) {
+      return childFail(rank, "rank 2 not named: " + s.toString());
+    }
+    return 0;
+  });
+  auto exits = procs.waitAll(Deadline::afterMs(40000));
+  ASSERT_EQ(exits.size(), 3u);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << exits[r].describe();
+  EXPECT_FALSE(exits[2].exited);
+  EXPECT_EQ(exits[2].signal, SIGKILL);
+}
+
+}  // namespace
+}  // namespace cofab::comm
