@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: install what is missing, build, then start 4 local
-# ranks with cofab-run that meet through its TcpStore, exchange data and check it.
-#   bash scripts/demo.sh [ranks]
+# The main job, end to end on this machine: install what is missing, build, then train an MLP on
+# Fashion-MNIST with 4 worker processes that sum their gradients through 2 aggregator daemons
+# (cofab-aggd), all started by cofab-run, which also hosts the rendezvous store.
+#   bash scripts/demo.sh [epochs] [workers] [aggregators]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-ranks=${1:-4}
+epochs=${1:-3}
+workers=${2:-4}
+aggs=${3:-2}
 echo "== demo: installing missing packages"
 bash "$root/scripts/setup.sh"
 echo "== demo: building"
@@ -12,6 +15,10 @@ bash "$root/scripts/build.sh"
 build=${BUILD_DIR:-$root/build}
 echo "== demo: what this build can use"
 "$build/fabric/bin/cofab-info" | sed -n '1,9p'
-echo "== demo: $ranks ranks meet through a TcpStore and exchange 1 MiB each"
-"$build/fabric/bin/cofab-run" -n "$ranks" -- "$build/examples/store_exchange/store_exchange" --bytes 1048576
-echo "== demo: done"
+echo "== demo: $workers ranks meet through a TcpStore and exchange 1 MiB each"
+"$build/fabric/bin/cofab-run" -n "$workers" -- "$build/examples/store_exchange/store_exchange" \
+  --bytes 1048576
+echo "== demo: $workers workers train on Fashion-MNIST through $aggs aggregator daemon(s)"
+"$build/fabric/bin/cofab-run" -n "$workers" --role "aggd:$aggs:$build/aggregator/cofab-aggd" -- \
+  "$build/examples/train_mnist/train_mnist" --epochs "$epochs" --sync aggregator
+echo "== demo: done (single-process comparison: bash scripts/bench_train.sh)"
