@@ -107,7 +107,8 @@ TEST(XorCpuTest, MatchesBytewiseXorInPlaceAndUnaligned) {
                                        srcs[2].data() + offset};
       // dst = source 0: in place.
       ASSERT_TRUE(xorBuffers({.srcs = ptrs, .dst = srcs[0].data() + offset, .bytes = bytes}).ok());
-      ASSERT_EQ(0, std::memcmp(srcs[0].data() + offset, want.data(), bytes));
+      ASSERT_EQ(std::vector<uint8_t>(srcs[0].begin() + offset, srcs[0].begin() + offset + bytes),
+                want);
     }
   }
   std::vector<const void*> none;
