@@ -17,6 +17,11 @@ namespace {
 // syscall over many small messages.
 constexpr size_t kMaxGather = 256;
 
+// Sends up to this size are written by the calling thread when nothing is queued ahead of them:
+// the data leaves without waiting for the loop to wake (the latency of small collectives). Larger
+// ones go through the loop so a caller never blocks the loop for long on writeMu_.
+constexpr size_t kInlineWriteMax = 256 * 1024;
+
 template <typename Slice>
 Status checkSlices(std::span<const Slice> slices, const char* what) {
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -59,6 +64,10 @@ Status TcpConnectionImpl::attach() {
       return;
     }
     self->attached_ = true;
+    {
+      std::lock_guard<std::mutex> w(self->writeMu_);
+      self->writeReady_ = true;
+    }
     self->pumpReads();
     self->flushWrites();
   });
@@ -88,6 +97,7 @@ void TcpConnectionImpl::send(const wire::Header& header, ConstSlices payload, Se
   }
   op->done = std::move(done);
   op->next = 0;
+  op->written = false;
   op->error = checkSlices(payload, "send");
   op->iov.clear();
   if (op->error.ok()) {
@@ -156,7 +166,11 @@ void TcpConnectionImpl::submitSend(std::unique_ptr<SendOp> op) {
     if (closed_ && op->error.ok()) {
       op->error = FailedPrecondition("send on " + describe() + ": the connection is closed");
     }
-    submittedSends_.push_back(std::move(op));
+    if (tryInlineWrite(op)) {
+      inlineDone_.push_back(std::move(op));
+    } else if (op) {
+      submittedSends_.push_back(std::move(op));
+    }
     needSchedule = !scheduled_;
     scheduled_ = true;
   }
@@ -165,7 +179,11 @@ void TcpConnectionImpl::submitSend(std::unique_ptr<SendOp> op) {
     std::vector<std::unique_ptr<RecvOp>> recvs;
     {
       std::lock_guard<std::mutex> lock(submitMu_);
-      sends.swap(submittedSends_);
+      // Already written ones first, and they succeeded: keep that.
+      for (auto& op : inlineDone_) op->written = true;
+      sends.swap(inlineDone_);
+      for (auto& op : submittedSends_) sends.push_back(std::move(op));
+      submittedSends_.clear();
       recvs.swap(submittedRecvs_);
       scheduled_ = false;
     }
@@ -190,13 +208,43 @@ void TcpConnectionImpl::submitRecv(std::unique_ptr<RecvOp> op) {
     std::vector<std::unique_ptr<RecvOp>> recvs;
     {
       std::lock_guard<std::mutex> lock(submitMu_);
-      sends.swap(submittedSends_);
+      // Already written ones first, and they succeeded: keep that.
+      for (auto& op : inlineDone_) op->written = true;
+      sends.swap(inlineDone_);
+      for (auto& op : submittedSends_) sends.push_back(std::move(op));
+      submittedSends_.clear();
       recvs.swap(submittedRecvs_);
       scheduled_ = false;
     }
     completeOffLoop(std::move(sends), std::move(recvs),
                     FailedPrecondition(describe() + ": its transport context has been closed"));
   }
+}
+
+bool TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
+  if (!op->error.ok() || !error_.ok() || !submittedSends_.empty()) return false;
+  size_t total = 0;
+  for (const auto& v : op->iov) total += v.iov_len;
+  if (total > kInlineWriteMax) return false;
+  std::unique_lock<std::mutex> w(writeMu_, std::try_to_lock);
+  if (!w.owns_lock() || !writeReady_ || !writable_ || sendHead_ != sendQueue_.size()) return false;
+  const ssize_t n = ::writev(fd_.get(), op->iov.data(), static_cast<int>(op->iov.size()));
+  if (n == static_cast<ssize_t>(total)) return true;
+  // Partly written, or not at all: the loop carries on from here (and reports any error).
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) writable_ = false;
+  } else {
+    size_t left = static_cast<size_t>(n);
+    while (op->next < op->iov.size() && left >= op->iov[op->next].iov_len) {
+      left -= op->iov[op->next].iov_len;
+      ++op->next;
+    }
+    auto& v = op->iov[op->next];
+    v.iov_base = static_cast<uint8_t*>(v.iov_base) + left;
+    v.iov_len -= left;
+  }
+  sendQueue_.push_back(std::move(op));
+  return false;
 }
 
 void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sends,
@@ -206,7 +254,7 @@ void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sen
   // "never inline" promise.
   std::thread([sends = std::move(sends), recvs = std::move(recvs), why]() mutable {
     for (auto& op : sends) {
-      if (op->done) op->done(op->error.ok() ? why : op->error);
+      if (op->done) op->done(op->written ? OkStatus() : op->error.ok() ? why : op->error);
     }
     for (auto& op : recvs) {
       const Status& s = op->error.ok() ? why : op->error;
@@ -241,18 +289,21 @@ void TcpConnectionImpl::runScheduled() {
   bool closeNow = false;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
+    batchInline_.swap(inlineDone_);
     batchSends_.swap(submittedSends_);
     batchRecvs_.swap(submittedRecvs_);
     closeNow = closeRequested_;
     closeRequested_ = false;
     scheduled_ = false;
   }
-  for (auto& op : batchSends_) {
-    if (failed_) {
-      completeSend(std::move(op), op->error.ok() ? status() : op->error);
-    } else {
-      sendQueue_.push_back(std::move(op));
-    }
+  // Written by their callers before anything in batchSends_ was posted: complete them first.
+  for (auto& op : batchInline_) completeSend(std::move(op), OkStatus());
+  batchInline_.clear();
+  if (failed_) {
+    for (auto& op : batchSends_) completeSend(std::move(op), op->error.ok() ? status() : op->error);
+  } else if (!batchSends_.empty()) {
+    std::lock_guard<std::mutex> w(writeMu_);
+    for (auto& op : batchSends_) sendQueue_.push_back(std::move(op));
   }
   batchSends_.clear();
   for (auto& op : batchRecvs_) {
@@ -275,11 +326,9 @@ void TcpConnectionImpl::runScheduled() {
 void TcpConnectionImpl::handleEvents(uint32_t events) {
   if (failed_) return;
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
-  if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) writable_ = true;
   pumpReads();
-  flushWrites();
-  if (!failed_ && (events & EPOLLERR) && sendHead_ == sendQueue_.size() &&
-      recvHead_ == recvQueue_.size()) {
+  flushWrites((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0);
+  if (!failed_ && (events & EPOLLERR) && recvHead_ == recvQueue_.size()) {
     // Nothing pending would notice: pick up the socket error now so later ops fail fast.
     int err = 0;
     socklen_t len = sizeof(err);
@@ -305,62 +354,66 @@ Status TcpConnectionImpl::peerClosed() const {
                      " (did it exit or crash?)");
 }
 
-void TcpConnectionImpl::flushWrites() {
-  while (!failed_ && writable_ && sendHead_ < sendQueue_.size()) {
-    // Ops that failed validation complete in their turn, without touching the socket.
-    if (!sendQueue_[sendHead_]->error.ok()) {
-      auto op = std::move(sendQueue_[sendHead_++]);
-      completeSend(std::move(op), op->error);
-      continue;
-    }
-    gather_.clear();
-    for (size_t i = sendHead_; i < sendQueue_.size() && gather_.size() < kMaxGather; ++i) {
-      SendOp& op = *sendQueue_[i];
-      if (!op.error.ok()) break;
-      for (size_t k = op.next; k < op.iov.size() && gather_.size() < kMaxGather; ++k) {
-        gather_.push_back(op.iov[k]);
+void TcpConnectionImpl::flushWrites(bool nowWritable) {
+  Status error;
+  {
+    std::lock_guard<std::mutex> w(writeMu_);
+    if (nowWritable) writable_ = true;
+    while (writeReady_ && writable_ && sendHead_ < sendQueue_.size()) {
+      // Ops that failed validation complete in their turn, without touching the socket.
+      if (!sendQueue_[sendHead_]->error.ok()) {
+        doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
+        continue;
       }
-    }
-    const ssize_t n = ::writev(fd_.get(), gather_.data(), static_cast<int>(gather_.size()));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        writable_ = false;
+      gather_.clear();
+      for (size_t i = sendHead_; i < sendQueue_.size() && gather_.size() < kMaxGather; ++i) {
+        SendOp& op = *sendQueue_[i];
+        if (!op.error.ok()) break;
+        for (size_t k = op.next; k < op.iov.size() && gather_.size() < kMaxGather; ++k) {
+          gather_.push_back(op.iov[k]);
+        }
+      }
+      const ssize_t n = ::writev(fd_.get(), gather_.data(), static_cast<int>(gather_.size()));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          writable_ = false;
+          break;
+        }
+        error = ioError("writev", errno);
         break;
       }
-      fail(ioError("writev", errno));
-      return;
-    }
-    size_t left = static_cast<size_t>(n);
-    while (sendHead_ < sendQueue_.size()) {
-      SendOp& op = *sendQueue_[sendHead_];
-      if (!op.error.ok()) break;
-      while (op.next < op.iov.size() && left >= op.iov[op.next].iov_len) {
-        left -= op.iov[op.next].iov_len;
-        ++op.next;
+      size_t left = static_cast<size_t>(n);
+      while (sendHead_ < sendQueue_.size()) {
+        SendOp& op = *sendQueue_[sendHead_];
+        if (!op.error.ok()) break;
+        while (op.next < op.iov.size() && left >= op.iov[op.next].iov_len) {
+          left -= op.iov[op.next].iov_len;
+          ++op.next;
+        }
+        if (op.next < op.iov.size()) {
+          auto& v = op.iov[op.next];
+          v.iov_base = static_cast<uint8_t*>(v.iov_base) + left;
+          v.iov_len -= left;
+          left = 0;
+          break;
+        }
+        doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
       }
-      if (op.next < op.iov.size()) {
-        auto& v = op.iov[op.next];
-        v.iov_base = static_cast<uint8_t*>(v.iov_base) + left;
-        v.iov_len -= left;
-        left = 0;
-        break;
-      }
-      doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
     }
+    if (sendHead_ == sendQueue_.size()) {
+      sendQueue_.clear();
+      sendHead_ = 0;
+    }
+    completing_.swap(doneSends_);
   }
-  if (sendHead_ == sendQueue_.size()) {
-    sendQueue_.clear();
-    sendHead_ = 0;
+  // Callbacks run without writeMu_ (they may send again, even inline).
+  for (auto& op : completing_) {
+    const Status s = op->error;
+    completeSend(std::move(op), s);
   }
-  if (!doneSends_.empty()) {
-    // Callbacks may post more sends (appending to sendQueue_ through runScheduled later), so
-    // run them after the queue bookkeeping above.
-    auto done = std::move(doneSends_);
-    doneSends_.clear();
-    for (auto& op : done) completeSend(std::move(op), OkStatus());
-    if (doneSends_.capacity() < done.capacity()) doneSends_.reserve(done.capacity());
-  }
+  completing_.clear();
+  if (!error.ok()) fail(error);
 }
 
 void TcpConnectionImpl::pumpReads() {
@@ -546,16 +599,29 @@ void TcpConnectionImpl::fail(const Status& status) {
     std::lock_guard<std::mutex> lock(submitMu_);
     if (error_.ok()) error_ = status;
   }
-  if (fd_.valid()) {
-    if (attached_) loop_->remove(fd_.get());
-    fd_.reset();
+  std::vector<std::unique_ptr<SendOp>> sends;
+  std::vector<std::unique_ptr<SendOp>> written;
+  size_t sendHead = 0;
+  {
+    // Under writeMu_ so that no caller is inside writev() on this descriptor when it closes.
+    std::lock_guard<std::mutex> w(writeMu_);
+    writeReady_ = false;
+    if (fd_.valid()) {
+      if (attached_) loop_->remove(fd_.get());
+      fd_.reset();
+    }
+    sends = std::move(sendQueue_);
+    sendHead = sendHead_;
+    sendQueue_.clear();
+    sendHead_ = 0;
+    written.swap(doneSends_);
   }
-  // Pending operations fail in the order they were posted. A receive in the middle of a message
-  // reports the header it was reading.
-  auto sends = std::move(sendQueue_);
-  const size_t sendHead = sendHead_;
-  sendQueue_.clear();
-  sendHead_ = 0;
+  // Pending operations fail in the order they were posted (after those already written). A
+  // receive in the middle of a message reports the header it was reading.
+  for (auto& op : written) {
+    const Status s = op->error;
+    completeSend(std::move(op), s);
+  }
   for (size_t i = sendHead; i < sends.size(); ++i) {
     const Status s = sends[i]->error.ok() ? status : sends[i]->error;
     completeSend(std::move(sends[i]), s);

@@ -59,6 +59,7 @@ class TcpConnectionImpl final : public EpollHandler,
     size_t next = 0;         // first iov entry not completely written
     SendCallback done;
     Status error;  // set when the op must fail without being sent
+    bool written = false;  // completed by an inline write (for the off-loop fallback)
   };
   struct RecvOp {
     bool owned = false;
@@ -78,8 +79,11 @@ class TcpConnectionImpl final : public EpollHandler,
   void completeOffLoop(std::vector<std::unique_ptr<SendOp>> sends,
                        std::vector<std::unique_ptr<RecvOp>> recvs, Status why);
 
+  // Caller thread, under submitMu_: writes `op` right away when nothing is queued ahead of it.
+  bool tryInlineWrite(std::unique_ptr<SendOp>& op);
+
   // Loop thread only.
-  void flushWrites();
+  void flushWrites(bool nowWritable = false);
   void pumpReads();
   bool readHeader(RecvOp& op);
   bool readPayload(RecvOp& op);
@@ -105,20 +109,30 @@ class TcpConnectionImpl final : public EpollHandler,
   bool closeRequested_ = false;
   bool closed_ = false;  // close() called: later ops fail with FailedPrecondition
   Status error_;         // sticky error, readable from any thread (under submitMu_)
+  // Sends written completely by the caller's thread, waiting for their callback on the loop.
+  std::vector<std::unique_ptr<SendOp>> inlineDone_;
+
+  // The write side: the loop, and a caller's inline write, under writeMu_. Lock order:
+  // submitMu_ before writeMu_; the loop never holds writeMu_ while taking submitMu_ or running
+  // callbacks.
+  std::mutex writeMu_;
+  bool writeReady_ = false;  // attached and not failed: fd_ may be written
+  bool writable_ = true;
+  std::vector<std::unique_ptr<SendOp>> sendQueue_;
+  size_t sendHead_ = 0;
+  std::vector<iovec> gather_;
+  std::vector<std::unique_ptr<SendOp>> doneSends_;  // completed, callbacks not yet run
 
   // Loop state.
   Fd fd_;
   bool attached_ = false;
   bool failed_ = false;
   bool readable_ = true;
-  bool writable_ = true;
-  std::vector<std::unique_ptr<SendOp>> sendQueue_;
-  size_t sendHead_ = 0;
   std::vector<std::unique_ptr<RecvOp>> recvQueue_;
   size_t recvHead_ = 0;
-  std::vector<iovec> gather_;
-  std::vector<std::unique_ptr<SendOp>> doneSends_;
+  std::vector<std::unique_ptr<SendOp>> completing_;  // loop-local copy of doneSends_
   std::vector<std::unique_ptr<SendOp>> batchSends_;
+  std::vector<std::unique_ptr<SendOp>> batchInline_;
   std::vector<std::unique_ptr<RecvOp>> batchRecvs_;
   // Receive state machine for the message at the head of the stream.
   bool inPayload_ = false;

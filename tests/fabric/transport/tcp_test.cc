@@ -1,6 +1,9 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "core/param.h"
 #include "fabric/transport/tcp/factory.h"
@@ -127,6 +130,30 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
   ASSERT_TRUE(rec.wait(1));
   EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
   EXPECT_NE(rec.statuses()[0].message().find("exceeds"), std::string::npos);
+}
+
+double cpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Regression: a closed listener's socket used to stay readable in epoll and spin the loop.
+TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
+  auto s = tcp::createContext({.localId = "s"});
+  auto c = tcp::createContext({.localId = "c"});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+  ASSERT_TRUE(cc.ok());
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok());
+  (*l)->close();
+  (*cc)->close();  // the accepted end now sees EOF with nothing posted
+  const double before = cpuSeconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(cpuSeconds() - before, 0.1) << "I/O threads are busy while nothing happens";
 }
 
 }  // namespace
