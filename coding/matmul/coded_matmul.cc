@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "gpu/linear_combine.h"
+#include "gpu/stream.h"
 
 namespace cofab::coding {
 
@@ -46,18 +47,61 @@ StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a) const {
   for (int64_t r = 0; r < a.rows; ++r) {
     std::memcpy(e.storage_.data() + r * a.cols, a.row(r), sizeof(float) * a.cols);
   }
+  COFAB_RETURN_IF_ERROR(encodeParity(e.storage_.data(), blockElems));
+  return e;
+}
+
+Status CodedMatmul::encodeParity(float* blocks, size_t blockElems, Device device,
+                                 void* stream) const {
+  if (blocks == nullptr || blockElems == 0) {
+    return InvalidArgument("encodeParity: blocks must be non-null and blockElems > 0");
+  }
+  const int n = code_.n(), k = code_.k();
   // Parity blocks = P (n-k x k) x [systematic blocks as k rows of blockElems]: one sgemm.
   std::vector<float> p(static_cast<size_t>(n - k) * k);
   for (int i = k; i < n; ++i) {
     for (int j = 0; j < k; ++j) p[(i - k) * k + j] = static_cast<float>(code_.at(i, j));
   }
-  COFAB_RETURN_IF_ERROR(gpu::gemmF32({.a = p.data(),
-                                      .b = e.storage_.data(),
-                                      .c = e.storage_.data() + blockElems * k,
-                                      .m = n - k,
-                                      .n = static_cast<int64_t>(blockElems),
-                                      .k = k}));
-  return e;
+  if (device.isCpu()) {
+    return gpu::gemmF32({.a = p.data(), .b = blocks, .c = blocks + blockElems * k, .m = n - k,
+                         .n = static_cast<int64_t>(blockElems), .k = k});
+  }
+  // cuBLAS reads P from device memory: a small staging buffer.
+  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer dp, gpu::DeviceBuffer::allocate(p.size() * sizeof(float),
+                                                                          device.index));
+  gpu::Stream s = gpu::Stream::borrow(stream, device.index);
+  COFAB_RETURN_IF_ERROR(dp.copyFromHost(p.data(), p.size() * sizeof(float), s));
+  COFAB_RETURN_IF_ERROR(gpu::gemmF32({.a = static_cast<float*>(dp.data()), .b = blocks,
+                                      .c = blocks + blockElems * k, .m = n - k,
+                                      .n = static_cast<int64_t>(blockElems), .k = k,
+                                      .device = device, .stream = stream}));
+  // dp is freed on return: wait for the GEMM that reads it.
+  return s.synchronize();
+}
+
+Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<const int> missing,
+                                 std::span<float* const> outputs, size_t blockElems,
+                                 Device device, void* stream) const {
+  if (outputs.size() != missing.size()) {
+    return InvalidArgument("decodeBlocks: " + std::to_string(missing.size()) +
+                           " missing blocks but " + std::to_string(outputs.size()) + " outputs");
+  }
+  std::vector<int> used;
+  std::vector<const float*> inputs;
+  for (const TaskResult& r : results) {
+    if (r.data == nullptr) return InvalidArgument("decodeBlocks: null result");
+    used.push_back(r.task);
+    inputs.push_back(r.data);
+  }
+  // Validates the task indices (k distinct, in range) and the wanted blocks.
+  COFAB_ASSIGN_OR_RETURN(std::vector<double> d, code_.decodeCoefficients(used, missing));
+  if (missing.empty()) return OkStatus();
+  return gpu::linearCombine({.coeffs = d,
+                             .inputs = inputs,
+                             .outputs = outputs,
+                             .elements = blockElems,
+                             .device = device,
+                             .stream = stream});
 }
 
 Status CodedMatmul::multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b,
@@ -133,16 +177,14 @@ StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
 
   const int64_t t0 = nowNs();
   report.decoded = true;
-  COFAB_ASSIGN_OR_RETURN(std::vector<double> d, code_.decodeCoefficients(report.used, missing));
   // FP64: the k results widened, one dgemm with the coefficients, rounded to fp32 once.
   const int e = static_cast<int>(missing.size());
-  std::vector<const float*> inputs;
-  for (int t : report.used) inputs.push_back(byTask[t]);
+  std::vector<TaskResult> inputs;
+  for (int t : report.used) inputs.push_back({t, byTask[t]});
   std::vector<std::vector<float>> rebuilt(e, std::vector<float>(blockElems));
   std::vector<float*> outputs;
   for (auto& r : rebuilt) outputs.push_back(r.data());
-  COFAB_RETURN_IF_ERROR(gpu::linearCombine(
-      {.coeffs = d, .inputs = inputs, .outputs = outputs, .elements = blockElems}));
+  COFAB_RETURN_IF_ERROR(decodeBlocks(inputs, missing, outputs, blockElems));
   for (int w = 0; w < e; ++w) placeBlock(missing[w], rebuilt[w].data());
   report.decodeMs = (nowNs() - t0) / 1e6;
   return report;

@@ -21,6 +21,7 @@
 #include "coding/matmul/matrix_view.h"
 #include "coding/matmul/real_mds_code.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace cofab::coding {
 
@@ -75,6 +76,18 @@ class CodedMatmul {
   // results is DataLoss.
   StatusOr<DecodeReport> decode(const EncodedMatrix& a, std::span<const TaskResult> results,
                                 int64_t outCols, MatrixView c) const;
+
+  // The same two steps on raw blocks that may live on a GPU (`device`; CUDA calls are
+  // asynchronous on `stream`), for callers that keep blocks on the device:
+  //   encodeParity: blocks holds n contiguous blocks of blockElems floats; the k systematic
+  //                 ones are read, the n-k parity ones written (cuBLAS / OpenBLAS sgemm).
+  //   decodeBlocks: data blocks `missing` (written to `outputs`, same order) from exactly k task
+  //                 results (distinct tasks), FP64 coefficients solved on the host.
+  Status encodeParity(float* blocks, size_t blockElems, Device device = Device::cpu(),
+                      void* stream = nullptr) const;
+  Status decodeBlocks(std::span<const TaskResult> results, std::span<const int> missing,
+                      std::span<float* const> outputs, size_t blockElems,
+                      Device device = Device::cpu(), void* stream = nullptr) const;
 
  private:
   RealMdsCode code_;

@@ -156,5 +156,41 @@ TEST(CodedMatmulTest, BadArguments) {
   EXPECT_EQ(gemmF32(a.view(), {b.v.data(), 2, 4, 0}, c.mut()).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(CodedMatmulTest, RawBlockEntryPointsMatchAndValidate) {
+  auto cm = CodedMatmul::create({.n = 6, .k = 4});
+  ASSERT_TRUE(cm.ok());
+  Dense a(40, 8), b(8, 3);
+  a.randomise(7);
+  b.randomise(8);
+  auto enc = cm->encode(a.view());
+  ASSERT_TRUE(enc.ok());
+  const size_t be = enc->blockRows() * 8;
+  std::vector<float> blocks(enc->block(0).data, enc->block(0).data + 6 * be);
+  std::fill(blocks.begin() + 4 * be, blocks.end(), -1.0f);
+  ASSERT_TRUE(cm->encodeParity(blocks.data(), be).ok());
+  EXPECT_TRUE(std::equal(blocks.begin(), blocks.end(), enc->block(0).data));
+  EXPECT_EQ(cm->encodeParity(nullptr, be).code(), StatusCode::kInvalidArgument);
+
+  const size_t oe = enc->blockRows() * 3;
+  std::vector<std::vector<float>> outs(6, std::vector<float>(oe));
+  for (int t = 0; t < 6; ++t) {
+    ASSERT_TRUE(cm->multiplyTask(*enc, t, b.view(), {outs[t].data(), enc->blockRows(), 3, 0}).ok());
+  }
+  std::vector<TaskResult> results = {{1, outs[1].data()}, {3, outs[3].data()}, {4, outs[4].data()},
+                                     {5, outs[5].data()}};
+  std::vector<int> missing = {0, 2};
+  std::vector<float> r0(oe), r2(oe);
+  std::vector<float*> rebuilt = {r0.data(), r2.data()};
+  ASSERT_TRUE(cm->decodeBlocks(results, missing, rebuilt, oe).ok());
+  for (size_t i = 0; i < oe; ++i) {
+    EXPECT_NEAR(r0[i], outs[0][i], 1e-4);
+    EXPECT_NEAR(r2[i], outs[2][i], 1e-4);
+  }
+  EXPECT_EQ(cm->decodeBlocks(std::span(results).first(3), missing, rebuilt, oe).code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(cm->decodeBlocks(results, missing, std::span(rebuilt).first(1), oe).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cofab::coding
