@@ -68,7 +68,10 @@ class HandshakeHandler final : public EpollHandler {
 
  private:
   void finish(const std::string& error) {
-    const int fd = fd_.get();
+    // Leave this loop's epoll before the descriptor moves to a connection (perhaps on another
+    // loop): no event may reach this handler afterwards. The loop keeps `this` alive until the
+    // end of the iteration.
+    listener_->handshakeDetach(fd_.get());
     std::shared_ptr<Connection> conn;
     if (error.empty()) {
       auto c = listener_->ctxAdopt(std::move(fd_), id_, peerAddress_);
@@ -82,7 +85,7 @@ class HandshakeHandler final : public EpollHandler {
       COFAB_LOG(kWarn, "tcp") << "accepted connection from " << peerAddress_
                               << " dropped: " << error;
     }
-    listener_->handshakeDone(fd, std::move(conn));  // may destroy this
+    if (conn) listener_->handshakeDone(std::move(conn));
   }
 
   TcpListenerImpl* listener_;
@@ -169,10 +172,13 @@ void TcpListenerImpl::handleEvents(uint32_t) {
   }
 }
 
-void TcpListenerImpl::handshakeDone(int fd, std::shared_ptr<Connection> conn) {
+void TcpListenerImpl::handshakeDetach(int fd) {
   loop_->remove(fd);  // keeps the handler alive until the end of this iteration
   handshakes_.erase(fd);
-  if (conn) queue_.deliver(std::move(conn));
+}
+
+void TcpListenerImpl::handshakeDone(std::shared_ptr<Connection> conn) {
+  queue_.deliver(std::move(conn));
 }
 
 void TcpListenerImpl::close() {

@@ -36,8 +36,10 @@ class TcpListenerImpl final : public EpollHandler,
 
   void handleEvents(uint32_t events) override;
 
-  // Loop thread: a handshake finished (or failed, then conn is null).
-  void handshakeDone(int fd, std::shared_ptr<Connection> conn);
+  // Loop thread: a handshake finished; its socket leaves the loop first (detach), then the
+  // connection made from it is queued for accept (done).
+  void handshakeDetach(int fd);
+  void handshakeDone(std::shared_ptr<Connection> conn);
   StatusOr<std::shared_ptr<Connection>> ctxAdopt(Fd fd, const std::string& id,
                                                  const std::string& addr);
 
