@@ -13,7 +13,8 @@ namespace cofab::gpu {
 
 Status gemmF32Cpu(const GemmArgs& g) {
   COFAB_RETURN_IF_ERROR(validateGemm(g));
-  if (!g.device.isCpu()) return InvalidArgument("gemmF32Cpu: matrices are on " + g.device.toString());
+  if (!g.device.isCpu())
+    return InvalidArgument("gemmF32Cpu: matrices are on " + g.device.toString());
   const int64_t lda = g.lda ? g.lda : g.k, ldb = g.ldb ? g.ldb : g.n, ldc = g.ldc ? g.ldc : g.n;
   if (g.m == 0 || g.n == 0) return OkStatus();
   if (g.k == 0) {
@@ -29,7 +30,8 @@ Status gemmF32Cpu(const GemmArgs& g) {
 
 Status linearCombineCpu(const CombineArgs& c) {
   COFAB_RETURN_IF_ERROR(validateCombine(c));
-  if (!c.device.isCpu()) return InvalidArgument("linearCombineCpu: blocks are on " + c.device.toString());
+  if (!c.device.isCpu())
+    return InvalidArgument("linearCombineCpu: blocks are on " + c.device.toString());
   const size_t in = c.inputs.size(), out = c.outputs.size(), e = c.elements;
   if (e == 0) return OkStatus();
   const WidenF32 widen;

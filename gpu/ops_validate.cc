@@ -29,13 +29,14 @@ Status validateReduce(const ReduceArgs& a) {
 
 Status validateXor(const XorArgs& a) {
   if (a.srcs.empty() || a.srcs.size() > kMaxKernelInputs) {
-    return InvalidArgument("xor: needs 1.." + std::to_string(kMaxKernelInputs) +
-                           " sources, got " + std::to_string(a.srcs.size()));
+    return InvalidArgument("xor: needs 1.." + std::to_string(kMaxKernelInputs) + " sources, got " +
+                           std::to_string(a.srcs.size()));
   }
   if (a.bytes > 0) {
     if (a.dst == nullptr) return InvalidArgument("xor: dst is null");
     for (size_t i = 0; i < a.srcs.size(); ++i) {
-      if (a.srcs[i] == nullptr) return InvalidArgument("xor: source " + std::to_string(i) + " is null");
+      if (a.srcs[i] == nullptr)
+        return InvalidArgument("xor: source " + std::to_string(i) + " is null");
     }
   }
   return OkStatus();
@@ -58,9 +59,9 @@ Status validateGemm(const GemmArgs& g) {
 Status validateCombine(const CombineArgs& c) {
   const size_t in = c.inputs.size(), out = c.outputs.size();
   if (in == 0 || out == 0 || c.coeffs.size() != in * out) {
-    return InvalidArgument("linearCombine: needs inputs, outputs and outputs x inputs = " +
-                           std::to_string(out) + " x " + std::to_string(in) +
-                           " coefficients, got " + std::to_string(c.coeffs.size()));
+    return InvalidArgument(
+        "linearCombine: needs inputs, outputs and outputs x inputs = " + std::to_string(out) +
+        " x " + std::to_string(in) + " coefficients, got " + std::to_string(c.coeffs.size()));
   }
   if (in > kMaxKernelInputs || in > INT32_MAX || c.elements > INT32_MAX) {
     return InvalidArgument("linearCombine: too many inputs or elements");

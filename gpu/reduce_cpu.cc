@@ -46,7 +46,8 @@ Status reduceCpu(const ReduceArgs& a) {
 
 Status xorBuffersCpu(const XorArgs& a) {
   COFAB_RETURN_IF_ERROR(validateXor(a));
-  if (!a.device.isCpu()) return InvalidArgument("xorBuffersCpu: buffers are on " + a.device.toString());
+  if (!a.device.isCpu())
+    return InvalidArgument("xorBuffersCpu: buffers are on " + a.device.toString());
   const XorWords op;
   auto* dst = static_cast<uint8_t*>(a.dst);
   // Word by word through memcpy, so any alignment works and dst may alias a source.
@@ -63,7 +64,8 @@ Status xorBuffersCpu(const XorArgs& a) {
   }
   for (; i < a.bytes; ++i) {
     uint8_t acc = static_cast<const uint8_t*>(a.srcs[0])[i];
-    for (size_t j = 1; j < a.srcs.size(); ++j) acc = op.byte(acc, static_cast<const uint8_t*>(a.srcs[j])[i]);
+    for (size_t j = 1; j < a.srcs.size(); ++j)
+      acc = op.byte(acc, static_cast<const uint8_t*>(a.srcs[j])[i]);
     dst[i] = acc;
   }
   return OkStatus();

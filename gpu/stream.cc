@@ -31,7 +31,9 @@ StatusOr<Stream> Stream::create(int device) {
 }
 
 Stream::Stream(Stream&& o) noexcept
-    : handle_(std::exchange(o.handle_, nullptr)), device_(o.device_), owned_(std::exchange(o.owned_, false)) {}
+    : handle_(std::exchange(o.handle_, nullptr)),
+      device_(o.device_),
+      owned_(std::exchange(o.owned_, false)) {}
 
 Stream& Stream::operator=(Stream&& o) noexcept {
   if (this != &o) {

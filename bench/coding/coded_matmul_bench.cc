@@ -222,20 +222,20 @@ int main(int argc, char** argv) {
     const double* err = get(e, "worst_rel_err");
     if (coded == nullptr || err == nullptr) continue;
     const double uncoded = *get(s, "uncoded_p50_ms");
-    cofab::bench::printResult(
-        "coded_matmul", {{"n", std::to_string(n)},
-                         {"k", std::to_string(k)},
-                         {"coded_p50_ms", num(*coded)},
-                         {"uncoded_p50_ms", num(uncoded)},
-                         {"replication_p50_ms", num(*get(s, "replication_p50_ms"))},
-                         {"decode_share", num(*get(s, "decode_share"), 3)},
-                         {"worst_rel_err", num(*err, 3)},
-                         {"speedup_vs_uncoded", num(uncoded / *coded, 3)},
-                         {"worst_cond", num(*get(e, "worst_cond"), 4)},
-                         {"decoded_runs", num(*get(s, "decoded_runs"))},
-                         {"runs", num(*get(s, "runs"))},
-                         {"shift_ms", num(kShiftMs)},
-                         {"tail_ms", num(kTailMs)}});
+    cofab::bench::printResult("coded_matmul",
+                              {{"n", std::to_string(n)},
+                               {"k", std::to_string(k)},
+                               {"coded_p50_ms", num(*coded)},
+                               {"uncoded_p50_ms", num(uncoded)},
+                               {"replication_p50_ms", num(*get(s, "replication_p50_ms"))},
+                               {"decode_share", num(*get(s, "decode_share"), 3)},
+                               {"worst_rel_err", num(*err, 3)},
+                               {"speedup_vs_uncoded", num(uncoded / *coded, 3)},
+                               {"worst_cond", num(*get(e, "worst_cond"), 4)},
+                               {"decoded_runs", num(*get(s, "decoded_runs"))},
+                               {"runs", num(*get(s, "runs"))},
+                               {"shift_ms", num(kShiftMs)},
+                               {"tail_ms", num(kTailMs)}});
   }
   std::ofstream csv;
   if (!csvPath.empty()) {

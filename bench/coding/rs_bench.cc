@@ -10,9 +10,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <ctime>
 #include <map>
 #include <random>
-#include <ctime>
 
 #include "bench/coding/bench_args.h"
 #include "bench/support/result_reporter.h"
@@ -175,8 +175,8 @@ void BM_DecodePair(benchmark::State& state) {
 void BM_ReferenceEncode(benchmark::State& state) {
   const int k = state.range(0), m = state.range(1);
   const int64_t shard = state.range(2);
-  auto rs = ReedSolomon::create(
-      {.dataShards = k, .parityShards = m, .backend = RsBackend::kReference});
+  auto rs =
+      ReedSolomon::create({.dataShards = k, .parityShards = m, .backend = RsBackend::kReference});
   Buffers buf(k, m, shard);
   std::vector<const uint8_t*> data(buf.ptrs.begin(), buf.ptrs.begin() + k);
   std::vector<uint8_t*> parity(buf.ptrs.begin() + k, buf.ptrs.end());
@@ -231,18 +231,17 @@ int main(int argc, char** argv) {
       const double cd = counter("BM_DecodePair" + args, "a_gbps");
       const double id = counter("BM_DecodePair" + args, "b_gbps");
       if (ce == 0 && cd == 0) continue;  // filtered out
-      cofab::bench::printResult(
-          "rs", {{"k", std::to_string(k)},
-                 {"m", std::to_string(m)},
-                 {"shard", std::to_string(shard)},
-                 {"cofab_gbps", num(ce)},
-                 {"isal_gbps", COFAB_HAVE_ISAL ? num(ie) : "n/a"},
-                 {"cofab_decode_gbps", num(cd)},
-                 {"isal_decode_gbps", COFAB_HAVE_ISAL ? num(id) : "n/a"},
-                 {"encode_ratio", num(ie > 0 ? ce / ie : 0, 3)},
-                 {"decode_ratio", num(id > 0 ? cd / id : 0, 3)},
-                 {"erasures", std::to_string(m)},
-                 {"counted", "data_bytes"}});
+      cofab::bench::printResult("rs", {{"k", std::to_string(k)},
+                                       {"m", std::to_string(m)},
+                                       {"shard", std::to_string(shard)},
+                                       {"cofab_gbps", num(ce)},
+                                       {"isal_gbps", COFAB_HAVE_ISAL ? num(ie) : "n/a"},
+                                       {"cofab_decode_gbps", num(cd)},
+                                       {"isal_decode_gbps", COFAB_HAVE_ISAL ? num(id) : "n/a"},
+                                       {"encode_ratio", num(ie > 0 ? ce / ie : 0, 3)},
+                                       {"decode_ratio", num(id > 0 ? cd / id : 0, 3)},
+                                       {"erasures", std::to_string(m)},
+                                       {"counted", "data_bytes"}});
     }
   }
   const auto* ref = cofab::bench::findCase(cases, "BM_ReferenceEncode/10/4/1048576");

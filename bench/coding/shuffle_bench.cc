@@ -104,27 +104,27 @@ int main(int argc, char** argv) {
   for (int n : kWorkers) {
     for (int a = 0; a < 2; ++a) {
       for (int v = 0; v < 3; ++v) {
-        const auto* c = cofab::bench::findCase(cases, "BM_Shuffle/" + std::to_string(n) + "/" +
-                                                          std::to_string(a) + "/" +
-                                                          std::to_string(v) + "/");
+        const auto* c =
+            cofab::bench::findCase(cases, "BM_Shuffle/" + std::to_string(n) + "/" +
+                                              std::to_string(a) + "/" + std::to_string(v) + "/");
         if (c == nullptr) continue;
         auto get = [&](const char* key) { return c->counters.at(key); };
         const double coded = get("coded_bytes"), uncoded = get("uncoded_bytes"),
                      theory = get("theory_bytes");
-        cofab::bench::printResult(
-            "shuffle", {{"n", std::to_string(n)},
-                        {"alpha", num(kAlphas[a])},
-                        {"assignment", kCases[v]},
-                        {"rows", num(get("rows"), 8)},
-                        {"row_bytes", std::to_string(kRowBytes)},
-                        {"coded_bytes", num(coded, 10)},
-                        {"uncoded_bytes", num(uncoded, 10)},
-                        {"theory_bytes", num(theory, 10)},
-                        {"coded_vs_theory", num(theory > 0 ? coded / theory : 0, 4)},
-                        {"reduction", num(coded > 0 ? uncoded / coded : 0, 4)},
-                        {"header_bytes", num(get("header_bytes"), 10)},
-                        {"plan_ms", num(get("plan_ms"), 3)},
-                        {"encode_ms", num(get("encode_ms"), 3)}});
+        cofab::bench::printResult("shuffle",
+                                  {{"n", std::to_string(n)},
+                                   {"alpha", num(kAlphas[a])},
+                                   {"assignment", kCases[v]},
+                                   {"rows", num(get("rows"), 8)},
+                                   {"row_bytes", std::to_string(kRowBytes)},
+                                   {"coded_bytes", num(coded, 10)},
+                                   {"uncoded_bytes", num(uncoded, 10)},
+                                   {"theory_bytes", num(theory, 10)},
+                                   {"coded_vs_theory", num(theory > 0 ? coded / theory : 0, 4)},
+                                   {"reduction", num(coded > 0 ? uncoded / coded : 0, 4)},
+                                   {"header_bytes", num(get("header_bytes"), 10)},
+                                   {"plan_ms", num(get("plan_ms"), 3)},
+                                   {"encode_ms", num(get("encode_ms"), 3)}});
       }
     }
   }

@@ -65,9 +65,10 @@ StatusOr<ReedSolomon> ReedSolomon::create(const ReedSolomonOptions& options) {
   const int k = options.dataShards;
   const int m = options.parityShards;
   if (k < 1 || m < 1 || k + m > 256) {
-    return InvalidArgument("ReedSolomon needs dataShards >= 1, parityShards >= 1 and "
-                           "dataShards + parityShards <= 256 (GF(2^8) Cauchy code); got k=" +
-                           std::to_string(k) + " m=" + std::to_string(m));
+    return InvalidArgument(
+        "ReedSolomon needs dataShards >= 1, parityShards >= 1 and "
+        "dataShards + parityShards <= 256 (GF(2^8) Cauchy code); got k=" +
+        std::to_string(k) + " m=" + std::to_string(m));
   }
   COFAB_ASSIGN_OR_RETURN(const GfKernels* kernels, gfKernels(options.backend));
   return ReedSolomon(k, m, kernels, options.decodeCacheEntries);
@@ -148,7 +149,8 @@ StatusOr<std::shared_ptr<const ReedSolomon::DecodePlan>> ReedSolomon::planFor(
       const uint8_t* g = &generator_[static_cast<size_t>(e) * k_];
       for (int c = 0; c < k_; ++c) {
         uint8_t s = 0;
-        for (int j = 0; j < k_; ++j) s ^= gf256::mul(g[j], inverse[static_cast<size_t>(j) * k_ + c]);
+        for (int j = 0; j < k_; ++j)
+          s ^= gf256::mul(g[j], inverse[static_cast<size_t>(j) * k_ + c]);
         out[c] = s;
       }
     }

@@ -85,8 +85,7 @@ class RsIncrementalEncoder {
  public:
   // Zeroes the m parity buffers and starts accumulating into them.
   static StatusOr<RsIncrementalEncoder> begin(const ReedSolomon& codec,
-                                              std::span<uint8_t* const> parity,
-                                              size_t shardBytes);
+                                              std::span<uint8_t* const> parity, size_t shardBytes);
 
   // Adds data shard `dataIndex` (each index once; InvalidArgument on a repeat or out of range).
   Status add(int dataIndex, const uint8_t* data);

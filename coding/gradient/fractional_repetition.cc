@@ -8,9 +8,10 @@ StatusOr<FractionalRepetitionCode> FractionalRepetitionCode::create(
     const FractionalRepetitionOptions& o) {
   if (o.workers < 1 || o.stragglers < 0 || o.stragglers >= o.workers ||
       o.workers % (o.stragglers + 1) != 0) {
-    return InvalidArgument("fractional repetition gradient code needs workers >= 1, 0 <= "
-                           "stragglers < workers and (stragglers + 1) dividing workers; got n=" +
-                           std::to_string(o.workers) + " s=" + std::to_string(o.stragglers));
+    return InvalidArgument(
+        "fractional repetition gradient code needs workers >= 1, 0 <= "
+        "stragglers < workers and (stragglers + 1) dividing workers; got n=" +
+        std::to_string(o.workers) + " s=" + std::to_string(o.stragglers));
   }
   return FractionalRepetitionCode(o.workers, o.stragglers);
 }
@@ -23,12 +24,11 @@ std::vector<int> FractionalRepetitionCode::partitionsOf(int worker) const {
   return p;
 }
 
-Status FractionalRepetitionCode::encode(int worker,
-                                        std::span<const std::span<const float>> grads,
+Status FractionalRepetitionCode::encode(int worker, std::span<const std::span<const float>> grads,
                                         std::span<float> out) const {
   if (worker < 0 || worker >= n_) {
-    return InvalidArgument("gradient encode: worker " + std::to_string(worker) +
-                           " outside [0, " + std::to_string(n_) + ")");
+    return InvalidArgument("gradient encode: worker " + std::to_string(worker) + " outside [0, " +
+                           std::to_string(n_) + ")");
   }
   if (static_cast<int>(grads.size()) != s_ + 1) {
     return InvalidArgument("gradient encode: worker " + std::to_string(worker) + " needs " +
@@ -37,9 +37,8 @@ Status FractionalRepetitionCode::encode(int worker,
   }
   for (const auto& g : grads) {
     if (g.size() != out.size()) {
-      return InvalidArgument("gradient encode: partition gradient has " +
-                             std::to_string(g.size()) + " elements, output " +
-                             std::to_string(out.size()));
+      return InvalidArgument("gradient encode: partition gradient has " + std::to_string(g.size()) +
+                             " elements, output " + std::to_string(out.size()));
     }
   }
   std::copy(grads[0].begin(), grads[0].end(), out.begin());

@@ -20,8 +20,15 @@ Status gemmF32(ConstMatrixView a, ConstMatrixView b, MatrixView c) {
                            std::to_string(c.cols));
   }
   // The CPU twin of the GPU path (gpu/linear_combine.h): OpenBLAS here, cuBLAS there.
-  return gpu::gemmF32({.a = a.data, .b = b.data, .c = c.data, .m = a.rows, .n = b.cols,
-                       .k = a.cols, .lda = a.stride(), .ldb = b.stride(), .ldc = c.stride()});
+  return gpu::gemmF32({.a = a.data,
+                       .b = b.data,
+                       .c = c.data,
+                       .m = a.rows,
+                       .n = b.cols,
+                       .k = a.cols,
+                       .lda = a.stride(),
+                       .ldb = b.stride(),
+                       .ldc = c.stride()});
 }
 
 StatusOr<CodedMatmul> CodedMatmul::create(const RealMdsOptions& options) {
@@ -63,25 +70,33 @@ Status CodedMatmul::encodeParity(float* blocks, size_t blockElems, Device device
     for (int j = 0; j < k; ++j) p[(i - k) * k + j] = static_cast<float>(code_.at(i, j));
   }
   if (device.isCpu()) {
-    return gpu::gemmF32({.a = p.data(), .b = blocks, .c = blocks + blockElems * k, .m = n - k,
-                         .n = static_cast<int64_t>(blockElems), .k = k});
+    return gpu::gemmF32({.a = p.data(),
+                         .b = blocks,
+                         .c = blocks + blockElems * k,
+                         .m = n - k,
+                         .n = static_cast<int64_t>(blockElems),
+                         .k = k});
   }
   // cuBLAS reads P from device memory: a small staging buffer.
-  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer dp, gpu::DeviceBuffer::allocate(p.size() * sizeof(float),
-                                                                          device.index));
+  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer dp,
+                         gpu::DeviceBuffer::allocate(p.size() * sizeof(float), device.index));
   gpu::Stream s = gpu::Stream::borrow(stream, device.index);
   COFAB_RETURN_IF_ERROR(dp.copyFromHost(p.data(), p.size() * sizeof(float), s));
-  COFAB_RETURN_IF_ERROR(gpu::gemmF32({.a = static_cast<float*>(dp.data()), .b = blocks,
-                                      .c = blocks + blockElems * k, .m = n - k,
-                                      .n = static_cast<int64_t>(blockElems), .k = k,
-                                      .device = device, .stream = stream}));
+  COFAB_RETURN_IF_ERROR(gpu::gemmF32({.a = static_cast<float*>(dp.data()),
+                                      .b = blocks,
+                                      .c = blocks + blockElems * k,
+                                      .m = n - k,
+                                      .n = static_cast<int64_t>(blockElems),
+                                      .k = k,
+                                      .device = device,
+                                      .stream = stream}));
   // dp is freed on return: wait for the GEMM that reads it.
   return s.synchronize();
 }
 
 Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<const int> missing,
-                                 std::span<float* const> outputs, size_t blockElems,
-                                 Device device, void* stream) const {
+                                 std::span<float* const> outputs, size_t blockElems, Device device,
+                                 void* stream) const {
   if (outputs.size() != missing.size()) {
     return InvalidArgument("decodeBlocks: " + std::to_string(missing.size()) +
                            " missing blocks but " + std::to_string(outputs.size()) + " outputs");

@@ -9,8 +9,8 @@
 // Accuracy: relative error ~ worstCondition x fp32 rounding of the tasks.
 //
 // GEMMs go through gpu/linear_combine.h, whose CPU twin is OpenBLAS and whose CUDA path is cuBLAS
-// with TF32 off (tests/gpu checks both agree). Ownership: EncodedMatrix owns its blocks; every view is
-// borrowed for the call. Threads: CodedMatmul is immutable; multiplyTask for different tasks may
+// with TF32 off (tests/gpu checks both agree). Ownership: EncodedMatrix owns its blocks; every view
+// is borrowed for the call. Threads: CodedMatmul is immutable; multiplyTask for different tasks may
 // run concurrently (the straggler executor does that).
 #pragma once
 
@@ -51,9 +51,9 @@ struct TaskResult {
 };
 
 struct DecodeReport {
-  bool decoded = false;      // false: the k systematic results were used as they are
-  std::vector<int> used;     // the k task results that C was built from
-  double decodeMs = 0;       // coefficient solve + FP64 combination
+  bool decoded = false;   // false: the k systematic results were used as they are
+  std::vector<int> used;  // the k task results that C was built from
+  double decodeMs = 0;    // coefficient solve + FP64 combination
 };
 
 class CodedMatmul {

@@ -24,9 +24,10 @@ StatusOr<ShiftedExponentialDelay> ShiftedExponentialDelay::create(
     const ShiftedExponentialOptions& o) {
   if (!(o.shiftMs >= 0) || !(o.tailMeanMs >= 0) || !std::isfinite(o.shiftMs) ||
       !std::isfinite(o.tailMeanMs)) {
-    return InvalidArgument("shifted exponential delay needs finite shiftMs >= 0 and tailMeanMs >= "
-                           "0; got shift=" + std::to_string(o.shiftMs) +
-                           " tail=" + std::to_string(o.tailMeanMs));
+    return InvalidArgument(
+        "shifted exponential delay needs finite shiftMs >= 0 and tailMeanMs >= "
+        "0; got shift=" +
+        std::to_string(o.shiftMs) + " tail=" + std::to_string(o.tailMeanMs));
   }
   return ShiftedExponentialDelay(o);
 }

@@ -189,8 +189,9 @@ StatusOr<RealMdsCode> RealMdsCode::create(const RealMdsOptions& o) {
                            " k=" + std::to_string(o.k));
   }
   if (o.randomTrials < 1 || o.sampledPatterns < 1 || o.exhaustiveLimit < 0) {
-    return InvalidArgument("RealMdsCode: randomTrials and sampledPatterns must be >= 1 and "
-                           "exhaustiveLimit >= 0");
+    return InvalidArgument(
+        "RealMdsCode: randomTrials and sampledPatterns must be >= 1 and "
+        "exhaustiveLimit >= 0");
   }
   RealMdsCode code;
   code.n_ = o.n;
@@ -212,11 +213,10 @@ StatusOr<RealMdsCode> RealMdsCode::create(const RealMdsOptions& o) {
   code.exhaustive_ = best.exhaustive;
   code.patternsChecked_ = best.checked;
   if (!(best.worst <= o.maxCondition)) {
-    return InvalidArgument(std::string("RealMdsCode ") + mdsFamilyName(o.family) + " (n=" +
-                           std::to_string(o.n) + ", k=" + std::to_string(o.k) +
-                           ") has a worst-case condition number of " +
-                           std::to_string(best.worst) + ", above maxCondition " +
-                           std::to_string(o.maxCondition) +
+    return InvalidArgument(std::string("RealMdsCode ") + mdsFamilyName(o.family) +
+                           " (n=" + std::to_string(o.n) + ", k=" + std::to_string(o.k) +
+                           ") has a worst-case condition number of " + std::to_string(best.worst) +
+                           ", above maxCondition " + std::to_string(o.maxCondition) +
                            ": decoding would amplify rounding errors that much; use fewer parity "
                            "blocks (n-k), a smaller n or another family");
   }
@@ -251,8 +251,8 @@ StatusOr<double> RealMdsCode::conditionOf(std::span<const int> rows) const {
 StatusOr<std::vector<double>> RealMdsCode::decodeCoefficients(std::span<const int> returned,
                                                               std::span<const int> wanted) const {
   if (static_cast<int>(returned.size()) != k_) {
-    return DataLoss("decoding needs results from k=" + std::to_string(k_) + " distinct tasks, got " +
-                    std::to_string(returned.size()));
+    return DataLoss("decoding needs results from k=" + std::to_string(k_) +
+                    " distinct tasks, got " + std::to_string(returned.size()));
   }
   COFAB_RETURN_IF_ERROR(validateRows(returned, "decodeCoefficients returned"));
   for (int w : wanted) {

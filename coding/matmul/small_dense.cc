@@ -69,7 +69,8 @@ std::vector<double> singularValues(std::span<const double> a, int rows, int cols
         if (std::fabs(gamma) <= eps * std::sqrt(alpha * beta) || gamma == 0.0) continue;
         rotated = true;
         const double zeta = (beta - alpha) / (2.0 * gamma);
-        const double t = std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
+        const double t =
+            std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
         const double cs = 1.0 / std::sqrt(1.0 + t * t);
         const double sn = cs * t;
         for (int r = 0; r < rows; ++r) {

@@ -146,8 +146,8 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
   if (st->completionNs < 0) {
     return DataLoss("straggler run: only " + std::to_string(st->groupsDone) + " of " +
                     std::to_string(spec.neededGroups) + " needed groups completed; " +
-                    std::to_string(st->report.failed) + " task(s) failed, first: " +
-                    st->firstError.toString());
+                    std::to_string(st->report.failed) +
+                    " task(s) failed, first: " + st->firstError.toString());
   }
   st->report.completionMs = (st->completionNs - t0) / 1e6;
   st->report.drainMs = (end - st->completionNs) / 1e6;

@@ -52,13 +52,13 @@ struct StragglerRunSpec {
 };
 
 struct StragglerReport {
-  std::vector<int> used;          // tasks that completed a group, in arrival order
-  std::vector<double> finishMs;   // per task: when it finished, or -1 (cancelled or failed)
-  std::vector<double> delayMs;    // per task: the injected delay
-  double completionMs = 0;        // when the last needed group completed
-  double drainMs = 0;             // from completion until every task had stopped
-  int cancelled = 0;              // tasks not used: never ran, stopped early or finished late
-  int failed = 0;                 // tasks whose function returned an error
+  std::vector<int> used;         // tasks that completed a group, in arrival order
+  std::vector<double> finishMs;  // per task: when it finished, or -1 (cancelled or failed)
+  std::vector<double> delayMs;   // per task: the injected delay
+  double completionMs = 0;       // when the last needed group completed
+  double drainMs = 0;            // from completion until every task had stopped
+  int cancelled = 0;             // tasks not used: never ran, stopped early or finished late
+  int failed = 0;                // tasks whose function returned an error
 };
 
 struct StragglerExecutorOptions {

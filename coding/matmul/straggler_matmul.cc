@@ -41,8 +41,7 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
                         .run = options.run,
                         .delay = options.delay};
   COFAB_ASSIGN_OR_RETURN(
-      StragglerReport exec,
-      options.executor->run(spec, [&](int task, const CancelToken&) {
+      StragglerReport exec, options.executor->run(spec, [&](int task, const CancelToken&) {
         MatrixView out{outputs.data() + task * outElems, a.blockRows(), b.cols, 0};
         return coded.multiplyTask(a, task, b, out);
       }));
@@ -58,9 +57,8 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
   return report;
 }
 
-StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixView b,
-                                                 MatrixView c, int workers,
-                                                 const StragglerRunOptions& options) {
+StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixView b, MatrixView c,
+                                                 int workers, const StragglerRunOptions& options) {
   COFAB_RETURN_IF_ERROR(checkOptions(options));
   if (workers < 1 || workers > a.rows) {
     return InvalidArgument("uncoded matmul: workers must be in [1, rows of A = " +

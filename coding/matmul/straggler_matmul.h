@@ -31,9 +31,8 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
                                                ConstMatrixView b, MatrixView c,
                                                const StragglerRunOptions& options);
 
-StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixView b,
-                                                 MatrixView c, int workers,
-                                                 const StragglerRunOptions& options);
+StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixView b, MatrixView c,
+                                                 int workers, const StragglerRunOptions& options);
 
 StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatrixView b,
                                                     MatrixView c, int workers, int replicas,

@@ -44,9 +44,10 @@ StatusOr<CodedShuffle> CodedShuffle::create(const CodedShuffleOptions& o) {
   const double tReal = o.cacheFraction * o.workers;
   const int t = static_cast<int>(std::lround(tReal));
   if (!(o.cacheFraction >= 0 && o.cacheFraction <= 1) || std::fabs(tReal - t) > 1e-9) {
-    return InvalidArgument("coded shuffle: cacheFraction * workers must be an integer in [0, "
-                           "workers] (each row cached by that many workers); got " +
-                           std::to_string(o.cacheFraction) + " * " + std::to_string(o.workers));
+    return InvalidArgument(
+        "coded shuffle: cacheFraction * workers must be an integer in [0, "
+        "workers] (each row cached by that many workers); got " +
+        std::to_string(o.cacheFraction) + " * " + std::to_string(o.workers));
   }
   if (o.rows < 1) return InvalidArgument("coded shuffle: rows must be >= 1");
   const double groups = binomial(o.workers, t);
@@ -113,7 +114,7 @@ StatusOr<ShufflePlan> CodedShuffle::planEpoch(int64_t epoch, size_t rowBytes) co
   struct Need {
     uint64_t group;  // U = T(row) + the receiving worker
     int worker;
-    int64_t index;   // position in the worker's batch
+    int64_t index;  // position in the worker's batch
     int64_t row;
   };
   std::vector<Need> needs;
@@ -197,8 +198,8 @@ StatusOr<WorkerCache> CodedShuffle::buildCache(int worker, std::span<const uint8
   return c;
 }
 
-Status CodedShuffle::encode(const ShufflePlan& plan, std::span<const uint8_t> data,
-                            size_t rowBytes, std::span<uint8_t> out) const {
+Status CodedShuffle::encode(const ShufflePlan& plan, std::span<const uint8_t> data, size_t rowBytes,
+                            std::span<uint8_t> out) const {
   if (rowBytes == 0 || data.size() != static_cast<size_t>(rows_) * rowBytes) {
     return InvalidArgument("coded shuffle encode: data must be rows x rowBytes = " +
                            std::to_string(rows_) + " x " + std::to_string(rowBytes) + " bytes");
@@ -212,8 +213,9 @@ Status CodedShuffle::encode(const ShufflePlan& plan, std::span<const uint8_t> da
   for (size_t m = 0; m < plan.messages.size(); ++m) {
     srcs.clear();
     for (int64_t r : plan.messages[m].rows) {
-      if (r < 0 || r >= rows_) return InvalidArgument("coded shuffle encode: plan names row " +
-                                                      std::to_string(r) + " out of range");
+      if (r < 0 || r >= rows_)
+        return InvalidArgument("coded shuffle encode: plan names row " + std::to_string(r) +
+                               " out of range");
       srcs.push_back(data.data() + r * rowBytes);
     }
     xorOf(out.data() + m * rowBytes, srcs, rowBytes);

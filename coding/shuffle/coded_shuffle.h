@@ -33,10 +33,10 @@ namespace cofab::coding {
 enum class ShuffleAssignment : uint8_t { kStratified, kUniform };
 
 struct CodedShuffleOptions {
-  int workers = 0;            // n, 1..24
-  double cacheFraction = 0;   // alpha; alpha * n must be an integer t in [0, n]
-  int64_t rows = 0;           // data rows
-  uint64_t seed = 1;          // placement and assignments
+  int workers = 0;           // n, 1..24
+  double cacheFraction = 0;  // alpha; alpha * n must be an integer t in [0, n]
+  int64_t rows = 0;          // data rows
+  uint64_t seed = 1;         // placement and assignments
   ShuffleAssignment assignment = ShuffleAssignment::kStratified;
 };
 
@@ -49,19 +49,19 @@ struct ShuffleMessage {
 // What the master sends in one epoch. Payload bytes only; headerBytes estimates the row ids a
 // message must carry (8 bytes per row id), reported apart.
 struct ShuffleAccounting {
-  int64_t neededRows = 0;       // batch rows not in the receiving worker's cache
-  int64_t localRows = 0;        // batch rows already cached (nothing sent)
-  int64_t messages = 0;         // multicasts sent, each counted once
-  int64_t codedBytes = 0;       // messages * rowBytes
-  int64_t uncodedBytes = 0;     // neededRows * rowBytes: every needed row unicast
-  double theoryBytes = 0;       // rows (1 - alpha) / (1 + t) * rowBytes
+  int64_t neededRows = 0;    // batch rows not in the receiving worker's cache
+  int64_t localRows = 0;     // batch rows already cached (nothing sent)
+  int64_t messages = 0;      // multicasts sent, each counted once
+  int64_t codedBytes = 0;    // messages * rowBytes
+  int64_t uncodedBytes = 0;  // neededRows * rowBytes: every needed row unicast
+  double theoryBytes = 0;    // rows (1 - alpha) / (1 + t) * rowBytes
   int64_t headerBytes = 0;
   double reduction() const { return codedBytes > 0 ? double(uncodedBytes) / codedBytes : 0; }
 };
 
 struct ShufflePlan {
   int64_t epoch = 0;
-  std::vector<std::vector<int64_t>> batch;   // per worker: its rows this epoch
+  std::vector<std::vector<int64_t>> batch;  // per worker: its rows this epoch
   // Per worker, parallel to batch: the message carrying that row, or -1 when it is cached.
   std::vector<std::vector<int64_t>> source;
   std::vector<ShuffleMessage> messages;
@@ -122,9 +122,9 @@ class CodedShuffle {
   int64_t rows_ = 0;
   uint64_t seed_ = 0;
   ShuffleAssignment assignment_ = ShuffleAssignment::kStratified;
-  std::vector<uint64_t> groupMask_;     // per group: the t workers caching it
-  std::vector<int64_t> groupStart_;     // groupRows_ offsets, size groups + 1
-  std::vector<int64_t> groupRows_;      // rows ordered by group
+  std::vector<uint64_t> groupMask_;  // per group: the t workers caching it
+  std::vector<int64_t> groupStart_;  // groupRows_ offsets, size groups + 1
+  std::vector<int64_t> groupRows_;   // rows ordered by group
   std::vector<uint32_t> groupOfRow_;
 };
 

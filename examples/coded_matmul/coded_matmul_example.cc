@@ -5,7 +5,8 @@
 //
 // Run:
 //   build/examples/coded_matmul/coded_matmul_example --n=8 --k=6 --tail-ms=20 --runs=41
-//   build/examples/coded_matmul/coded_matmul_example --trace=delays.txt   (one delay in ms per line)
+//   build/examples/coded_matmul/coded_matmul_example --trace=delays.txt   (one delay in ms per
+//   line)
 #include <cblas.h>
 
 #include <algorithm>
@@ -38,15 +39,24 @@ bool parse(int argc, char** argv, Flags* f) {
       const size_t len = std::strlen(name);
       return std::strncmp(a, name, len) == 0 && a[len] == '=' ? a + len + 1 : nullptr;
     };
-    if (const char* v = val("--n")) f->n = std::atoi(v);
-    else if (const char* v = val("--k")) f->k = std::atoi(v);
-    else if (const char* v = val("--runs")) f->runs = std::atoi(v);
-    else if (const char* v = val("--rows")) f->rows = std::atoll(v);
-    else if (const char* v = val("--inner")) f->inner = std::atoll(v);
-    else if (const char* v = val("--cols")) f->cols = std::atoll(v);
-    else if (const char* v = val("--shift-ms")) f->shiftMs = std::atof(v);
-    else if (const char* v = val("--tail-ms")) f->tailMs = std::atof(v);
-    else if (const char* v = val("--trace")) f->trace = v;
+    if (const char* v = val("--n"))
+      f->n = std::atoi(v);
+    else if (const char* v = val("--k"))
+      f->k = std::atoi(v);
+    else if (const char* v = val("--runs"))
+      f->runs = std::atoi(v);
+    else if (const char* v = val("--rows"))
+      f->rows = std::atoll(v);
+    else if (const char* v = val("--inner"))
+      f->inner = std::atoll(v);
+    else if (const char* v = val("--cols"))
+      f->cols = std::atoll(v);
+    else if (const char* v = val("--shift-ms"))
+      f->shiftMs = std::atof(v);
+    else if (const char* v = val("--tail-ms"))
+      f->tailMs = std::atof(v);
+    else if (const char* v = val("--trace"))
+      f->trace = v;
     else {
       std::fprintf(stderr,
                    "usage: %s [--n=8] [--k=6] [--runs=41] [--rows=720] [--inner=256] [--cols=64]\n"
@@ -125,14 +135,15 @@ int main(int argc, char** argv) {
     decoded += rc->decoded;
     uncoded.push_back(ru->totalMs);
   }
-  std::printf("coded matmul (n=%d, k=%d), A %lldx%lld, B %lldx%lld, %d runs, delays %s\n", f.n,
-              f.k, static_cast<long long>(f.rows), static_cast<long long>(f.inner),
+  std::printf("coded matmul (n=%d, k=%d), A %lldx%lld, B %lldx%lld, %d runs, delays %s\n", f.n, f.k,
+              static_cast<long long>(f.rows), static_cast<long long>(f.inner),
               static_cast<long long>(f.inner), static_cast<long long>(f.cols), f.runs,
               delay->describe().c_str());
   std::printf("  code: %s, worst condition number over all erasure patterns %.3g\n",
               mdsFamilyName(cm->code().family()), cm->code().worstCondition());
-  std::printf("  coded   (any %d of %d):  median %.2f ms  (decode median %.3f ms, %d/%d runs decoded)\n",
-              f.k, f.n, median(coded), median(decodeMs), decoded, f.runs);
+  std::printf(
+      "  coded   (any %d of %d):  median %.2f ms  (decode median %.3f ms, %d/%d runs decoded)\n",
+      f.k, f.n, median(coded), median(decodeMs), decoded, f.runs);
   std::printf("  uncoded (all %d of %d):  median %.2f ms\n", f.n, f.n, median(uncoded));
   std::printf("  speedup %.2fx, worst relative error of C %.2e\n", median(uncoded) / median(coded),
               worstErr);

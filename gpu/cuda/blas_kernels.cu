@@ -59,17 +59,16 @@ Status gemmF32(const GemmArgs& g) {
   const int ldc = static_cast<int>(g.ldc ? g.ldc : g.n);
   auto stream = static_cast<cudaStream_t>(g.stream);
   if (g.k == 0) {
-    COFAB_CUDA_RETURN_IF_ERROR(cudaMemset2DAsync(g.c, ldc * sizeof(float), 0, g.n * sizeof(float),
-                                                 g.m, stream));
+    COFAB_CUDA_RETURN_IF_ERROR(
+        cudaMemset2DAsync(g.c, ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream));
     return OkStatus();
   }
   ScopedBlas blas;
   COFAB_RETURN_IF_ERROR(blas.init(stream));
   const float one = 1.0f, zero = 0.0f;
-  COFAB_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas.get(), CUBLAS_OP_N, CUBLAS_OP_N,
-                                           static_cast<int>(g.n), static_cast<int>(g.m),
-                                           static_cast<int>(g.k), &one, g.b, ldb, g.a, lda, &zero,
-                                           g.c, ldc));
+  COFAB_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
+      blas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(g.n), static_cast<int>(g.m),
+      static_cast<int>(g.k), &one, g.b, ldb, g.a, lda, &zero, g.c, ldc));
   return OkStatus();
 }
 
@@ -101,11 +100,10 @@ Status combineInto(const CombineArgs& c, cudaStream_t stream, Scratch* s) {
   COFAB_RETURN_IF_ERROR(blas.init(stream));
   const double one = 1.0, zero = 0.0;
   // Row-major X (out x e) = D (out x in) Y (in x e)  <=>  X^T = Y^T D^T in column-major.
-  COFAB_CUBLAS_RETURN_IF_ERROR(cublasDgemm(blas.get(), CUBLAS_OP_N, CUBLAS_OP_N,
-                                           static_cast<int>(e), static_cast<int>(out),
-                                           static_cast<int>(in), &one, s->y, static_cast<int>(e),
-                                           s->d, static_cast<int>(in), &zero, s->x,
-                                           static_cast<int>(e)));
+  COFAB_CUBLAS_RETURN_IF_ERROR(
+      cublasDgemm(blas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(e), static_cast<int>(out),
+                  static_cast<int>(in), &one, s->y, static_cast<int>(e), s->d, static_cast<int>(in),
+                  &zero, s->x, static_cast<int>(e)));
   for (size_t r = 0; r < out; ++r) {
     narrowKernel<<<blocksFor(e), 256, 0, stream>>>(s->x + r * e, c.outputs[r], e);
     COFAB_CUDA_RETURN_IF_ERROR(cudaGetLastError());

@@ -24,8 +24,8 @@ inline Status cudaStatus(cudaError_t err, const char* call) {
 
 inline Status cublasStatus(cublasStatus_t st, const char* call) {
   if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
-  std::string msg = std::string(call) + " failed: cublasStatus " +
-                    std::to_string(static_cast<int>(st));
+  std::string msg =
+      std::string(call) + " failed: cublasStatus " + std::to_string(static_cast<int>(st));
   if (st == CUBLAS_STATUS_NOT_INITIALIZED) return Unavailable(std::move(msg));
   if (st == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhausted(std::move(msg));
   return Internal(std::move(msg));

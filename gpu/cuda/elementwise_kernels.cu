@@ -98,7 +98,7 @@ Status xorBuffers(const XorArgs& a) {
     for (int j = 0; j < count; ++j) words.p[j] = static_cast<const uint64_t*>(a.srcs[j]);
     const size_t n = a.bytes / 8;
     xorWordsKernel<<<blocksFor(n), kThreads, 0, stream>>>(words, count,
-                                                         static_cast<uint64_t*>(a.dst), n);
+                                                          static_cast<uint64_t*>(a.dst), n);
     COFAB_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     done = n * 8;
   }

@@ -139,9 +139,9 @@ TEST(CodedMatmulTest, BadArguments) {
   std::vector<float> out(enc->blockRows() * 2);
   EXPECT_EQ(cm->multiplyTask(*enc, 5, b.view(), {out.data(), enc->blockRows(), 2, 0}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(cm->multiplyTask(*enc, 0, {b.v.data(), 3, 2, 0}, {out.data(), enc->blockRows(), 2, 0})
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cm->multiplyTask(*enc, 0, {b.v.data(), 3, 2, 0}, {out.data(), enc->blockRows(), 2, 0}).code(),
+      StatusCode::kInvalidArgument);
   std::vector<TaskResult> two = {{0, out.data()}, {4, out.data()}};
   EXPECT_EQ(cm->decode(*enc, two, 2, c.mut()).status().code(), StatusCode::kDataLoss);
   std::vector<TaskResult> dup = {{0, out.data()}, {0, out.data()}, {1, out.data()}};
@@ -176,8 +176,8 @@ TEST(CodedMatmulTest, RawBlockEntryPointsMatchAndValidate) {
   for (int t = 0; t < 6; ++t) {
     ASSERT_TRUE(cm->multiplyTask(*enc, t, b.view(), {outs[t].data(), enc->blockRows(), 3, 0}).ok());
   }
-  std::vector<TaskResult> results = {{1, outs[1].data()}, {3, outs[3].data()}, {4, outs[4].data()},
-                                     {5, outs[5].data()}};
+  std::vector<TaskResult> results = {
+      {1, outs[1].data()}, {3, outs[3].data()}, {4, outs[4].data()}, {5, outs[5].data()}};
   std::vector<int> missing = {0, 2};
   std::vector<float> r0(oe), r2(oe);
   std::vector<float*> rebuilt = {r0.data(), r2.data()};

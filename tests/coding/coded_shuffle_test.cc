@@ -202,7 +202,8 @@ TEST(XorBytesTest, MatchesBytewiseXorAlignedOrNot) {
         }
         uint8_t* dst = pool[5] + offset;
         xorOf(dst, ptrs, bytes);
-        ASSERT_EQ(0, std::memcmp(dst, want.data(), bytes)) << bytes << " " << offset << " " << count;
+        ASSERT_EQ(0, std::memcmp(dst, want.data(), bytes))
+            << bytes << " " << offset << " " << count;
       }
     }
   }

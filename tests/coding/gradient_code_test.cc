@@ -12,8 +12,8 @@ namespace cofab::coding {
 namespace {
 
 TEST(GradientCodeTest, EveryStragglerSetUpToSDecodesTheFullSum) {
-  const std::pair<int, int> shapes[] = {{1, 0}, {2, 1}, {4, 1}, {6, 2}, {8, 3}, {9, 2}, {12, 3},
-                                        {12, 5}, {10, 1}};
+  const std::pair<int, int> shapes[] = {{1, 0}, {2, 1},  {4, 1},  {6, 2}, {8, 3},
+                                        {9, 2}, {12, 3}, {12, 5}, {10, 1}};
   std::mt19937 rng(5);
   for (auto [n, s] : shapes) {
     SCOPED_TRACE("n=" + std::to_string(n) + " s=" + std::to_string(s));

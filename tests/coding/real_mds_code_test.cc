@@ -29,7 +29,7 @@ const MdsFamily kUsableFamilies[] = {MdsFamily::kLagrangeChebyshev, MdsFamily::k
                                      MdsFamily::kRandomGaussian};
 
 TEST(RealMdsCodeTest, SystematicAndEveryPatternDecodesForSmallCodes) {
-  const std::pair<int, int> shapes[] = {{3, 2}, {4, 3}, {5, 3}, {6, 4}, {8, 6},
+  const std::pair<int, int> shapes[] = {{3, 2}, {4, 3},  {5, 3},  {6, 4},  {8, 6},
                                         {9, 6}, {10, 8}, {12, 9}, {12, 11}};
   for (MdsFamily family : kUsableFamilies) {
     for (auto [n, k] : shapes) {
@@ -81,8 +81,11 @@ TEST(RealMdsCodeTest, RandomFamilyKeepsTheBestOfItsTrials) {
 }
 
 TEST(RealMdsCodeTest, SamplesWhenThereAreTooManyPatterns) {
-  auto code = RealMdsCode::create({.n = 16, .k = 12, .family = MdsFamily::kRandomGaussian,
-                                   .exhaustiveLimit = 100, .sampledPatterns = 50,
+  auto code = RealMdsCode::create({.n = 16,
+                                   .k = 12,
+                                   .family = MdsFamily::kRandomGaussian,
+                                   .exhaustiveLimit = 100,
+                                   .sampledPatterns = 50,
                                    .maxCondition = 1e12});
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_FALSE(code->checkedExhaustively());
@@ -90,12 +93,12 @@ TEST(RealMdsCodeTest, SamplesWhenThereAreTooManyPatterns) {
 }
 
 TEST(RealMdsCodeTest, RefusesCodesWorseThanMaxCondition) {
-  auto ok = RealMdsCode::create({.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced,
-                                 .maxCondition = 1e300});
+  auto ok = RealMdsCode::create(
+      {.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced, .maxCondition = 1e300});
   ASSERT_TRUE(ok.ok());
   const double worst = ok->worstCondition();
-  auto refused = RealMdsCode::create({.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced,
-                                      .maxCondition = worst / 2});
+  auto refused = RealMdsCode::create(
+      {.n = 12, .k = 9, .family = MdsFamily::kVandermondeEquispaced, .maxCondition = worst / 2});
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
 }
 
@@ -113,10 +116,9 @@ TEST(RealMdsCodeTest, BadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 6}, wanted).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 5}, std::vector<int>{4})
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      code->decodeCoefficients(std::vector<int>{0, 1, 2, 5}, std::vector<int>{4}).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(parseMdsFamily("nope").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(*parseMdsFamily("cauchy_chebyshev"), MdsFamily::kCauchyChebyshev);
 }

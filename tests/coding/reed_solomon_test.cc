@@ -89,7 +89,8 @@ void checkPatterns(const ReedSolomon& rs, const std::vector<std::vector<int>>& p
     Status st = rs.decode(shards.ptrs, erasures, bytes);
     ASSERT_TRUE(st.ok()) << st;
     for (int i = 0; i < k + m; ++i) {
-      ASSERT_EQ(shards.copy(i), original[i]) << "shard " << i << " after erasing " << erasures.size();
+      ASSERT_EQ(shards.copy(i), original[i])
+          << "shard " << i << " after erasing " << erasures.size();
     }
   }
 }
@@ -97,8 +98,8 @@ void checkPatterns(const ReedSolomon& rs, const std::vector<std::vector<int>>& p
 class RsBackendTest : public ::testing::TestWithParam<RsBackend> {};
 
 TEST_P(RsBackendTest, EveryErasurePatternOfSmallCodes) {
-  const std::pair<int, int> codes[] = {{1, 1}, {2, 1}, {2, 2}, {3, 2}, {4, 3}, {6, 3},
-                                       {8, 3}, {10, 4}, {5, 5}};
+  const std::pair<int, int> codes[] = {{1, 1}, {2, 1}, {2, 2},  {3, 2}, {4, 3},
+                                       {6, 3}, {8, 3}, {10, 4}, {5, 5}};
   for (auto [k, m] : codes) {
     SCOPED_TRACE("k=" + std::to_string(k) + " m=" + std::to_string(m));
     ReedSolomon rs = makeRs(k, m, GetParam());
@@ -127,8 +128,8 @@ TEST_P(RsBackendTest, SeededRandomPatternsOfLargeCodes) {
 
 TEST_P(RsBackendTest, UnalignedPointersAndOddLengths) {
   ReedSolomon rs = makeRs(10, 4, GetParam());
-  const std::vector<std::vector<int>> patterns = {{0}, {3, 11}, {0, 1, 2, 3}, {10, 11, 12, 13},
-                                                  {1, 5, 9, 12}};
+  const std::vector<std::vector<int>> patterns = {
+      {0}, {3, 11}, {0, 1, 2, 3}, {10, 11, 12, 13}, {1, 5, 9, 12}};
   for (size_t bytes : {1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 1000, 4097}) {
     for (size_t offset : {0, 1, 3, 7}) {
       SCOPED_TRACE("bytes=" + std::to_string(bytes) + " offset=" + std::to_string(offset));
@@ -197,7 +198,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, RsBackendTest,
                          [](const auto& info) { return std::string(rsBackendName(info.param)); });
 
 TEST(ReedSolomonTest, RejectsBadShapes) {
-  for (auto [k, m] : std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {-1, 2}, {250, 7}, {1, 256}}) {
+  for (auto [k, m] :
+       std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {-1, 2}, {250, 7}, {1, 256}}) {
     auto rs = ReedSolomon::create({.dataShards = k, .parityShards = m});
     EXPECT_EQ(rs.status().code(), StatusCode::kInvalidArgument) << k << "+" << m;
   }
@@ -337,7 +339,8 @@ TEST(IsalInteropTest, RawIsalEncodesCofabDecodes) {
   ec_init_tables(k, m, &enc[k * k], tbls.data());
   Shards s(k + m, len, 5);
   s.fillData(k, 77);
-  std::vector<uint8_t*> data(s.ptrs.begin(), s.ptrs.begin() + k), parity(s.ptrs.begin() + k, s.ptrs.end());
+  std::vector<uint8_t*> data(s.ptrs.begin(), s.ptrs.begin() + k),
+      parity(s.ptrs.begin() + k, s.ptrs.end());
   ec_encode_data(len, k, m, tbls.data(), data.data(), parity.data());
   std::vector<std::vector<uint8_t>> orig;
   for (int i = 0; i < k + m; ++i) orig.push_back(s.copy(i));

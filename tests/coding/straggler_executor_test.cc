@@ -105,10 +105,11 @@ TEST_F(StragglerMatmulTest, UncodedAndReplicatedGiveTheProduct) {
     EXPECT_LE(maxRelDiff(c2, want_), 1e-6);
   }
   std::vector<float> c(96 * 20);
-  EXPECT_EQ(runReplicatedMatmul(a(), b(), {c.data(), 96, 20, 0}, 7, 2, {.executor = executor_.get()})
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      runReplicatedMatmul(a(), b(), {c.data(), 96, 20, 0}, 7, 2, {.executor = executor_.get()})
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(runUncodedMatmul(a(), b(), {c.data(), 96, 20, 0}, 4, {}).status().code(),
             StatusCode::kInvalidArgument);
 }
@@ -139,7 +140,8 @@ TEST(StragglerExecutorTest, BadSpecs) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ((*ex)->run({.tasks = 4, .groups = {0, 0, 1, 1}, .neededGroups = 3}, fn).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(StragglerExecutor::create({.threads = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StragglerExecutor::create({.threads = 0}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(DelayModelTest, ShiftedExponentialIsDeterministicAndHasTheRightMean) {
@@ -176,7 +178,8 @@ TEST(DelayModelTest, TraceFileIsReplayedAndValidated) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->size(), 3u);
   auto ms = [&](int64_t run, int task) {
-    return std::chrono::duration<double, std::milli>(t->delay({.run = run, .task = task, .tasks = 2}))
+    return std::chrono::duration<double, std::milli>(
+               t->delay({.run = run, .task = task, .tasks = 2}))
         .count();
   };
   EXPECT_DOUBLE_EQ(ms(0, 0), 1.5);

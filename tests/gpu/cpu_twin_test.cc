@@ -33,7 +33,9 @@ TEST(ReduceCpuTest, F32SumAndAverageMatchAnF32Accumulation) {
   for (auto& v : ins) views.push_back(TensorView::of(v.data(), n, DType::kF32));
   for (auto op : {ReduceOp::kSum, ReduceOp::kAverage}) {
     std::vector<float> out(n);
-    ASSERT_TRUE(reduce({.inputs = views, .output = TensorView::of(out.data(), n, DType::kF32), .op = op}).ok());
+    ASSERT_TRUE(
+        reduce({.inputs = views, .output = TensorView::of(out.data(), n, DType::kF32), .op = op})
+            .ok());
     for (size_t i = 0; i < n; ++i) {
       float acc = 0;
       for (auto& v : ins) acc += v[i];
@@ -56,7 +58,10 @@ TEST(ReduceCpuTest, HalfAndBfloatAccumulateInF32AndRoundOnce) {
     std::vector<TensorView> views;
     for (auto& v : ins) views.push_back(TensorView::of(v.data(), n, t));
     std::vector<uint16_t> out(n);
-    ASSERT_TRUE(reduce({.inputs = views, .output = TensorView::of(out.data(), n, t), .op = ReduceOp::kAverage}).ok());
+    ASSERT_TRUE(
+        reduce(
+            {.inputs = views, .output = TensorView::of(out.data(), n, t), .op = ReduceOp::kAverage})
+            .ok());
     for (size_t i = 0; i < n; ++i) {
       float acc = 0;
       for (auto& v : ins) acc += toFloat(v[i]);
@@ -84,7 +89,8 @@ TEST(ReduceCpuTest, BadArguments) {
   std::vector<TensorView> tooMany(65, va);
   EXPECT_EQ(reduce({.inputs = none, .output = va}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reduce({.inputs = mismatched, .output = va}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(reduce({.inputs = intsView, .output = intsView[0]}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reduce({.inputs = intsView, .output = intsView[0]}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(reduce({.inputs = tooMany, .output = va}).code(), StatusCode::kInvalidArgument);
   std::vector<TensorView> nullIn = {TensorView(nullptr, 8, DType::kF32)};
   EXPECT_EQ(reduce({.inputs = nullIn, .output = va}).code(), StatusCode::kInvalidArgument);
@@ -102,7 +108,8 @@ TEST(XorCpuTest, MatchesBytewiseXorInPlaceAndUnaligned) {
         for (auto& x : s) x = static_cast<uint8_t>(rng());
       }
       std::vector<uint8_t> want(bytes);
-      for (size_t i = 0; i < bytes; ++i) want[i] = srcs[0][offset + i] ^ srcs[1][offset + i] ^ srcs[2][offset + i];
+      for (size_t i = 0; i < bytes; ++i)
+        want[i] = srcs[0][offset + i] ^ srcs[1][offset + i] ^ srcs[2][offset + i];
       std::vector<const void*> ptrs = {srcs[0].data() + offset, srcs[1].data() + offset,
                                        srcs[2].data() + offset};
       // dst = source 0: in place.
@@ -135,7 +142,8 @@ TEST(BlasCpuTest, GemmAndLinearCombineMatchFp64References) {
   std::vector<std::vector<float>> outs(2, std::vector<float>(e));
   std::vector<const float*> inPtrs = {ins[0].data(), ins[1].data(), ins[2].data()};
   std::vector<float*> outPtrs = {outs[0].data(), outs[1].data()};
-  ASSERT_TRUE(linearCombine({.coeffs = coeffs, .inputs = inPtrs, .outputs = outPtrs, .elements = e}).ok());
+  ASSERT_TRUE(
+      linearCombine({.coeffs = coeffs, .inputs = inPtrs, .outputs = outPtrs, .elements = e}).ok());
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < e; ++i) {
       double s = 0;
@@ -144,8 +152,9 @@ TEST(BlasCpuTest, GemmAndLinearCombineMatchFp64References) {
     }
   }
   std::vector<double> wrong(5);
-  EXPECT_EQ(linearCombine({.coeffs = wrong, .inputs = inPtrs, .outputs = outPtrs, .elements = e}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      linearCombine({.coeffs = wrong, .inputs = inPtrs, .outputs = outPtrs, .elements = e}).code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(gemmF32({.a = a.data(), .b = nullptr, .c = c.data(), .m = m, .n = n, .k = k}).code(),
             StatusCode::kInvalidArgument);
 }

@@ -83,7 +83,8 @@ TEST_F(GpuKernelTest, ReductionsAreBitIdenticalToTheCpuTwin) {
         gpuIn.emplace_back(dev.back().data(), n, t, Device::cuda(0));
       }
       std::vector<uint8_t> cpuOut(n * es);
-      ASSERT_TRUE(reduce({.inputs = cpuIn, .output = TensorView(cpuOut.data(), n, t), .op = op}).ok());
+      ASSERT_TRUE(
+          reduce({.inputs = cpuIn, .output = TensorView(cpuOut.data(), n, t), .op = op}).ok());
       auto out = DeviceBuffer::allocate(n * es, 0);
       ASSERT_TRUE(out.ok());
       Status st = reduce({.inputs = gpuIn,
@@ -113,8 +114,11 @@ TEST_F(GpuKernelTest, XorMatchesTheCpuTwin) {
   std::vector<uint8_t> want(bytes);
   ASSERT_TRUE(xorBuffers({.srcs = cpuSrcs, .dst = want.data(), .bytes = bytes}).ok());
   auto out = DeviceBuffer::allocate(bytes, 0);
-  ASSERT_TRUE(xorBuffers({.srcs = gpuSrcs, .dst = out->data(), .bytes = bytes,
-                          .device = Device::cuda(0), .stream = stream_->handle()})
+  ASSERT_TRUE(xorBuffers({.srcs = gpuSrcs,
+                          .dst = out->data(),
+                          .bytes = bytes,
+                          .device = Device::cuda(0),
+                          .stream = stream_->handle()})
                   .ok());
   EXPECT_EQ(download<uint8_t>(*out, bytes), want);
 }
@@ -124,12 +128,18 @@ TEST_F(GpuKernelTest, GemmHasNoTf32Error) {
   const int64_t m = 64, k = 512, n = 48;
   auto a = randomFloats(m * k, 1), b = randomFloats(k * n, 2);
   std::vector<float> cpu(m * n);
-  ASSERT_TRUE(gemmF32({.a = a.data(), .b = b.data(), .c = cpu.data(), .m = m, .n = n, .k = k}).ok());
+  ASSERT_TRUE(
+      gemmF32({.a = a.data(), .b = b.data(), .c = cpu.data(), .m = m, .n = n, .k = k}).ok());
   DeviceBuffer da = upload(a.data(), a.size() * 4), db = upload(b.data(), b.size() * 4);
   auto dc = DeviceBuffer::allocate(m * n * 4, 0);
-  Status st = gemmF32({.a = static_cast<float*>(da.data()), .b = static_cast<float*>(db.data()),
-                       .c = static_cast<float*>(dc->data()), .m = m, .n = n, .k = k,
-                       .device = Device::cuda(0), .stream = stream_->handle()});
+  Status st = gemmF32({.a = static_cast<float*>(da.data()),
+                       .b = static_cast<float*>(db.data()),
+                       .c = static_cast<float*>(dc->data()),
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .device = Device::cuda(0),
+                       .stream = stream_->handle()});
   ASSERT_TRUE(st.ok()) << st;
   auto gpu = download<float>(*dc, m * n);
   double num = 0, den = 0;
@@ -162,9 +172,14 @@ TEST_F(GpuKernelTest, CodedMatmulOnTheDeviceMatchesTheCpu) {
   std::vector<DeviceBuffer> outs;
   for (int t = 0; t < 8; ++t) {
     auto out = DeviceBuffer::allocate(br * cols * 4, 0);
-    ASSERT_TRUE(gemmF32({.a = blocks + t * blockElems, .b = static_cast<float*>(db.data()),
-                         .c = static_cast<float*>(out->data()), .m = br, .n = cols, .k = inner,
-                         .device = Device::cuda(0), .stream = stream_->handle()})
+    ASSERT_TRUE(gemmF32({.a = blocks + t * blockElems,
+                         .b = static_cast<float*>(db.data()),
+                         .c = static_cast<float*>(out->data()),
+                         .m = br,
+                         .n = cols,
+                         .k = inner,
+                         .device = Device::cuda(0),
+                         .stream = stream_->handle()})
                     .ok());
     outs.push_back(std::move(out).value());
   }
