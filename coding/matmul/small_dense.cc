@@ -49,45 +49,52 @@ bool invert(std::span<const double> a, std::span<double> out, int n) {
 
 std::vector<double> singularValues(std::span<const double> a, int rows, int cols) {
   // One-sided Jacobi on the columns of A: rotate column pairs until all are orthogonal; the
-  // column norms are then the singular values.
+  // column norms are then the singular values. Columns are stored contiguously (column-major).
   COFAB_CHECK(a.size() >= static_cast<size_t>(rows) * cols);
-  std::vector<std::vector<double>> c(cols, std::vector<double>(rows));
+  std::vector<double> c(static_cast<size_t>(rows) * cols);
   for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) c[j][r] = a[static_cast<size_t>(r) * cols + j];
+    for (int j = 0; j < cols; ++j)
+      c[static_cast<size_t>(j) * rows + r] = a[static_cast<size_t>(r) * cols + j];
+  }
+  std::vector<double> norm2(cols);
+  for (int j = 0; j < cols; ++j) {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += c[j * rows + r] * c[j * rows + r];
+    norm2[j] = s;
   }
   const double eps = std::numeric_limits<double>::epsilon();
   for (int sweep = 0; sweep < 60; ++sweep) {
     bool rotated = false;
     for (int p = 0; p < cols - 1; ++p) {
+      double* cp = &c[static_cast<size_t>(p) * rows];
       for (int q = p + 1; q < cols; ++q) {
-        double alpha = 0, beta = 0, gamma = 0;
-        for (int r = 0; r < rows; ++r) {
-          alpha += c[p][r] * c[p][r];
-          beta += c[q][r] * c[q][r];
-          gamma += c[p][r] * c[q][r];
-        }
-        if (std::fabs(gamma) <= eps * std::sqrt(alpha * beta) || gamma == 0.0) continue;
+        double* cq = &c[static_cast<size_t>(q) * rows];
+        double gamma = 0;
+        for (int r = 0; r < rows; ++r) gamma += cp[r] * cq[r];
+        const double alpha = norm2[p], beta = norm2[q];
+        if (gamma == 0.0 || std::fabs(gamma) <= eps * std::sqrt(alpha * beta)) continue;
         rotated = true;
         const double zeta = (beta - alpha) / (2.0 * gamma);
         const double t =
             std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
         const double cs = 1.0 / std::sqrt(1.0 + t * t);
         const double sn = cs * t;
+        double np = 0, nq = 0;
         for (int r = 0; r < rows; ++r) {
-          const double x = c[p][r], y = c[q][r];
-          c[p][r] = cs * x - sn * y;
-          c[q][r] = sn * x + cs * y;
+          const double x = cp[r], y = cq[r];
+          cp[r] = cs * x - sn * y;
+          cq[r] = sn * x + cs * y;
+          np += cp[r] * cp[r];
+          nq += cq[r] * cq[r];
         }
+        norm2[p] = np;
+        norm2[q] = nq;
       }
     }
     if (!rotated) break;
   }
   std::vector<double> sv(cols);
-  for (int j = 0; j < cols; ++j) {
-    double s = 0;
-    for (double v : c[j]) s += v * v;
-    sv[j] = std::sqrt(s);
-  }
+  for (int j = 0; j < cols; ++j) sv[j] = std::sqrt(norm2[j]);
   std::sort(sv.begin(), sv.end(), std::greater<>());
   return sv;
 }
