@@ -4,7 +4,8 @@
 // Parameters (environment, see `cofab-info`): COFAB_TCP_LOOPS (I/O threads per context),
 // COFAB_SOCKET_IFNAME (interface whose address listeners bind by default),
 // COFAB_TCP_CONNECT_TIMEOUT_MS (bound on one connect attempt), COFAB_TCP_SOCKET_BUFFER (socket
-// buffer bytes; 0 keeps the kernel's autotuning). Fields set in TcpOptions win over them.
+// buffer bytes; 0 keeps the kernel's autotuning), COFAB_TCP_KEEPALIVE_S (keepalive idle time).
+// Fields set in TcpOptions win over them.
 #pragma once
 
 #include <memory>

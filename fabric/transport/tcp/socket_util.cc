@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -173,6 +174,19 @@ Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer) {
     if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &b, sizeof(b)) != 0 &&
         ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)) != 0) {
       return errnoStatus(StatusCode::kIoError, "setsockopt(SO_RCVBUF)", errno, peer);
+    }
+  }
+  if (tuning.keepaliveSeconds > 0) {
+    // A peer host that disappears without FIN/RST is declared dead after idle + 3 probes
+    // (ETIMEDOUT -> RemoteError) instead of never.
+    int idle = tuning.keepaliveSeconds;
+    int intvl = std::max(1, idle / 5);
+    int cnt = 3;
+    if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
+      return errnoStatus(StatusCode::kIoError, "setsockopt(keepalive)", errno, peer);
     }
   }
   return setNonBlocking(fd, true, peer);

@@ -61,9 +61,11 @@ StatusOr<SockAddr> interfaceAddress(const std::string& ifname);
 // "lo 127.0.0.1, eth0 10.0.0.2" — for error messages.
 std::string describeInterfaces();
 
-// TCP_NODELAY, optional SO_SNDBUF/SO_RCVBUF (0 keeps kernel autotuning), non-blocking.
+// TCP_NODELAY, optional SO_SNDBUF/SO_RCVBUF (0 keeps kernel autotuning), keepalive,
+// non-blocking.
 struct SocketTuning {
   int bufferBytes = 0;
+  int keepaliveSeconds = 0;  // > 0: probe an idle peer after this long (a host that vanished)
 };
 Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer);
 Status setNonBlocking(int fd, bool on, std::string_view peer);

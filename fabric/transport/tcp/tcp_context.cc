@@ -23,6 +23,8 @@ COFAB_PARAM_STRING(kSocketIfname, "COFAB_SOCKET_IFNAME", "",
 COFAB_PARAM_INT(kConnectTimeoutMs, "COFAB_TCP_CONNECT_TIMEOUT_MS", 10000, 1, 3600000,
                 "bound on one tcp connect attempt incl. handshake (retries continue until the "
                 "caller's deadline)");
+COFAB_PARAM_INT(kKeepalive, "COFAB_TCP_KEEPALIVE_S", 30, 0, 86400,
+                "tcp keepalive idle seconds before probing a silent peer (3 probes); 0: off");
 COFAB_PARAM_INT(kSocketBuffer, "COFAB_TCP_SOCKET_BUFFER", 0, 0, 1 << 30,
                 "tcp SO_SNDBUF/SO_RCVBUF bytes; 0 keeps the kernel's autotuning");
 
@@ -48,6 +50,8 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
     COFAB_ASSIGN_OR_RETURN(buffer, kSocketBuffer.get());
   }
   state->tuning.bufferBytes = static_cast<int>(buffer);
+  COFAB_ASSIGN_OR_RETURN(int64_t keepalive, kKeepalive.get());
+  state->tuning.keepaliveSeconds = static_cast<int>(keepalive);
   COFAB_ASSIGN_OR_RETURN(state->connectAttemptMs, kConnectTimeoutMs.get());
   for (int64_t i = 0; i < loops; ++i) {
     COFAB_ASSIGN_OR_RETURN(auto loop, EpollLoop::start("cofab-tcp" + std::to_string(i)));

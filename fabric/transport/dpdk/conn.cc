@@ -1,0 +1,597 @@
+#include "fabric/transport/dpdk/conn.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fabric/transport/dpdk/engine.h"
+#include "fabric/wire/crc32c.h"
+
+namespace cofab::transport::dpdk {
+namespace {
+
+constexpr uint64_t kInitialRtoNs = 5'000'000;
+constexpr uint64_t kMinRtoNs = 2'000'000;
+constexpr uint64_t kMaxRtoNs = 200'000'000;
+constexpr uint64_t kKeepaliveNs = 100'000'000;
+// Fast retransmit: a hole below a SACKed frame is resent once it is this much older than the
+// smoothed RTT (reordering cannot happen on a point-to-point link, only loss).
+constexpr uint64_t kFastRetransmitSlackNs = 50'000;
+// Retransmissions per timer tick per connection: bounds the burst after a long stall.
+constexpr int kMaxRetransmitsPerTick = 64;
+
+}  // namespace
+
+Conn::Conn(Engine* engine, uint32_t id, NetAddress peer, std::string peerAddressText)
+    : engine_(engine), id_(id), peer_(peer), peerAddressText_(std::move(peerAddressText)),
+      rtoNs_(kInitialRtoNs) {}
+
+Conn::~Conn() {
+  // The engine fails every connection before it lets go of it; this only frees what is left.
+  releaseInFlight();
+}
+
+std::string Conn::describe() const {
+  return "dpdk connection to '" + peerName_ + "' (" + peerAddressText_ + ")";
+}
+
+Status Conn::statusSnapshot() const {
+  std::lock_guard<std::mutex> lock(statusMu_);
+  return status_;
+}
+
+void Conn::setError(const Status& s) {
+  if (!error_.ok()) return;
+  error_ = s;
+  std::lock_guard<std::mutex> lock(statusMu_);
+  status_ = s;
+}
+
+void Conn::setEstablished(uint32_t peerConn, std::string peerName) {
+  peerConn_ = peerConn;
+  peerName_ = std::move(peerName);
+  state_ = State::kEstablished;
+}
+
+void Conn::send(const wire::Header& header, std::vector<ConstSlice> payload, SendCallback done) {
+  Status bad;
+  for (size_t i = 0; i < payload.size() && bad.ok(); ++i) {
+    if (payload[i].data == nullptr && payload[i].size > 0) {
+      bad = InvalidArgument("send on " + describe() + ": slice " + std::to_string(i) +
+                            " has a null pointer and " + std::to_string(payload[i].size) +
+                            " bytes");
+    }
+  }
+  wire::Header h = header;
+  if (bad.ok()) {
+    h.payloadLength = totalSize(ConstSlices(payload));
+    h.payloadCrc = 0;
+    if (h.hasPayloadCrc()) {
+      for (const auto& s : payload) h.payloadCrc = wire::crc32c(h.payloadCrc, s.data, s.size);
+    }
+    bad = wire::validateHeader(h, wire::DecodeOptions{UINT64_MAX});
+    if (!bad.ok()) bad = bad.withContext("send on " + describe());
+  }
+  if (bad.ok() && closedByApp_) {
+    bad = FailedPrecondition("send on " + describe() + ": the connection is closed");
+  }
+  if (bad.ok() && !error_.ok()) bad = error_;
+  if (!bad.ok()) {
+    if (done) done(bad);
+    return;
+  }
+  SendOp op;
+  wire::encodeHeader(h, op.header.data());
+  op.total = wire::kHeaderSize + h.payloadLength;
+  std::erase_if(payload, [](const ConstSlice& s) { return s.size == 0; });
+  op.slices = std::move(payload);
+  op.done = std::move(done);
+  sends_.push_back(std::move(op));
+  pumpWanted_ = true;
+}
+
+void Conn::recv(std::vector<MutableSlice> dest, RecvCallback done) {
+  RecvOp op;
+  op.done = std::move(done);
+  Status bad;
+  for (size_t i = 0; i < dest.size(); ++i) {
+    if (dest[i].data == nullptr && dest[i].size > 0 && bad.ok()) {
+      bad = InvalidArgument("recv on " + describe() + ": slice " + std::to_string(i) +
+                            " has a null pointer and " + std::to_string(dest[i].size) + " bytes");
+    }
+    op.expected += dest[i].size;
+  }
+  if (bad.ok() && closedByApp_) {
+    bad = FailedPrecondition("recv on " + describe() + ": the connection is closed");
+  }
+  if (bad.ok() && !error_.ok()) bad = error_;
+  if (!bad.ok()) {
+    if (op.done) op.done(bad, wire::Header{});
+    return;
+  }
+  std::erase_if(dest, [](const MutableSlice& s) { return s.size == 0; });
+  op.dest = std::move(dest);
+  recvs_.push_back(std::move(op));
+  deliver();
+}
+
+void Conn::recvOwned(RecvOwnedCallback done) {
+  Status bad;
+  if (closedByApp_) bad = FailedPrecondition("recv on " + describe() + ": the connection is closed");
+  if (bad.ok() && !error_.ok()) bad = error_;
+  if (!bad.ok()) {
+    if (done) done(bad, wire::Header{}, {});
+    return;
+  }
+  RecvOp op;
+  op.owned = true;
+  op.ownedDone = std::move(done);
+  recvs_.push_back(std::move(op));
+  deliver();
+}
+
+void Conn::completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
+                        std::vector<uint8_t>&& owned) {
+  if (op.owned) {
+    if (op.ownedDone) op.ownedDone(s, h, std::move(owned));
+  } else if (op.done) {
+    op.done(s, h);
+  }
+}
+
+void Conn::failOps(const Status& s) {
+  // Pop before calling: a callback may post more operations (they run later, as commands).
+  while (!recvs_.empty()) {
+    RecvOp op = std::move(recvs_.front());
+    recvs_.pop_front();
+    completeRecv(op, s, wire::Header{}, {});
+  }
+  while (!sends_.empty()) {
+    SendOp op = std::move(sends_.front());
+    sends_.pop_front();
+    if (op.done) op.done(s);
+  }
+}
+
+void Conn::close() {
+  if (closedByApp_ || state_ == State::kDone) return;
+  closedByApp_ = true;
+  const bool healthy = error_.ok();
+  setError(Cancelled(describe() + " was closed locally"));
+  // A half-segmented message cannot be taken back from the stream: the peer sees the Fin in the
+  // middle of it and fails its receive, which is what a cancelled send means to it.
+  failOps(error_);
+  // Nothing more will be read: what waits in the reassembly window goes now.
+  for (auto& slot : rx_) {
+    if (slot.m != nullptr) rte_pktmbuf_free(slot.m);
+    slot = RxSlot{};
+  }
+  rcvHead_ = rcvNxt_;
+  headOffset_ = 0;
+  if (!healthy || state_ != State::kEstablished) {
+    state_ = State::kDone;
+    releaseInFlight();
+    engine_->connDone(id_);
+    return;
+  }
+  state_ = State::kClosing;
+  finQueued_ = true;
+  closeNs_ = nowNs();
+  pumpWanted_ = true;
+}
+
+void Conn::fail(const Status& s) {
+  if (state_ == State::kDone) return;
+  setError(s);
+  failOps(error_);
+  state_ = State::kDone;
+  releaseInFlight();
+  engine_->connDone(id_);
+}
+
+void Conn::releaseInFlight() {
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    auto& f = inflight_[s % kWindow];
+    if (f.m != nullptr) rte_pktmbuf_free(f.m);
+    f = InFlight{};
+  }
+  una_ = nxt_;
+  for (auto& slot : rx_) {
+    if (slot.m != nullptr) rte_pktmbuf_free(slot.m);
+    slot = RxSlot{};
+  }
+  rcvHead_ = rcvNxt_;
+}
+
+void Conn::transmit(uint32_t seq, uint64_t now) {
+  auto& f = inflight_[seq % kWindow];
+  rte_mbuf_refcnt_update(f.m, 1);  // ours stays; the PMD (or the peer, in ring mode) frees one
+  engine_->queueTx(f.m);
+  f.sentNs = now;
+  ++f.transmissions;
+  lastSentNs_ = now;
+}
+
+bool Conn::buildDataFrame(uint64_t now) {
+  if (sends_.empty()) return false;
+  if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
+  size_t avail = 0;
+  for (const auto& op : sends_) {
+    avail += op.total - op.offset;
+    if (avail >= engine_->maxFramePayload()) break;
+  }
+  FrameHeader h;
+  h.kind = FrameKind::kData;
+  h.dstConn = peerConn_;
+  h.srcConn = id_;
+  h.seq = nxt_;
+  h.length = static_cast<uint16_t>(std::min<size_t>(avail, engine_->maxFramePayload()));
+  uint8_t* out = nullptr;
+  rte_mbuf* m = engine_->allocFrame(peer_, h, &out, true);
+  if (m == nullptr) return false;
+  size_t room = h.length;
+  while (room > 0) {
+    SendOp& op = sends_.front();
+    // The op's stream: the 64 header bytes, then its slices.
+    while (room > 0 && op.offset < op.total) {
+      size_t take;
+      if (op.offset < wire::kHeaderSize) {
+        take = std::min(room, wire::kHeaderSize - op.offset);
+        std::memcpy(out, op.header.data() + op.offset, take);
+      } else {
+        size_t off = op.offset - wire::kHeaderSize;
+        size_t i = 0;
+        while (off >= op.slices[i].size) off -= op.slices[i++].size;
+        take = std::min(room, op.slices[i].size - off);
+        std::memcpy(out, static_cast<const uint8_t*>(op.slices[i].data) + off, take);
+      }
+      out += take;
+      room -= take;
+      op.offset += take;
+    }
+    if (op.offset == op.total) {
+      // Every byte is in a frame we own: the caller's memory is free again.
+      SendOp done = std::move(op);
+      sends_.pop_front();
+      if (done.done) done.done(OkStatus());
+      if (state_ == State::kDone) {  // the callback cannot fail us, but stay defensive
+        rte_pktmbuf_free(m);
+        return false;
+      }
+    }
+  }
+  sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+  auto& f = inflight_[nxt_ % kWindow];
+  f = InFlight{m, 0, 0, false};
+  transmit(nxt_, now);
+  ++nxt_;
+  return true;
+}
+
+bool Conn::buildFin(uint64_t now) {
+  if (!finQueued_ || finSent_ || !sends_.empty()) return false;
+  if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
+  FrameHeader h;
+  h.kind = FrameKind::kFin;
+  h.dstConn = peerConn_;
+  h.srcConn = id_;
+  h.seq = nxt_;
+  uint8_t* out = nullptr;
+  rte_mbuf* m = engine_->allocFrame(peer_, h, &out, true);
+  if (m == nullptr) return false;
+  sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+  inflight_[nxt_ % kWindow] = InFlight{m, 0, 0, false};
+  transmit(nxt_, now);
+  ++nxt_;
+  finSent_ = true;
+  return true;
+}
+
+void Conn::sendAck(uint64_t now) {
+  FrameHeader h;
+  h.kind = FrameKind::kAck;
+  h.dstConn = peerConn_;
+  h.srcConn = id_;
+  h.ack = rcvNxt_;
+  h.window = rcvHead_ + kWindow;
+  h.length = kSackBytes;
+  uint8_t* out = nullptr;
+  rte_mbuf* m = engine_->allocFrame(peer_, h, &out, false);
+  if (m == nullptr) return;  // retried at the next pump or keepalive
+  std::memset(out, 0, kSackBytes);
+  for (uint32_t i = 0; i < kSackBits; ++i) {
+    const uint32_t seq = rcvNxt_ + 1 + i;
+    if (!seqLess(seq, rcvHead_ + kWindow)) break;
+    if (rx_[seq % kWindow].m != nullptr) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+  engine_->queueTx(m);
+  ackPending_ = false;
+  advertisedEnd_ = h.window;
+  lastSentNs_ = now;
+}
+
+void Conn::pump(uint64_t now) {
+  pumpWanted_ = false;
+  if (state_ != State::kEstablished && state_ != State::kClosing) return;
+  while (buildDataFrame(now)) {
+  }
+  buildFin(now);
+  if (ackPending_) sendAck(now);
+}
+
+void Conn::updateRtt(uint64_t sample) {
+  // RFC 6298 smoothing.
+  if (srttNs_ == 0) {
+    srttNs_ = sample;
+    rttvarNs_ = sample / 2;
+  } else {
+    const uint64_t diff = sample > srttNs_ ? sample - srttNs_ : srttNs_ - sample;
+    rttvarNs_ = (3 * rttvarNs_ + diff) / 4;
+    srttNs_ = (7 * srttNs_ + sample) / 8;
+  }
+  rtoNs_ = std::clamp(srttNs_ + 4 * rttvarNs_, kMinRtoNs, kMaxRtoNs);
+}
+
+void Conn::onAck(const ParsedFrame& f, uint64_t now) {
+  const uint32_t ack = f.header.ack;
+  if (seqLess(nxt_, ack)) return;  // acks something never sent: ignore
+  if (seqLess(peerWindowEnd_, f.header.window)) {
+    peerWindowEnd_ = f.header.window;
+    pumpWanted_ = true;
+  }
+  if (seqLess(una_, ack)) {
+    const auto& last = inflight_[(ack - 1) % kWindow];
+    if (last.transmissions == 1 && last.m != nullptr) updateRtt(now - last.sentNs);  // Karn
+    for (uint32_t s = una_; s != ack; ++s) {
+      auto& fl = inflight_[s % kWindow];
+      if (fl.m != nullptr) rte_pktmbuf_free(fl.m);
+      fl = InFlight{};
+    }
+    una_ = ack;
+    pumpWanted_ = true;
+  }
+  if (f.header.length >= kSackBytes) {
+    uint32_t highest = una_;
+    bool any = false;
+    for (uint32_t i = 0; i < kSackBits; ++i) {
+      if ((f.payload[i / 8] >> (i % 8)) & 1u) {
+        const uint32_t seq = ack + 1 + i;
+        if (seqLess(seq, una_) || !seqLess(seq, nxt_)) continue;
+        inflight_[seq % kWindow].sacked = true;
+        highest = seq;
+        any = true;
+      }
+    }
+    if (any) {
+      const uint64_t age = srttNs_ + srttNs_ / 4 + kFastRetransmitSlackNs;
+      for (uint32_t s = una_; seqLess(s, highest); ++s) {
+        auto& fl = inflight_[s % kWindow];
+        if (fl.m != nullptr && !fl.sacked && now - fl.sentNs > age) {
+          transmit(s, now);
+          Engine::bump(engine_->counters().retransmits);
+        }
+      }
+    }
+  }
+  if (state_ == State::kClosing && finSent_ && una_ == nxt_) {
+    // Drained: the peer has everything, including the Fin.
+    state_ = State::kDone;
+    releaseInFlight();
+    engine_->connDone(id_);
+  }
+}
+
+void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
+  const uint32_t seq = f.header.seq;
+  ackPending_ = true;
+  if (seqLess(seq, rcvNxt_)) {
+    Engine::bump(engine_->counters().rxDuplicates);
+    return;
+  }
+  if (!seqLess(seq, rcvHead_ + kWindow)) {
+    Engine::bump(engine_->counters().rxOutOfWindow);
+    return;
+  }
+  RxSlot& slot = rx_[seq % kWindow];
+  if (slot.m != nullptr) {
+    Engine::bump(engine_->counters().rxDuplicates);
+    return;
+  }
+  slot.m = m;
+  slot.payload = f.payload;
+  slot.length = f.header.length;
+  slot.fin = f.header.kind == FrameKind::kFin;
+  kept = true;
+  while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
+}
+
+bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
+  if (state_ == State::kDone || state_ == State::kSynSent) return false;
+  lastHeardNs_ = now;
+  bool kept = false;
+  switch (f.header.kind) {
+    case FrameKind::kData:
+    case FrameKind::kFin:
+      if (state_ == State::kClosing) {  // we will not read any more: just keep the peer going
+        if (f.header.seq == rcvNxt_) {
+          ++rcvNxt_;
+          ++rcvHead_;
+        }
+        ackPending_ = true;
+        pumpWanted_ = true;
+        return false;
+      }
+      onSequenced(f, m, kept);
+      deliver();
+      pumpWanted_ = true;
+      return kept;
+    case FrameKind::kAck:
+      onAck(f, now);
+      return false;
+    case FrameKind::kRst:
+      if (state_ == State::kClosing) {
+        state_ = State::kDone;
+        releaseInFlight();
+        engine_->connDone(id_);
+      } else {
+        fail(RemoteError(describe() + ": the peer reset the connection (its context closed, or "
+                                      "it does not know this connection)"));
+      }
+      return false;
+    default:
+      return false;  // Syn/SynAck duplicates after set-up
+  }
+}
+
+bool Conn::consume(const uint8_t* data, size_t n, size_t* used) {
+  *used = 0;
+  while (*used < n || (inPayload_ && payloadDone_ == curHeader_.payloadLength)) {
+    if (!inPayload_) {
+      if (recvs_.empty()) return false;  // messages wait until a receive is posted
+      const size_t take = std::min(n - *used, wire::kHeaderSize - hdrGot_);
+      std::memcpy(hdrBuf_.data() + hdrGot_, data + *used, take);
+      hdrGot_ += take;
+      *used += take;
+      if (hdrGot_ < wire::kHeaderSize) return true;
+      hdrGot_ = 0;
+      auto h = wire::decodeHeader(hdrBuf_, {engine_->maxPayload()});
+      RecvOp& op = recvs_.front();
+      if (!h.ok()) {
+        const Status s = h.status().withContext("recv on " + describe());
+        RecvOp failed = std::move(op);
+        recvs_.pop_front();
+        completeRecv(failed, s, wire::Header{}, {});
+        fail(s);
+        return false;
+      }
+      if (!op.owned && h->payloadLength != op.expected) {
+        const Status s = InvalidArgument(
+            "recv on " + describe() + ": message payload is " + std::to_string(h->payloadLength) +
+            " bytes but the posted receive expects " + std::to_string(op.expected) + " bytes (" +
+            h->describe() + ")");
+        RecvOp failed = std::move(op);
+        recvs_.pop_front();
+        completeRecv(failed, s, *h, {});
+        fail(s);
+        return false;
+      }
+      curHeader_ = *h;
+      inPayload_ = true;
+      payloadDone_ = 0;
+      payloadCrc_ = 0;
+      destIndex_ = 0;
+      destOffset_ = 0;
+      if (op.owned) ownedBuf_.assign(h->payloadLength, 0);
+      continue;
+    }
+    RecvOp& op = recvs_.front();
+    const uint64_t left = curHeader_.payloadLength - payloadDone_;
+    size_t take = static_cast<size_t>(std::min<uint64_t>(n - *used, left));
+    const uint8_t* src = data + *used;
+    if (curHeader_.hasPayloadCrc()) payloadCrc_ = wire::crc32c(payloadCrc_, src, take);
+    if (op.owned) {
+      std::memcpy(ownedBuf_.data() + payloadDone_, src, take);
+    } else {
+      size_t rest = take;
+      while (rest > 0) {
+        const MutableSlice& d = op.dest[destIndex_];
+        const size_t c = std::min(rest, d.size - destOffset_);
+        std::memcpy(static_cast<uint8_t*>(d.data) + destOffset_, src, c);
+        src += c;
+        rest -= c;
+        destOffset_ += c;
+        if (destOffset_ == d.size) {
+          ++destIndex_;
+          destOffset_ = 0;
+        }
+      }
+    }
+    payloadDone_ += take;
+    *used += take;
+    if (payloadDone_ == curHeader_.payloadLength) {
+      inPayload_ = false;
+      RecvOp done = std::move(op);
+      recvs_.pop_front();
+      if (curHeader_.hasPayloadCrc() && payloadCrc_ != curHeader_.payloadCrc) {
+        const Status s = DataLoss("recv on " + describe() + ": payload CRC32C mismatch (" +
+                                  curHeader_.describe() + "): corrupted in transit");
+        completeRecv(done, s, curHeader_, {});
+        fail(s);
+        return false;
+      }
+      completeRecv(done, OkStatus(), curHeader_, std::move(ownedBuf_));
+      ownedBuf_ = {};
+      if (state_ == State::kDone) return false;
+    }
+  }
+  return true;
+}
+
+void Conn::deliver() {
+  while (state_ == State::kEstablished && rcvHead_ != rcvNxt_) {
+    RxSlot& slot = rx_[rcvHead_ % kWindow];
+    if (slot.fin) {
+      if (inPayload_ || hdrGot_ > 0) {
+        fail(RemoteError(describe() + ": the peer closed the connection in the middle of a "
+                                      "message"));
+      } else {
+        fail(RemoteError(describe() + ": the peer closed the connection"));
+      }
+      return;
+    }
+    size_t used = 0;
+    const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used);
+    if (state_ == State::kDone) return;
+    headOffset_ += used;
+    if (headOffset_ < slot.length) return;  // waits for a receive
+    (void)more;
+    rte_pktmbuf_free(slot.m);
+    slot = RxSlot{};
+    ++rcvHead_;
+    headOffset_ = 0;
+    // Tell the sender the window moved once a quarter of it opened up.
+    if (static_cast<uint32_t>(rcvHead_ + kWindow - advertisedEnd_) >= kWindow / 4) {
+      ackPending_ = true;
+      pumpWanted_ = true;
+    }
+  }
+  // A zero-length message completes with the header alone; consume() handled it above when
+  // its last header byte arrived.
+}
+
+void Conn::tick(uint64_t now) {
+  if (state_ == State::kDone || state_ == State::kSynSent) return;
+  if (lastHeardNs_ == 0) lastHeardNs_ = now;
+  if (now - lastHeardNs_ > engine_->peerTimeoutNs()) {
+    if (state_ == State::kClosing) {
+      state_ = State::kDone;
+      releaseInFlight();
+      engine_->connDone(id_);
+      return;
+    }
+    fail(RemoteError(describe() + ": nothing heard from the peer for " +
+                     std::to_string(engine_->peerTimeoutNs() / 1'000'000) +
+                     " ms (its process died or the link is down)"));
+    return;
+  }
+  if (una_ != nxt_) {
+    const auto& oldest = inflight_[una_ % kWindow];
+    if (oldest.m != nullptr && now - oldest.sentNs > rtoNs_) {
+      Engine::bump(engine_->counters().timeouts);
+      int budget = kMaxRetransmitsPerTick;
+      for (uint32_t s = una_; s != nxt_ && budget > 0; ++s) {
+        auto& fl = inflight_[s % kWindow];
+        if (fl.m != nullptr && !fl.sacked && now - fl.sentNs > rtoNs_) {
+          transmit(s, now);
+          Engine::bump(engine_->counters().retransmits);
+          --budget;
+        }
+      }
+      rtoNs_ = std::min(rtoNs_ * 2, kMaxRtoNs);  // backoff until an ack makes progress
+    }
+  }
+  if (now - lastSentNs_ > kKeepaliveNs) ackPending_ = true;
+  if (ackPending_) pumpWanted_ = true;
+}
+
+}  // namespace cofab::transport::dpdk

@@ -1,0 +1,170 @@
+// Conn: the state of one dpdk connection — message segmentation and reassembly, sequence
+// numbers, cumulative + selective acks, retransmission with backoff, duplicate suppression, the
+// flow-control window and the close drain. Internal to fabric/transport/dpdk.
+//
+// Everything here runs on the owning Engine's poller thread (engine.h); application threads
+// reach it only through commands the engine runs. The one exception is statusSnapshot(), read
+// under a mutex by Connection::status(). Data frames are immutable once built: a sent frame's
+// mbuf is kept (one extra reference) until it is acknowledged and retransmitted as is, so the
+// receiver may still be reading the previous copy (ring mode hands the mbuf itself over).
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "fabric/transport/connection.h"
+#include "fabric/transport/dpdk/frame.h"
+
+namespace cofab::transport::dpdk {
+
+class Engine;
+
+// Frames in flight per direction, and the receiver's reassembly window. Also the SACK span.
+inline constexpr uint32_t kWindow = static_cast<uint32_t>(kSackBits);
+
+// Serial-number comparison for 32-bit sequence numbers.
+inline bool seqLess(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+
+class Conn : public std::enable_shared_from_this<Conn> {
+ public:
+  enum class State { kSynSent, kEstablished, kClosing, kDone };
+
+  Conn(Engine* engine, uint32_t id, NetAddress peer, std::string peerAddressText);
+  ~Conn();
+
+  // --- poller thread only ---
+  void setEstablished(uint32_t peerConn, std::string peerName);
+  void send(const wire::Header& header, std::vector<ConstSlice> payload, SendCallback done);
+  void recv(std::vector<MutableSlice> dest, RecvCallback done);
+  void recvOwned(RecvOwnedCallback done);
+  // Application close: cancels pending operations, then drains what was sent, then Fin.
+  void close();
+  // Context shutdown: like close(), but the engine bounds the drain.
+  void shutdown() { close(); }
+  // A frame for this connection (header already checked). Returns true when it kept `m`.
+  bool onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now);
+  // Timers: retransmission, keepalive, peer silence, drain bound.
+  void tick(uint64_t now);
+  // Builds and queues what the windows allow; sends the ack if one is due.
+  void pump(uint64_t now);
+  // Fails everything with `s` and frees every frame; the engine removes it.
+  void fail(const Status& s);
+
+  uint32_t id() const { return id_; }
+  uint32_t peerConn() const { return peerConn_; }
+  State state() const { return state_; }
+  const NetAddress& peer() const { return peer_; }
+  bool wantsPump() const { return pumpWanted_; }
+
+  // --- any thread ---
+  Status statusSnapshot() const;
+  const std::string& peerName() const { return peerName_; }
+  const std::string& peerAddressText() const { return peerAddressText_; }
+  std::string describe() const;
+
+ private:
+  struct SendOp {
+    std::array<uint8_t, wire::kHeaderSize> header;
+    std::vector<ConstSlice> slices;
+    size_t total = 0;  // header + payload bytes
+    size_t offset = 0;
+    SendCallback done;
+  };
+  struct RecvOp {
+    bool owned = false;
+    std::vector<MutableSlice> dest;
+    size_t expected = 0;
+    RecvCallback done;
+    RecvOwnedCallback ownedDone;
+  };
+  struct InFlight {
+    rte_mbuf* m = nullptr;
+    uint64_t sentNs = 0;
+    uint16_t transmissions = 0;
+    bool sacked = false;
+  };
+  struct RxSlot {
+    rte_mbuf* m = nullptr;
+    const uint8_t* payload = nullptr;
+    uint16_t length = 0;
+    bool fin = false;
+  };
+
+  void setError(const Status& s);
+  void completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
+                    std::vector<uint8_t>&& owned);
+  void failOps(const Status& s);
+  bool buildDataFrame(uint64_t now);
+  bool buildFin(uint64_t now);
+  void transmit(uint32_t seq, uint64_t now);
+  void sendAck(uint64_t now);
+  void onAck(const ParsedFrame& f, uint64_t now);
+  void onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept);
+  void deliver();
+  // Consumes payload bytes for the message being reassembled; false when it must wait.
+  bool consume(const uint8_t* data, size_t n, size_t* used);
+  void releaseInFlight();
+  void updateRtt(uint64_t sampleNs);
+
+  Engine* const engine_;
+  const uint32_t id_;
+  NetAddress peer_;
+  const std::string peerAddressText_;
+  std::string peerName_;
+  uint32_t peerConn_ = 0;
+  State state_ = State::kSynSent;
+
+  mutable std::mutex statusMu_;
+  Status status_;         // sticky; mirrored from error_ for status()
+  Status error_;          // poller copy
+  bool closedByApp_ = false;
+
+  // Send side.
+  std::deque<SendOp> sends_;
+  std::array<InFlight, kWindow> inflight_{};
+  uint32_t una_ = 1;  // oldest unacknowledged
+  uint32_t nxt_ = 1;  // next to send
+  uint32_t peerWindowEnd_ = 1 + kWindow;
+  bool finQueued_ = false;
+  bool finSent_ = false;
+  uint64_t rtoNs_;
+  uint64_t srttNs_ = 0;
+  uint64_t rttvarNs_ = 0;
+  uint64_t lastRetransmitScanNs_ = 0;
+
+  // Receive side.
+  std::deque<RecvOp> recvs_;
+  std::array<RxSlot, kWindow> rx_{};
+  uint32_t rcvHead_ = 1;  // oldest frame not fully consumed
+  uint32_t rcvNxt_ = 1;   // first missing
+  size_t headOffset_ = 0;
+  uint32_t advertisedEnd_ = 1 + kWindow;
+  bool ackPending_ = false;
+  bool peerFinished_ = false;
+  // Reassembly of the current message.
+  std::array<uint8_t, wire::kHeaderSize> hdrBuf_{};
+  size_t hdrGot_ = 0;
+  bool inPayload_ = false;
+  wire::Header curHeader_;
+  uint64_t payloadDone_ = 0;
+  uint32_t payloadCrc_ = 0;
+  size_t destIndex_ = 0;
+  size_t destOffset_ = 0;
+  std::vector<uint8_t> ownedBuf_;
+
+  uint64_t lastHeardNs_ = 0;
+  uint64_t lastSentNs_ = 0;
+  uint64_t closeNs_ = 0;
+  bool pumpWanted_ = false;
+
+  friend class Engine;
+};
+
+}  // namespace cofab::transport::dpdk

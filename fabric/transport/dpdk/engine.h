@@ -1,0 +1,171 @@
+// Engine: one dpdk context's poller thread and everything it owns — the borrowed Port, the
+// connection table, listeners, the handshake, loss injection and the counters. Internal to
+// fabric/transport/dpdk.
+//
+// Threads: the poller runs RX bursts, parses and dispatches frames, runs connection timers,
+// builds frames and TX bursts, and runs every callback of the context's connections and
+// listeners. Application threads only post() commands into an rte_ring the poller drains (the
+// posting side is serialised by a mutex, so the ring is single-producer/single-consumer; that
+// is one lock per operation, never per packet). When idle the poller spins briefly, then sleeps
+// on the port's Waker (woken by post() and, in ring mode, by the peer's software switch).
+// Owned by the DpdkContext through shared_ptr; listeners and connections keep it alive.
+#pragma once
+
+#include <rte_ring.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "fabric/transport/accept_queue.h"
+#include "fabric/transport/dpdk/conn.h"
+#include "fabric/transport/dpdk/factory.h"
+#include "fabric/transport/dpdk/port.h"
+
+namespace cofab::transport::dpdk {
+
+struct EngineOptions {
+  std::string localId;
+  uint64_t maxPayload = wire::kDefaultMaxPayload;
+  std::string port;          // port name; empty: the first free one
+  uint32_t ip = 0;           // 0: 10.<mac[3]>.<mac[4]>.<mac[5]>
+  uint16_t udpPort = 47000;  // connections' port; listeners take the next free ones
+  double dropRate = 0;
+  uint64_t dropSeed = 1;
+  uint64_t peerTimeoutNs = 3'000'000'000;
+  uint64_t drainNs = 500'000'000;  // bound on the close drain at context shutdown
+};
+
+class ListenerState {
+ public:
+  ListenerState(std::string address, uint16_t port, AcceptQueue::Post post)
+      : address_(std::move(address)), port_(port), queue_("dpdk " + address_, std::move(post)) {}
+  const std::string& address() const { return address_; }
+  uint16_t port() const { return port_; }
+  AcceptQueue& queue() { return queue_; }
+
+ private:
+  const std::string address_;
+  const uint16_t port_;
+  AcceptQueue queue_;
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static StatusOr<std::shared_ptr<Engine>> create(const EngineOptions& options);
+  ~Engine();
+
+  // --- any thread ---
+  // Runs `fn` on the poller; false (and `fn` dropped) once the poller has stopped.
+  bool post(std::function<void()> fn);
+  void stop();
+  void join();
+  bool running() const { return !stopped_.load(); }
+  StatusOr<std::shared_ptr<ListenerState>> listen(const std::string& address);
+  void closeListener(const std::shared_ptr<ListenerState>& l);
+  StatusOr<std::shared_ptr<Conn>> connect(const std::string& address, const std::string& localId,
+                                          Deadline deadline);
+  Status inject(std::span<const uint8_t> frame);
+  DpdkStats stats() const;
+  const NetAddress& local() const { return local_; }
+  const std::string& localId() const { return options_.localId; }
+  uint64_t maxPayload() const { return options_.maxPayload; }
+  const std::string& portName() const { return port_->name(); }
+
+  // --- poller thread (Conn) ---
+  // A frame with room for `payload` bytes after the headers, addressed to `peer`; null when the
+  // pool is (nearly) empty. Data frames leave a reserve so acks can still be sent.
+  rte_mbuf* allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload,
+                       bool data);
+  // Queues a sealed frame for the next TX burst; takes one reference.
+  void queueTx(rte_mbuf* m);
+  uint16_t maxFramePayload() const { return maxFramePayload_; }
+  uint64_t peerTimeoutNs() const { return options_.peerTimeoutNs; }
+  void sendRst(const NetAddress& to, uint32_t dstConn, uint32_t srcConn);
+  void connDone(uint32_t id);  // the connection is finished: remove it after this step
+
+  // Counters: written by the poller only (plain load+store), read by anyone.
+  struct Counters {
+    std::atomic<uint64_t> rxFrames{0}, txFrames{0}, rxForeign{0}, rxBadLength{0},
+        rxBadChecksum{0}, rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0},
+        rxDuplicates{0}, rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0};
+  };
+  static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  Counters& counters() { return counters_; }
+
+ private:
+  struct Connecting {
+    std::shared_ptr<Conn> conn;
+    std::string localId;
+    Deadline deadline = Deadline::never();
+    uint64_t nextSynNs = 0;
+    uint64_t intervalNs = 0;
+    int attempts = 0;
+    std::string lastProblem = "no answer";
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    Status result;
+  };
+
+  Engine(const EngineOptions& options, Port* port);
+  void run();
+  int drainCommands();
+  int pollRx(uint64_t now);
+  void handleFrame(rte_mbuf* m, uint64_t now);
+  void handleSyn(const ParsedFrame& f, uint64_t now);
+  void handleSynAck(const ParsedFrame& f);
+  void sendSyn(Connecting& c, uint64_t now);
+  void finishConnect(Connecting& c, const Status& s);
+  void timers(uint64_t now);
+  void pumpAll(uint64_t now);
+  void flushTx();
+  void reapDone();
+  void shutdownAll();
+  bool dropThisFrame();
+
+  const EngineOptions options_;
+  Port* const port_;
+  NetAddress local_;
+  uint16_t maxFramePayload_ = 0;
+  Counters counters_;
+
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopped_{false};
+  std::mutex postMu_;
+  rte_ring* commands_ = nullptr;
+  rte_ring* injected_ = nullptr;
+  std::mutex joinMu_;
+
+  std::unordered_map<uint32_t, std::shared_ptr<Conn>> conns_;
+  std::vector<uint32_t> done_;
+  std::map<uint32_t, std::shared_ptr<Connecting>> connecting_;
+  // (peer MAC+IP, peer conn id) -> our conn id: a retransmitted Syn gets the same connection.
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> synSeen_;
+  uint32_t nextConnId_;
+
+  std::mutex listenersMu_;
+  std::map<uint16_t, std::shared_ptr<ListenerState>> listeners_;
+
+  static constexpr int kTxBuffer = 64;
+  rte_mbuf* tx_[kTxBuffer];
+  int txCount_ = 0;
+  uint64_t rng_;
+  uint64_t dropThreshold_ = 0;  // drop when rng < threshold (rate * 2^64)
+};
+
+}  // namespace cofab::transport::dpdk

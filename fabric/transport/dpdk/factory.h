@@ -1,0 +1,70 @@
+// The dpdk transport: Ethernet/IPv4/UDP frames sent and received from user space through DPDK,
+// with its own reliability (sequence numbers, cumulative + selective acks, retransmission with
+// backoff, a flow-control window, drain before close). The only header of fabric/transport/dpdk/
+// meant for use outside it. docs/DPDK.md explains running over vdevs or real ports.
+//
+// EAL starts once per process, at the first context (COFAB_DPDK_EAL_ARGS, COFAB_DPDK_VDEV);
+// when it cannot, createContext() returns Unavailable with the reason. Each context borrows one
+// DPDK port for its lifetime and runs one poller thread, which runs all of its callbacks. With
+// no vdev and no PCI port, contexts of one process talk through in-process ring ports.
+//
+// Addresses are "<mac>/<ipv4>:<udp port>", e.g. "02:cf:ab:00:00:01/10.0.0.1:47001": what a
+// listener's address() returns and what peers exchange through the Store (no ARP).
+//
+// Parameters (environment, see `cofab-info`): COFAB_DPDK_EAL_ARGS, COFAB_DPDK_VDEV,
+// COFAB_DPDK_PORT, COFAB_DPDK_IP, COFAB_DPDK_UDP_PORT, COFAB_DPDK_MTU, COFAB_DPDK_MBUFS,
+// COFAB_DPDK_PEER_TIMEOUT_MS, COFAB_DPDK_DROP_RATE, COFAB_DPDK_DROP_SEED. Fields set in
+// DpdkOptions win over them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "fabric/transport/context.h"
+
+namespace cofab::transport::dpdk {
+
+struct DpdkOptions {
+  std::string port;         // DPDK port name (e.g. "net_memif0"); empty: COFAB_DPDK_PORT
+  std::string ip;           // dotted IPv4; empty: COFAB_DPDK_IP, else derived from the MAC
+  int udpPort = 0;          // 0: COFAB_DPDK_UDP_PORT
+  double dropRate = -1;     // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
+  int64_t dropSeed = -1;    // < 0: COFAB_DPDK_DROP_SEED
+  int64_t peerTimeoutMs = 0;  // 0: COFAB_DPDK_PEER_TIMEOUT_MS
+};
+
+StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
+                                                 const DpdkOptions& dpdk = {});
+
+// What a context's poller counted. Malformed or foreign frames are counted and dropped, never
+// logged per frame.
+struct DpdkStats {
+  uint64_t rxFrames = 0;
+  uint64_t txFrames = 0;
+  uint64_t rxForeign = 0;            // not IPv4/UDP/cofab, or not for this context's IP/port
+  uint64_t rxBadLength = 0;          // IP/UDP/frame lengths inconsistent
+  uint64_t rxBadChecksum = 0;        // IPv4 header checksum or frame CRC32C wrong
+  uint64_t rxBadHeader = 0;          // cofab frame header with an unknown kind
+  uint64_t rxUnknownConnection = 0;  // well-formed, but for no connection or listener here
+  uint64_t rxInjectedDrops = 0;      // dropped by COFAB_DPDK_DROP_RATE
+  uint64_t rxDuplicates = 0;
+  uint64_t rxOutOfWindow = 0;
+  uint64_t retransmits = 0;
+  uint64_t timeouts = 0;             // retransmission timeouts (each backs off the RTO)
+  uint64_t txDrops = 0;              // frames the port refused
+};
+
+// InvalidArgument if `context` is not a dpdk context.
+StatusOr<DpdkStats> stats(const Context& context);
+
+// For tests: hands `frame` (a whole Ethernet frame) to the context's poller as if its port had
+// received it. ResourceExhausted when the injection queue or the pool is full.
+Status injectFrame(Context& context, std::span<const uint8_t> frame);
+
+// The address a context's connections send from ("<mac>/<ip>:<udp port>").
+StatusOr<std::string> localAddress(const Context& context);
+
+}  // namespace cofab::transport::dpdk

@@ -1,0 +1,106 @@
+// The dpdk transport's frame format: Ethernet II + IPv4 (no options) + UDP + a 32-byte cofab
+// frame header + payload. Internal to fabric/transport/dpdk (docs/DPDK.md has the byte layout).
+//
+// Messages (the 64-byte wire::Header plus payload) form a byte stream per connection that is cut
+// into Data frames; Ack, Syn, SynAck, Fin and Rst frames carry the reliability protocol. Every
+// frame carries a CRC32C over its cofab header and payload (the "payload checksum" that is always
+// on) and a valid IPv4 header checksum; the UDP checksum is 0 (allowed for IPv4), because the
+// CRC32C already covers what matters and is cheaper with SSE4.2.
+//
+// Pure functions on caller-owned bytes (no DPDK calls), so they are unit-tested without EAL.
+// Multi-byte cofab fields are little-endian; Ethernet/IP/UDP fields are network order.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace cofab::transport::dpdk {
+
+static_assert(std::endian::native == std::endian::little, "cofab dpdk frames assume x86/arm LE");
+
+inline constexpr size_t kEthHeaderSize = 14;
+inline constexpr size_t kIpv4HeaderSize = 20;
+inline constexpr size_t kUdpHeaderSize = 8;
+inline constexpr size_t kFrameHeaderSize = 32;
+// Bytes in front of a frame's payload.
+inline constexpr size_t kFrameOverhead =
+    kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize + kFrameHeaderSize;
+inline constexpr uint32_t kFrameMagic = 0x4B444643;  // "CFDK"
+inline constexpr uint8_t kFrameVersion = 1;
+// Selective-ack bitmap carried by Ack frames: bit i says seq ack+1+i has arrived.
+inline constexpr size_t kSackBits = 256;
+inline constexpr size_t kSackBytes = kSackBits / 8;
+
+enum class FrameKind : uint8_t {
+  kData = 1,    // sequenced: message stream bytes
+  kAck = 2,     // cumulative + selective ack and window; also the keepalive
+  kSyn = 3,     // connect: payload = the connecting side's id
+  kSynAck = 4,  // accept: payload = the accepting side's id
+  kFin = 5,     // sequenced: the sender closed after everything before it
+  kRst = 6,     // the connection (dstConn) does not exist or was torn down
+};
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint8_t version = kFrameVersion;
+  FrameKind kind = FrameKind::kData;
+  uint16_t length = 0;  // payload bytes after this header
+  uint32_t dstConn = 0;
+  uint32_t srcConn = 0;
+  uint32_t seq = 0;
+  uint32_t ack = 0;
+  uint32_t window = 0;  // the receiver accepts seq < window (serial arithmetic)
+  uint32_t crc = 0;     // CRC32C of this header (crc = 0) and the payload
+};
+static_assert(sizeof(FrameHeader) == kFrameHeaderSize);
+
+using MacAddress = std::array<uint8_t, 6>;
+
+// One end of a path: what a listener's address names and what Syn frames carry back.
+struct NetAddress {
+  MacAddress mac{};
+  uint32_t ip = 0;  // host order
+  uint16_t port = 0;
+  // "02:cf:ab:00:00:01/10.207.0.1:47001"
+  std::string toString() const;
+  friend bool operator==(const NetAddress&, const NetAddress&) = default;
+};
+// Parses toString()'s form; InvalidArgument saying the expected form otherwise.
+StatusOr<NetAddress> parseNetAddress(std::string_view text);
+std::string macToString(const MacAddress& mac);
+
+// Why a received frame was not accepted. Counted per context, never logged per frame.
+enum class RxVerdict : uint8_t {
+  kOk,
+  kForeign,      // not IPv4/UDP, or not addressed to this context's IP
+  kBadLength,    // lengths in the IP/UDP/cofab headers disagree with the frame
+  kBadChecksum,  // IPv4 header checksum or frame CRC32C wrong
+  kBadHeader,    // cofab magic/version/kind wrong
+};
+
+struct ParsedFrame {
+  FrameHeader header;
+  const uint8_t* payload = nullptr;
+  NetAddress src;         // the sender's MAC, IP and UDP port
+  uint16_t dstPort = 0;   // UDP destination port
+};
+
+// Writes the Ethernet/IPv4/UDP/cofab headers for a frame of `header.length` payload bytes into
+// `frame` (kFrameOverhead bytes) and returns where the payload goes. sealFrame() must run after
+// the payload is in place.
+uint8_t* writeFrameHeaders(uint8_t* frame, const NetAddress& src, const NetAddress& dst,
+                           const FrameHeader& header);
+// Computes the frame CRC32C over the cofab header and payload.
+void sealFrame(uint8_t* frame);
+inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
+
+// Checks everything in `frame` against `localIp` (0: accept any destination IP).
+RxVerdict parseFrame(const uint8_t* frame, size_t size, uint32_t localIp, ParsedFrame* out);
+
+}  // namespace cofab::transport::dpdk
