@@ -165,6 +165,24 @@ void BM_Family(benchmark::State& state) {
   state.counters["worst_cond"] = cm.code().worstCondition();
 }
 
+constexpr std::pair<int, int> kRefinedShapes[] = {{12, 9}, {16, 12}};
+constexpr int kRefineSteps = 100;
+
+// The default family after kRefineSteps hill-climbing steps (RealMdsOptions::refineSteps).
+void BM_Refined(benchmark::State& state) {
+  const int n = state.range(0), k = state.range(1);
+  auto code = RealMdsCode::create({.n = n, .k = k, .refineSteps = kRefineSteps});
+  if (!code.ok()) {
+    state.SkipWithError(code.status().toString().c_str());
+    return;
+  }
+  CodedMatmul cm(std::move(code).value());
+  double err = 0;
+  for (auto _ : state) err = worstRelativeError(cm, 240, 128, 32);
+  state.counters["worst_rel_err"] = err;
+  state.counters["worst_cond"] = cm.code().worstCondition();
+}
+
 void registerAll() {
   for (auto [n, k] : kShapes) {
     benchmark::RegisterBenchmark("BM_Stragglers", BM_Stragglers)
@@ -180,6 +198,12 @@ void registerAll() {
     if (tail == kTailMs) continue;  // already measured above
     benchmark::RegisterBenchmark("BM_Stragglers", BM_Stragglers)
         ->Args({8, 6, static_cast<int64_t>(tail * 10)})
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (auto [n, k] : kRefinedShapes) {
+    benchmark::RegisterBenchmark("BM_Refined", BM_Refined)
+        ->Args({n, k})
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
@@ -268,6 +292,17 @@ int main(int argc, char** argv) {
                                                {"worst_cond", num(*get(name, "worst_cond"), 4)},
                                                {"worst_rel_err", num(*err, 3)}});
     }
+  }
+  for (auto [n, k] : kRefinedShapes) {
+    const std::string name = "BM_Refined/" + std::to_string(n) + "/" + std::to_string(k) + "/";
+    const double* err = get(name, "worst_rel_err");
+    if (err == nullptr) continue;
+    cofab::bench::printResult("mds_family",
+                              {{"family", "random_gaussian_refined" + std::to_string(kRefineSteps)},
+                               {"n", std::to_string(n)},
+                               {"k", std::to_string(k)},
+                               {"worst_cond", num(*get(name, "worst_cond"), 4)},
+                               {"worst_rel_err", num(*err, 3)}});
   }
   return 0;
 }

@@ -188,10 +188,10 @@ StatusOr<RealMdsCode> RealMdsCode::create(const RealMdsOptions& o) {
     return InvalidArgument("RealMdsCode needs 1 <= k < n <= 64; got n=" + std::to_string(o.n) +
                            " k=" + std::to_string(o.k));
   }
-  if (o.randomTrials < 1 || o.sampledPatterns < 1 || o.exhaustiveLimit < 0) {
+  if (o.randomTrials < 1 || o.sampledPatterns < 1 || o.exhaustiveLimit < 0 || o.refineSteps < 0) {
     return InvalidArgument(
-        "RealMdsCode: randomTrials and sampledPatterns must be >= 1 and "
-        "exhaustiveLimit >= 0");
+        "RealMdsCode: randomTrials and sampledPatterns must be >= 1, exhaustiveLimit and "
+        "refineSteps >= 0");
   }
   RealMdsCode code;
   code.n_ = o.n;
@@ -206,6 +206,37 @@ StatusOr<RealMdsCode> RealMdsCode::create(const RealMdsOptions& o) {
     if (t == 0 || s.worst < best.worst) {
       best = s;
       code.generator_ = std::move(g);
+    }
+  }
+  // Optional hill climb on the parity rows (any family): perturb, renormalise, keep the change
+  // when the worst condition number drops. Each step costs one full survey.
+  if (o.refineSteps > 0) {
+    std::mt19937_64 rng(o.seed ^ 0x5bd1e995u);
+    std::normal_distribution<double> normal;
+    double sigma = 0.1;
+    for (int step = 0; step < o.refineSteps; ++step) {
+      std::vector<double> g = code.generator_;
+      for (int i = o.k; i < o.n; ++i) {
+        double norm = 0;
+        for (int j = 0; j < o.k; ++j) {
+          double& v = g[static_cast<size_t>(i) * o.k + j];
+          v += sigma * normal(rng) / std::sqrt(static_cast<double>(o.k));
+          norm += v * v;
+        }
+        norm = std::sqrt(norm);
+        for (int j = 0; j < o.k; ++j) {
+          double& v = g[static_cast<size_t>(i) * o.k + j];
+          v = static_cast<double>(static_cast<float>(v / norm));  // fp32 coefficients, as built
+        }
+      }
+      ConditionSurvey s =
+          surveyConditions(g, o.n, o.k, o.exhaustiveLimit, o.sampledPatterns, o.seed);
+      if (s.worst < best.worst) {
+        best = s;
+        code.generator_ = std::move(g);
+      } else {
+        sigma = std::max(0.005, sigma * 0.97);  // smaller steps once big ones stop helping
+      }
     }
   }
   code.worstCondition_ = best.worst;

@@ -80,6 +80,23 @@ TEST(RealMdsCodeTest, RandomFamilyKeepsTheBestOfItsTrials) {
   EXPECT_EQ(again->generator(), many->generator()) << "same seed must give the same code";
 }
 
+TEST(RealMdsCodeTest, RefinementNeverWorsensAndKeepsTheCodeSystematicAndMds) {
+  for (MdsFamily family : {MdsFamily::kRandomGaussian, MdsFamily::kCauchyChebyshev}) {
+    auto plain = RealMdsCode::create({.n = 8, .k = 5, .family = family});
+    auto refined = RealMdsCode::create({.n = 8, .k = 5, .family = family, .refineSteps = 40});
+    ASSERT_TRUE(plain.ok() && refined.ok());
+    EXPECT_LE(refined->worstCondition(), plain->worstCondition()) << mdsFamilyName(family);
+    for (int i = 0; i < 5; ++i) {
+      for (int j = 0; j < 5; ++j) ASSERT_EQ(refined->at(i, j), i == j ? 1.0 : 0.0);
+    }
+    double worst = 1;
+    for (const auto& rows : kSubsets(8, 5)) worst = std::max(worst, *refined->conditionOf(rows));
+    EXPECT_NEAR(refined->worstCondition(), worst, worst * 1e-9);
+  }
+  EXPECT_EQ(RealMdsCode::create({.n = 6, .k = 4, .refineSteps = -1}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(RealMdsCodeTest, SamplesWhenThereAreTooManyPatterns) {
   auto code = RealMdsCode::create({.n = 16,
                                    .k = 12,
