@@ -1,5 +1,6 @@
 #include "aggregator/engine.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "aggregator/reducer.h"
@@ -186,7 +187,10 @@ void Engine::onPush(Event& e) {
   }
   const auto r = static_cast<size_t>(rank);
   if (!forwarded) {
-    if (deliver) s.deliverTo.push_back(e.peer);
+    // A resend on the same connection must not get the result twice.
+    if (deliver && std::find(s.deliverTo.begin(), s.deliverTo.end(), e.peer) == s.deliverTo.end()) {
+      s.deliverTo.push_back(e.peer);
+    }
     s.pusher[r] = e.peer;
   }
   if (s.state[r] != 0) {

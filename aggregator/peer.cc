@@ -8,8 +8,9 @@ void Peer::sendControl(ps::ControlOp op, const wire::Header& about) const {
 
 void Peer::sendText(ps::ControlOp op, const wire::Header& about, std::string_view text) const {
   auto payload = std::make_shared<std::string>(text);
-  conn->send(ps::controlHeader(op, about), payload->data(), payload->size(),
-             [payload](const Status&) {});
+  wire::Header h = ps::controlHeader(op, about);
+  h.dtype = DType::kU8;  // the payload is text, not elements of the chunk's dtype
+  conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
 }
 
 void Peer::reject(Metrics& metrics, ps::RejectReason reason, const wire::Header& about,
@@ -18,8 +19,9 @@ void Peer::reject(Metrics& metrics, ps::RejectReason reason, const wire::Header&
   auto payload = std::make_shared<std::string>();
   payload->push_back(static_cast<char>(reason));
   payload->append(text);
-  conn->send(ps::controlHeader(ps::ControlOp::kReject, about), payload->data(), payload->size(),
-             [payload](const Status&) {});
+  wire::Header h = ps::controlHeader(ps::ControlOp::kReject, about);
+  h.dtype = DType::kU8;  // the payload is a reason, not elements of the chunk's dtype
+  conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
 }
 
 void Peer::sendResult(Metrics& metrics, const wire::Header& about,

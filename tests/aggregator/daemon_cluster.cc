@@ -2,7 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,8 +11,6 @@
 
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/file_store.h"
-
-extern char** environ;
 
 namespace cofab::testing {
 
@@ -50,9 +48,16 @@ Status DaemonCluster::start(Deadline deadline) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, COFAB_AGGD_PATH, nullptr, nullptr, argv.data(), environ);
-    if (rc != 0) return errnoStatus(StatusCode::kIoError, "posix_spawn(cofab-aggd)", rc);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) return errnoStatus(StatusCode::kIoError, "fork(cofab-aggd)", errno);
+    if (pid == 0) {
+      // Dies with the test process, even when the test is killed before its destructors run.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::execv(COFAB_AGGD_PATH, argv.data());
+      ::_exit(127);
+    }
     pids_.push_back(pid);
     reaped_.push_back(false);
   }

@@ -1,7 +1,8 @@
 // DaemonCluster: real cofab-aggd processes for tests, meeting their workers through a FileStore
-// in a fresh temp dir. start() spawns M daemons (posix_spawn of the binary built by this tree)
+// in a fresh temp dir. start() spawns M daemons (fork + exec of the binary built by this tree, killed with the
+// test process through PR_SET_PDEATHSIG)
 // and waits until each has registered; the destructor SIGKILLs and reaps whatever still runs.
-// Spawning never creates threads, so tests may fork workers (ProcessGroup) afterwards.
+// Spawning creates no threads here, so tests may fork workers (ProcessGroup) afterwards.
 // Used from the test's main thread only.
 #pragma once
 

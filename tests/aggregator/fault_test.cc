@@ -1,0 +1,154 @@
+// Faults with real processes: a worker SIGKILLed mid-round (the daemon names it, releases the
+// round after its deadline, the other workers fail with that error instead of hanging), and the
+// primary daemon SIGKILLed mid-job with replication on (the job completes bit-identical to the
+// serial reference: nothing lost, nothing applied twice).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/test_data.h"
+#include "tests/support/process_group.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+TEST(AggregatorFaults, WorkerKilledMidRoundIsNamedAndTheRoundReleased) {
+  const int kWorkers = 3;
+  DaemonCluster cluster(1, kWorkers, {"--dead-worker-ms", "300"});
+  ASSERT_TRUE(cluster.start().ok());
+  const std::string url = cluster.storeUrl();
+  ProcessGroup group;
+  group.start(kWorkers, [&](int rank) -> int {
+    auto store = openStore(url, Deadline::afterMs(10000));
+    if (!store.ok()) return childFail(rank, store.status().toString());
+    auto client = ps::PushPullClient::connect(**store, rank, kWorkers, {});
+    if (!client.ok()) return childFail(rank, client.status().toString());
+    std::vector<float> x(10000, 1.0f);
+    const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
+    Status s = (*client)->pushPull(1, v, v).wait(Deadline::afterMs(20000));
+    if (!s.ok()) return childFail(rank, "round 0: " + s.toString());
+    if (rank == 2) {
+      // Never pushes iteration 1: the test kills it while the others wait for it.
+      (void)(*store)->set("test/worker2-ready", toBytes("1"));
+      pause();
+      return 0;
+    }
+    s = (*client)->pushPull(1, v, v).wait(Deadline::afterMs(20000));
+    if (s.code() != StatusCode::kAborted) {
+      return childFail(rank, "expected Aborted naming worker 2, got " + s.toString());
+    }
+    if (s.message().find("worker 2") == std::string::npos ||
+        s.message().find("connection lost") == std::string::npos) {
+      return childFail(rank, "the error does not name the dead worker: " + s.toString());
+    }
+    // Sticky: later operations fail with the same error instead of waiting.
+    Status later = (*client)->pushPull(2, v, v).wait(Deadline::afterMs(5000));
+    if (later.code() != StatusCode::kAborted) {
+      return childFail(rank, "a later push-pull should fail fast, got " + later.toString());
+    }
+    return 0;
+  });
+  ASSERT_TRUE(cluster.store().get("test/worker2-ready", Deadline::afterMs(20000)).ok());
+  group.signal(2, SIGKILL);
+  auto exits = group.waitAll(Deadline::afterMs(30000));
+  exits.erase(exits.begin() + 2);  // the one we killed
+  EXPECT_EQ(failures(exits), "");
+  EXPECT_GE(*cluster.metric(0, "cofab_agg_rounds_failed_total"), 1);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 1);
+  auto health = cluster.httpGet(0, "/healthz");
+  EXPECT_TRUE(health.ok()) << "the daemon must stay up: " << health.status();
+}
+
+struct Tensor {
+  uint64_t key;
+  size_t count;
+  DType dtype;
+};
+
+TEST(AggregatorFaults, PrimaryKilledMidJobWithReplicationFinishesBitIdentical) {
+  const int kWorkers = 2;
+  const int kIterations = 16;
+  const int kKillAt = 6;
+  DaemonCluster cluster(2, kWorkers, {"--replication", "on"});
+  ASSERT_TRUE(cluster.start().ok());
+  const std::vector<Tensor> tensors = {
+      {1, 30000, DType::kF32}, {2, 3000, DType::kF16}, {3, 100, DType::kF64},
+      {4, 20000, DType::kBF16}};
+  std::atomic<bool> killNow{false};
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    while (!killNow.load()) std::this_thread::sleep_for(Millis(1));
+    cluster.signal(0, SIGKILL);
+    killed = true;
+  });
+  // results[rank][iteration][tensor]
+  std::vector<std::vector<std::vector<std::vector<uint8_t>>>> results(kWorkers);
+  std::vector<ps::ClientStats> stats(kWorkers);
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = 8192;
+    co.replication = 1;
+    co.heartbeatMs = 100;
+    co.failoverMs = 2000;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    for (int it = 0; it < kIterations; ++it) {
+      std::vector<std::vector<uint8_t>> bufs;
+      std::vector<ps::PushPullHandle> handles;
+      for (const auto& t : tensors) {
+        bufs.push_back(makeTensor(t.dtype, t.count, rank, t.key, static_cast<uint64_t>(it)));
+      }
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const TensorView v(bufs[i].data(), tensors[i].count, tensors[i].dtype);
+        handles.push_back(client->pushPull(tensors[i].key, v, v));  // in place
+      }
+      if (rank == 0 && it == kKillAt) killNow = true;  // chunks are in flight right now
+      for (auto& h : handles) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(30000)));
+      results[static_cast<size_t>(rank)].push_back(std::move(bufs));
+    }
+    stats[static_cast<size_t>(rank)] = client->stats();
+    client->close();
+    return OkStatus();
+  });
+  killNow = true;
+  killer.join();
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  ASSERT_TRUE(killed.load());
+  for (int it = 0; it < kIterations; ++it) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < kWorkers; ++r) {
+        inputs.push_back(makeTensor(tensors[i].dtype, tensors[i].count, r, tensors[i].key,
+                                    static_cast<uint64_t>(it)));
+      }
+      const auto expected = referenceReduce(tensors[i].dtype, false, inputs);
+      for (int r = 0; r < kWorkers; ++r) {
+        ASSERT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(it)][i], expected)
+            << "worker " << r << " iteration " << it << " key " << tensors[i].key;
+      }
+    }
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_EQ(stats[static_cast<size_t>(r)].failovers, 1u) << "worker " << r;
+  }
+  // The survivor applied every contribution exactly once: rounds = chunks x iterations.
+  size_t chunks = 0;
+  for (const auto& t : tensors) {
+    chunks += ps::chunkLayout(t.count, dtypeSize(t.dtype), 8192).chunkCount;
+  }
+  EXPECT_EQ(*cluster.metric(1, "cofab_agg_rounds_completed_total"),
+            static_cast<double>(chunks * kIterations));
+  EXPECT_EQ(*cluster.metric(1, "cofab_agg_chunks_applied_total"),
+            static_cast<double>(chunks * kIterations * kWorkers));
+  EXPECT_EQ(*cluster.metric(1, "cofab_agg_rounds_failed_total"), 0);
+  EXPECT_GT(*cluster.metric(1, "cofab_agg_forwarded_applied_total"), 0);
+  cluster.signal(1, SIGTERM);
+  EXPECT_EQ(cluster.wait(1, Deadline::afterMs(20000)), 0);
+}
+
+}  // namespace
+}  // namespace cofab::testing

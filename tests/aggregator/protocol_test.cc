@@ -1,0 +1,275 @@
+// The daemon against hand-made messages: dedup of retransmissions, every rejection reason sent
+// back and counted, and garbage on the port (random bytes, truncated frames) not hurting the
+// other workers.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/raw_peer.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+using ps::RejectReason;
+
+std::vector<float> floatsOf(const RawMessage& m) {
+  std::vector<float> v(m.payload.size() / 4);
+  std::memcpy(v.data(), m.payload.data(), m.payload.size());
+  return v;
+}
+
+TEST(AggregatorProtocol, RetransmittedChunksAreAppliedOnce) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  const auto h0 = RawPeer::push(0, 5, 0, DType::kF32);
+  ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());  // retransmission
+  ASSERT_TRUE((*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{10, 20})
+                  .ok());
+  auto r0 = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_EQ(r0->header.type, wire::MessageType::kPullReply);
+  EXPECT_EQ(floatsOf(*r0), (std::vector<float>{11, 22}));
+  auto r1 = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(floatsOf(*r1), (std::vector<float>{11, 22}));
+  // A replay after the round finished is answered from the kept result, never re-applied.
+  ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());
+  auto again = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(floatsOf(*again), (std::vector<float>{11, 22}));
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_chunks_applied_total"), 2);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_chunks_duplicate_total"), 2);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_completed_total"), 1);
+}
+
+TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
+  DaemonCluster cluster(1, 2, {"--max-chunk-bytes", "4096"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  auto stranger = RawPeer::connect(cluster.address(0), "worker 9");
+  ASSERT_TRUE(w0.ok() && w1.ok() && stranger.ok());
+  RawPeer& a = **w0;
+  RawPeer& b = **w1;
+  const std::vector<float> two{1, 2};
+
+  auto expectReject = [](RawPeer& p, RejectReason reason) {
+    auto m = p.recvSkippingAcks();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(m->isReject(reason))
+        << "expected " << ps::rejectReasonName(reason) << ", got " << m->header.describe()
+        << " " << m->text();
+    EXPECT_FALSE(m->text().empty()) << "a rejection must say why";
+  };
+
+  // Beyond the window: the open round of a fresh chunk is iteration 0.
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 3, DType::kF32), two).ok());
+  expectReject(a, RejectReason::kBeyondWindow);
+  // Unknown worker: a rank outside the job, and a rank that is not the connection's.
+  ASSERT_TRUE((*stranger)->sendValues(RawPeer::push(9, 1, 0, DType::kF32), two).ok());
+  expectReject(**stranger, RejectReason::kUnknownWorker);
+  ASSERT_TRUE(a.sendValues(RawPeer::push(1, 1, 0, DType::kF32), two).ok());
+  expectReject(a, RejectReason::kUnknownWorker);
+  // Malformed: chunkCount 0; unknown opcode bits.
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32, 0), two).ok());
+  expectReject(a, RejectReason::kMalformed);
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32, 1, 0x80), two).ok());
+  expectReject(a, RejectReason::kMalformed);
+  // Unsupported dtype.
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kI32), std::vector<int32_t>{1, 2}).ok());
+  expectReject(a, RejectReason::kUnsupportedDType);
+  // Oversized: 8 KiB against --max-chunk-bytes 4096.
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>(2048)).ok());
+  expectReject(a, RejectReason::kOversized);
+  // No elements at all.
+  ASSERT_TRUE(a.send(RawPeer::push(0, 1, 0, DType::kF32), std::vector<uint8_t>()).ok());
+  expectReject(a, RejectReason::kWrongSize);
+  // Key 2 is established as 2 x f32 by worker 0; worker 1 disagrees on dtype, then on size.
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 2, 0, DType::kF32), two).ok());
+  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF64), std::vector<double>{1}).ok());
+  expectReject(b, RejectReason::kWrongDType);
+  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF32), std::vector<float>{1, 2, 3})
+                  .ok());
+  expectReject(b, RejectReason::kWrongSize);
+  // Sum vs average disagreement within a round.
+  ASSERT_TRUE(
+      b.sendValues(RawPeer::push(1, 2, 0, DType::kF32, 1, ps::kPushDeliver | ps::kPushAverage),
+                   two)
+          .ok());
+  expectReject(b, RejectReason::kWrongOp);
+  // A correct contribution completes the round (nothing rejected was merged: 1+1, 2+2).
+  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF32), two).ok());
+  auto r = b.recvSkippingAcks();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(floatsOf(*r), (std::vector<float>{2, 4}));
+  auto ra = a.recvSkippingAcks();
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(floatsOf(*ra), (std::vector<float>{2, 4}));
+  // Round 1 of key 2, then iteration 0 is finished (older than the last completed round).
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 2, 1, DType::kF32), two).ok());
+  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 1, DType::kF32), two).ok());
+  ASSERT_TRUE(a.recvSkippingAcks().ok());
+  ASSERT_TRUE(b.recvSkippingAcks().ok());
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 2, 0, DType::kF32), two).ok());
+  expectReject(a, RejectReason::kFinishedIteration);
+
+  const std::pair<const char*, double> expected[] = {
+      {"beyond_window", 1}, {"unknown_worker", 2},    {"malformed", 2},
+      {"unsupported_dtype", 1}, {"oversized", 1},     {"wrong_size", 2},
+      {"wrong_dtype", 1},   {"wrong_op", 1},          {"finished_iteration", 1}};
+  for (const auto& [reason, count] : expected) {
+    auto v = cluster.metric(0, "cofab_agg_rejects_total",
+                            std::string("reason=\"") + reason + "\"");
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, count) << reason;
+  }
+}
+
+TEST(AggregatorProtocol, ClientSeesTheRejectionReason) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = cluster.connect(0);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> x(10, 1.0f);
+  ps::PushPullOptions po;
+  po.iteration = 7;  // the daemon's open round is 0
+  Status s = (*client)->pushPull(3, TensorView::of(x.data(), x.size(), DType::kF32),
+                                 TensorView::of(x.data(), x.size(), DType::kF32), po)
+                 .wait(Deadline::afterMs(10000));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("beyond_window"), std::string::npos) << s;
+  // Bad arguments fail the handle at once, without a round trip.
+  std::vector<int32_t> ints(4);
+  Status bad = (*client)->pushPull(4, TensorView::of(ints.data(), 4, DType::kI32),
+                                   TensorView::of(ints.data(), 4, DType::kI32))
+                   .wait(Deadline::afterMs(1000));
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad;
+}
+
+int rawConnect(const std::string& address) {
+  const auto colon = address.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::atoi(address.c_str() + colon + 1)));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool writeAll(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Sends Hello{id} and reads the HelloAck, so that what follows reaches the daemon's receive loop.
+bool rawHandshake(int fd, const std::string& id) {
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  hello.payloadLength = id.size();
+  const auto enc = wire::encodeHeader(hello);
+  if (!writeAll(fd, enc.data(), enc.size()) || !writeAll(fd, id.data(), id.size())) return false;
+  uint8_t ack[wire::kHeaderSize];
+  size_t got = 0;
+  while (got < sizeof(ack)) {
+    const ssize_t r = ::read(fd, ack + got, sizeof(ack) - got);
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  auto h = wire::decodeHeader({ack, sizeof(ack)});
+  if (!h.ok()) return false;
+  std::vector<uint8_t> rest(h->payloadLength);
+  got = 0;
+  while (got < rest.size()) {
+    const ssize_t r = ::read(fd, rest.data() + got, rest.size() - got);
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+TEST(AggregatorProtocol, GarbageOnThePortDoesNotHurtOtherWorkers) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  std::mt19937_64 rng(42);
+  // 1. Random bytes instead of a handshake.
+  for (int i = 0; i < 3; ++i) {
+    const int fd = rawConnect(cluster.address(0));
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> junk(4096);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    writeAll(fd, junk.data(), junk.size());
+    ::close(fd);
+  }
+  // 2. A handshake claiming to be worker 0, then a push header announcing 1 MiB and 10 bytes.
+  {
+    const int fd = rawConnect(cluster.address(0));
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(rawHandshake(fd, "worker 0"));
+    wire::Header h = RawPeer::push(0, 1, 0, DType::kF32);
+    h.payloadLength = 1 << 20;
+    const auto enc = wire::encodeHeader(h);
+    writeAll(fd, enc.data(), enc.size());
+    writeAll(fd, "0123456789", 10);
+    ::close(fd);
+  }
+  // 3. A handshake, then a header with a broken CRC, then half a header.
+  {
+    const int fd = rawConnect(cluster.address(0));
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(rawHandshake(fd, "worker 1"));
+    auto enc = wire::encodeHeader(RawPeer::push(1, 1, 0, DType::kF32));
+    enc[20] ^= 0xff;
+    writeAll(fd, enc.data(), enc.size());
+    ::close(fd);
+    const int fd2 = rawConnect(cluster.address(0));
+    ASSERT_GE(fd2, 0);
+    ASSERT_TRUE(rawHandshake(fd2, "worker 1"));
+    writeAll(fd2, enc.data(), 30);
+    ::close(fd2);
+  }
+  // The real workers are served as if nothing happened.
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    std::vector<float> x(3000, static_cast<float>(rank + 1));
+    COFAB_RETURN_IF_ERROR(client->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
+                                           TensorView::of(x.data(), x.size(), DType::kF32))
+                              .wait(Deadline::afterMs(20000)));
+    for (float v : x) {
+      if (v != 3.0f) return Internal("wrong sum " + std::to_string(v));
+    }
+    client->close();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  auto health = cluster.httpGet(0, "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_completed_total"), 1);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 0)
+      << "a connection that never delivered a push is not a worker";
+}
+
+}  // namespace
+}  // namespace cofab::testing
