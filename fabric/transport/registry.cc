@@ -3,6 +3,9 @@
 #include "core/config.h"
 #include "fabric/transport/loopback/factory.h"
 #include "fabric/transport/tcp/factory.h"
+#if COFAB_HAVE_RDMA
+#include "fabric/transport/rdma/factory.h"
+#endif
 
 namespace cofab::transport {
 
@@ -12,12 +15,21 @@ StatusOr<std::shared_ptr<Context>> Registry::create(std::string_view name,
                                                     const ContextOptions& options) {
   if (name == "tcp") return tcp::createContext(options);
   if (name == "loopback") return loopback::createContext(options);
+#if COFAB_HAVE_RDMA
+  if (name == "rdma") return rdma::createContext(options);
+#endif
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   return InvalidArgument("unknown transport '" + std::string(name) + "' (this build has: " +
                          known + ")");
 }
 
-std::vector<std::string> Registry::names() { return {"tcp", "loopback"}; }
+std::vector<std::string> Registry::names() {
+#if COFAB_HAVE_RDMA
+  return {"tcp", "loopback", "rdma"};
+#else
+  return {"tcp", "loopback"};
+#endif
+}
 
 }  // namespace cofab::transport

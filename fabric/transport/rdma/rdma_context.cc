@@ -71,7 +71,7 @@ class RdmaListener : public Listener {
         if (!s.ok()) return conn->close();
         Status st = self->answer(conn, h, bytes);
         if (!st.ok()) {
-          COFAB_LOG(WARN, "rdma") << "set-up with '" << conn->peerId() << "' ("
+          COFAB_LOG(kWarn, "rdma") << "set-up with '" << conn->peerId() << "' ("
                                   << conn->peerAddress() << ") failed: " << st;
           conn->close();
         }

@@ -38,15 +38,6 @@ constexpr uint8_t kAckTimeout = 14;
 constexpr uint8_t kRetryCount = 7;
 constexpr uint8_t kRnrRetry = 7;
 
-const char* opName(ibv_wc_opcode op) {
-  switch (op) {
-    case IBV_WC_SEND: return "SEND";
-    case IBV_WC_RDMA_WRITE: return "RDMA WRITE";
-    case IBV_WC_RECV: return "RECV";
-    case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV (RDMA WRITE WITH IMM)";
-    default: return "work request";
-  }
-}
 
 }  // namespace
 

@@ -19,6 +19,8 @@ class TransportContractTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     auto s = Registry::create(GetParam(), {.localId = "server"});
+    // Built but not usable here (rdma without a device): skip with the reason (DESIGN.md §4).
+    if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
     auto c = Registry::create(GetParam(), {.localId = "client"});
