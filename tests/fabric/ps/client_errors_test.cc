@@ -1,0 +1,43 @@
+// PushPullClient failures that need no daemon: bad arguments, nobody registered, nobody
+// listening. Each must be a Status that says what to do, never a hang.
+#include <gtest/gtest.h>
+
+#include "fabric/ps/push_pull.h"
+#include "fabric/rendezvous/hash_store.h"
+
+namespace cofab::ps {
+namespace {
+
+TEST(PushPullClient, RankOutsideTheWorldIsInvalid) {
+  HashStore store;
+  auto c = PushPullClient::connect(store, 3, 2, {});
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+}
+
+TEST(PushPullClient, NoDaemonRegisteredTimesOutNamingTheFix) {
+  HashStore store;
+  ClientOptions o;
+  o.connectTimeoutMs = 100;
+  auto c = PushPullClient::connect(store, 0, 1, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status();
+  EXPECT_NE(c.status().message().find("cofab-aggd"), std::string::npos) << c.status();
+}
+
+TEST(PushPullClient, StaticAddressWithNobodyListeningFails) {
+  ClientOptions o;
+  o.serverAddresses = {"127.0.0.1:1"};
+  o.connectTimeoutMs = 300;
+  auto c = PushPullClient::connect(0, 1, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("aggregator 0"), std::string::npos) << c.status();
+}
+
+TEST(PushPullClient, InvalidHandleSaysSo) {
+  PushPullHandle h;
+  EXPECT_FALSE(h.valid());
+  EXPECT_EQ(h.wait(Deadline::afterMs(1)).code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace cofab::ps
