@@ -3,8 +3,8 @@
 #include "core/config.h"
 #include "fabric/transport/loopback/factory.h"
 #include "fabric/transport/tcp/factory.h"
-#if COFAB_HAVE_RDMA
-#include "fabric/transport/rdma/factory.h"
+#if COFAB_HAVE_DPDK
+#include "fabric/transport/dpdk/factory.h"
 #endif
 
 namespace cofab::transport {
@@ -15,8 +15,8 @@ StatusOr<std::shared_ptr<Context>> Registry::create(std::string_view name,
                                                     const ContextOptions& options) {
   if (name == "tcp") return tcp::createContext(options);
   if (name == "loopback") return loopback::createContext(options);
-#if COFAB_HAVE_RDMA
-  if (name == "rdma") return rdma::createContext(options);
+#if COFAB_HAVE_DPDK
+  if (name == "dpdk") return dpdk::createContext(options);
 #endif
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
@@ -24,12 +24,6 @@ StatusOr<std::shared_ptr<Context>> Registry::create(std::string_view name,
                          known + ")");
 }
 
-std::vector<std::string> Registry::names() {
-#if COFAB_HAVE_RDMA
-  return {"tcp", "loopback", "rdma"};
-#else
-  return {"tcp", "loopback"};
-#endif
-}
+std::vector<std::string> Registry::names() { return {"tcp", "loopback"}; }
 
 }  // namespace cofab::transport

@@ -10,14 +10,15 @@ list(APPEND COFAB_FABRIC_SOURCES
   transport/tcp/tcp_connection.cc
   transport/tcp/tcp_context.cc
   transport/tcp/tcp_listener.cc)
-# rdma: verbs headers only (libibverbs is dlopen'd at run time, never linked).
-if(COFAB_HAVE_RDMA)
+# dpdk: kernel-bypass frames with its own reliability. rte_eth_from_rings (in-process ring
+# ports) lives in the net_ring driver, which pkg-config's libdpdk does not list.
+if(COFAB_HAVE_DPDK)
   list(APPEND COFAB_FABRIC_SOURCES
-    transport/rdma/qp_info.cc
-    transport/rdma/rdma_context.cc
-    transport/rdma/rdma_device.cc
-    transport/rdma/rdma_endpoint.cc
-    transport/rdma/rdma_memory_region.cc
-    transport/rdma/rdma_worker.cc
-    transport/rdma/verbs_api.cc)
+    transport/dpdk/conn.cc
+    transport/dpdk/dpdk_context.cc
+    transport/dpdk/eal.cc
+    transport/dpdk/engine.cc
+    transport/dpdk/frame.cc
+    transport/dpdk/port.cc)
+  list(APPEND COFAB_FABRIC_PRIVATE_DEPS PkgConfig::DPDK rte_net_ring)
 endif()

@@ -10,7 +10,7 @@ namespace cofab::transport::dpdk {
 namespace {
 
 constexpr uint64_t kInitialRtoNs = 5'000'000;
-constexpr uint64_t kMinRtoNs = 2'000'000;
+constexpr uint64_t kMinRtoNs = 1'000'000;
 constexpr uint64_t kMaxRtoNs = 200'000'000;
 constexpr uint64_t kKeepaliveNs = 100'000'000;
 // Fast retransmit: a hole below a SACKed frame is resent once it is this much older than the
@@ -18,6 +18,9 @@ constexpr uint64_t kKeepaliveNs = 100'000'000;
 constexpr uint64_t kFastRetransmitSlackNs = 50'000;
 // Retransmissions per timer tick per connection: bounds the burst after a long stall.
 constexpr int kMaxRetransmitsPerTick = 64;
+
+// Time since `then`; 0 when `then` was sampled after `now` (timestamps from different reads).
+uint64_t elapsed(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
 
 }  // namespace
 
@@ -46,7 +49,8 @@ void Conn::setError(const Status& s) {
   status_ = s;
 }
 
-void Conn::setEstablished(uint32_t peerConn, std::string peerName) {
+void Conn::setEstablished(const NetAddress& peer, uint32_t peerConn, std::string peerName) {
+  peer_ = peer;  // connections send from the peer's connection port, not its listener's
   peerConn_ = peerConn;
   peerName_ = std::move(peerName);
   state_ = State::kEstablished;
@@ -175,7 +179,7 @@ void Conn::close() {
   }
   state_ = State::kClosing;
   finQueued_ = true;
-  closeNs_ = nowNs();
+  closeNs_ = monoNs();
   pumpWanted_ = true;
 }
 
@@ -341,7 +345,11 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
   }
   if (seqLess(una_, ack)) {
     const auto& last = inflight_[(ack - 1) % kWindow];
-    if (last.transmissions == 1 && last.m != nullptr) updateRtt(now - last.sentNs);  // Karn
+    if (last.transmissions == 1 && last.m != nullptr) {
+      updateRtt(elapsed(now, last.sentNs));  // Karn: only frames sent once give a sample
+    } else if (srttNs_ != 0) {
+      rtoNs_ = std::clamp(srttNs_ + 4 * rttvarNs_, kMinRtoNs, kMaxRtoNs);  // progress: no backoff
+    }
     for (uint32_t s = una_; s != ack; ++s) {
       auto& fl = inflight_[s % kWindow];
       if (fl.m != nullptr) rte_pktmbuf_free(fl.m);
@@ -362,22 +370,26 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
         any = true;
       }
     }
-    if (any) {
-      const uint64_t age = srttNs_ + srttNs_ / 4 + kFastRetransmitSlackNs;
-      for (uint32_t s = una_; seqLess(s, highest); ++s) {
-        auto& fl = inflight_[s % kWindow];
-        if (fl.m != nullptr && !fl.sacked && now - fl.sentNs > age) {
-          transmit(s, now);
-          Engine::bump(engine_->counters().retransmits);
-        }
-      }
-    }
+    if (any && seqLess(highestSacked_, highest + 1)) highestSacked_ = highest + 1;
+    if (any) retransmitHoles(now);
   }
   if (state_ == State::kClosing && finSent_ && una_ == nxt_) {
     // Drained: the peer has everything, including the Fin.
     state_ = State::kDone;
     releaseInFlight();
     engine_->connDone(id_);
+  }
+}
+
+void Conn::retransmitHoles(uint64_t now) {
+  if (!seqLess(una_, highestSacked_)) return;
+  const uint64_t age = srttNs_ + srttNs_ / 4 + kFastRetransmitSlackNs;
+  for (uint32_t s = una_; seqLess(s, highestSacked_) && seqLess(s, nxt_); ++s) {
+    auto& fl = inflight_[s % kWindow];
+    if (fl.m != nullptr && !fl.sacked && elapsed(now, fl.sentNs) > age) {
+      transmit(s, now);
+      Engine::bump(engine_->counters().retransmits);
+    }
   }
 }
 
@@ -562,7 +574,7 @@ void Conn::deliver() {
 void Conn::tick(uint64_t now) {
   if (state_ == State::kDone || state_ == State::kSynSent) return;
   if (lastHeardNs_ == 0) lastHeardNs_ = now;
-  if (now - lastHeardNs_ > engine_->peerTimeoutNs()) {
+  if (elapsed(now, lastHeardNs_) > engine_->peerTimeoutNs()) {
     if (state_ == State::kClosing) {
       state_ = State::kDone;
       releaseInFlight();
@@ -574,14 +586,17 @@ void Conn::tick(uint64_t now) {
                      " ms (its process died or the link is down)"));
     return;
   }
+  // Holes below a SACKed frame are resent from here too, in case the acks that would trigger it
+  // stopped (the window is full behind the hole).
+  retransmitHoles(now);
   if (una_ != nxt_) {
     const auto& oldest = inflight_[una_ % kWindow];
-    if (oldest.m != nullptr && now - oldest.sentNs > rtoNs_) {
+    if (oldest.m != nullptr && elapsed(now, oldest.sentNs) > rtoNs_) {
       Engine::bump(engine_->counters().timeouts);
       int budget = kMaxRetransmitsPerTick;
       for (uint32_t s = una_; s != nxt_ && budget > 0; ++s) {
         auto& fl = inflight_[s % kWindow];
-        if (fl.m != nullptr && !fl.sacked && now - fl.sentNs > rtoNs_) {
+        if (fl.m != nullptr && !fl.sacked && elapsed(now, fl.sentNs) > rtoNs_) {
           transmit(s, now);
           Engine::bump(engine_->counters().retransmits);
           --budget;
@@ -590,7 +605,7 @@ void Conn::tick(uint64_t now) {
       rtoNs_ = std::min(rtoNs_ * 2, kMaxRtoNs);  // backoff until an ack makes progress
     }
   }
-  if (now - lastSentNs_ > kKeepaliveNs) ackPending_ = true;
+  if (elapsed(now, lastSentNs_) > kKeepaliveNs) ackPending_ = true;
   if (ackPending_) pumpWanted_ = true;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "fabric/transport/connection.h"
 #include "fabric/transport/dpdk/frame.h"
@@ -28,6 +29,9 @@ class Engine;
 
 // Frames in flight per direction, and the receiver's reassembly window. Also the SACK span.
 inline constexpr uint32_t kWindow = static_cast<uint32_t>(kSackBits);
+
+// Monotonic nanoseconds as unsigned, for the timer arithmetic.
+inline uint64_t monoNs() { return static_cast<uint64_t>(nowNs()); }
 
 // Serial-number comparison for 32-bit sequence numbers.
 inline bool seqLess(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
@@ -40,7 +44,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   ~Conn();
 
   // --- poller thread only ---
-  void setEstablished(uint32_t peerConn, std::string peerName);
+  void setEstablished(const NetAddress& peer, uint32_t peerConn, std::string peerName);
   void send(const wire::Header& header, std::vector<ConstSlice> payload, SendCallback done);
   void recv(std::vector<MutableSlice> dest, RecvCallback done);
   void recvOwned(RecvOwnedCallback done);
@@ -107,6 +111,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void sendAck(uint64_t now);
   void onAck(const ParsedFrame& f, uint64_t now);
   void onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept);
+  void retransmitHoles(uint64_t now);
   void deliver();
   // Consumes payload bytes for the message being reassembled; false when it must wait.
   bool consume(const uint8_t* data, size_t n, size_t* used);
@@ -137,7 +142,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   uint64_t rtoNs_;
   uint64_t srttNs_ = 0;
   uint64_t rttvarNs_ = 0;
-  uint64_t lastRetransmitScanNs_ = 0;
+  uint32_t highestSacked_ = 1;  // one past the highest SACKed frame
 
   // Receive side.
   std::deque<RecvOp> recvs_;

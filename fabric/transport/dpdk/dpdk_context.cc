@@ -1,0 +1,196 @@
+// The dpdk Context and Listener facades, the application side of DpdkConnection, and the
+// factory functions of factory.h.
+#include <arpa/inet.h>
+
+#include <thread>
+
+#include "core/param.h"
+#include "fabric/transport/dpdk/dpdk_connection.h"
+#include "fabric/transport/dpdk/engine.h"
+#include "fabric/transport/dpdk/factory.h"
+
+namespace cofab::transport::dpdk {
+namespace {
+
+COFAB_PARAM_STRING(kPortName, "COFAB_DPDK_PORT", "",
+                   "DPDK port a dpdk context uses (e.g. net_memif0); empty: the first free one");
+COFAB_PARAM_STRING(kIp, "COFAB_DPDK_IP", "",
+                   "IPv4 address of dpdk frames; empty: 10.<last three MAC bytes>");
+COFAB_PARAM_INT(kUdpPort, "COFAB_DPDK_UDP_PORT", 47000, 1, 65000,
+                "UDP port of a dpdk context's connections (listeners take the next ones)");
+COFAB_PARAM_DOUBLE(kDropRate, "COFAB_DPDK_DROP_RATE", 0.0, 0.0, 0.9,
+                   "fraction of received dpdk frames dropped on purpose (loss injection)");
+COFAB_PARAM_INT(kDropSeed, "COFAB_DPDK_DROP_SEED", 1, 0, INT64_MAX,
+                "seed of COFAB_DPDK_DROP_RATE's generator");
+COFAB_PARAM_INT(kPeerTimeoutMs, "COFAB_DPDK_PEER_TIMEOUT_MS", 3000, 50, 3600000,
+                "a dpdk connection fails with RemoteError after this long without a frame");
+
+// Runs `fn` on a short-lived thread: completions after the poller stopped must still never run
+// inline (connection.h).
+void completeLater(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
+
+class DpdkListener final : public Listener {
+ public:
+  DpdkListener(std::shared_ptr<Engine> engine, std::shared_ptr<ListenerState> state)
+      : engine_(std::move(engine)), state_(std::move(state)) {}
+  ~DpdkListener() override { close(); }
+  const std::string& address() const override { return state_->address(); }
+  StatusOr<std::shared_ptr<Connection>> accept(Deadline deadline) override {
+    return state_->queue().accept(deadline);
+  }
+  void acceptAsync(AcceptCallback done) override { state_->queue().acceptAsync(std::move(done)); }
+  void close() override { engine_->closeListener(state_); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<ListenerState> state_;
+};
+
+class DpdkContext final : public Context {
+ public:
+  explicit DpdkContext(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  ~DpdkContext() override { join(); }
+
+  const std::string& name() const override { return name_; }
+  bool isViable() const override { return engine_->running(); }
+  StatusOr<std::unique_ptr<Listener>> listen(const ListenOptions& options) override {
+    COFAB_ASSIGN_OR_RETURN(auto state, engine_->listen(options.address));
+    return std::unique_ptr<Listener>(new DpdkListener(engine_, std::move(state)));
+  }
+  StatusOr<std::shared_ptr<Connection>> connect(const std::string& address,
+                                                const ConnectOptions& options,
+                                                Deadline deadline) override {
+    COFAB_ASSIGN_OR_RETURN(auto conn, engine_->connect(address, options.localId, deadline));
+    return std::shared_ptr<Connection>(std::make_shared<DpdkConnection>(engine_, conn));
+  }
+  StatusOr<std::unique_ptr<MemoryRegion>> registerMemory(void* data, size_t size) override {
+    // Frames are built by copying into mbufs, so registration only records the range.
+    if (data == nullptr) return InvalidArgument("registerMemory: null pointer");
+    return std::make_unique<MemoryRegion>(data, size);
+  }
+  void close() override { engine_->stop(); }
+  void join() override { engine_->join(); }
+
+  Engine& engine() const { return *engine_; }
+
+ private:
+  const std::string name_ = "dpdk";
+  std::shared_ptr<Engine> engine_;
+};
+
+StatusOr<uint32_t> parseIp(const std::string& text) {
+  in_addr a;
+  if (inet_pton(AF_INET, text.c_str(), &a) != 1) {
+    return InvalidArgument("'" + text + "' is not an IPv4 address (COFAB_DPDK_IP)");
+  }
+  return ntohl(a.s_addr);
+}
+
+}  // namespace
+
+Status DpdkConnection::stoppedStatus(const char* op) const {
+  Status s = conn_->statusSnapshot();
+  if (!s.ok()) return s;
+  return FailedPrecondition(std::string(op) + " on " + conn_->describe() +
+                            ": the dpdk context is closed");
+}
+
+void DpdkConnection::send(const wire::Header& header, ConstSlices payload, SendCallback done) {
+  std::vector<ConstSlice> slices(payload.begin(), payload.end());
+  auto cb = std::make_shared<SendCallback>(std::move(done));
+  if (!engine_->post([c = conn_, header, slices = std::move(slices), cb]() mutable {
+        c->send(header, std::move(slices), std::move(*cb));
+      })) {
+    completeLater([cb, s = stoppedStatus("send")] {
+      if (*cb) (*cb)(s);
+    });
+  }
+}
+
+void DpdkConnection::recv(MutableSlices dest, RecvCallback done) {
+  std::vector<MutableSlice> slices(dest.begin(), dest.end());
+  auto cb = std::make_shared<RecvCallback>(std::move(done));
+  if (!engine_->post([c = conn_, slices = std::move(slices), cb]() mutable {
+        c->recv(std::move(slices), std::move(*cb));
+      })) {
+    completeLater([cb, s = stoppedStatus("recv")] {
+      if (*cb) (*cb)(s, wire::Header{});
+    });
+  }
+}
+
+void DpdkConnection::recvOwned(RecvOwnedCallback done) {
+  auto cb = std::make_shared<RecvOwnedCallback>(std::move(done));
+  if (!engine_->post([c = conn_, cb]() mutable { c->recvOwned(std::move(*cb)); })) {
+    completeLater([cb, s = stoppedStatus("recv")] {
+      if (*cb) (*cb)(s, wire::Header{}, {});
+    });
+  }
+}
+
+void DpdkConnection::close() {
+  engine_->post([c = conn_] { c->close(); });  // after stop the engine closed it already
+}
+
+StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
+                                                 const DpdkOptions& dpdk) {
+  EngineOptions e;
+  e.localId = options.localId;
+  e.maxPayload = options.maxPayload;
+  if (dpdk.port.empty()) {
+    COFAB_ASSIGN_OR_RETURN(e.port, kPortName.get());
+  } else {
+    e.port = dpdk.port;
+  }
+  std::string ip = dpdk.ip;
+  if (ip.empty()) {
+    COFAB_ASSIGN_OR_RETURN(ip, kIp.get());
+  }
+  if (!ip.empty()) {
+    COFAB_ASSIGN_OR_RETURN(e.ip, parseIp(ip));
+  }
+  int64_t udp = dpdk.udpPort;
+  if (udp == 0) {
+    COFAB_ASSIGN_OR_RETURN(udp, kUdpPort.get());
+  }
+  if (udp <= 0 || udp > 65000) return InvalidArgument("dpdk udpPort must be in [1, 65000]");
+  e.udpPort = static_cast<uint16_t>(udp);
+  double rate = dpdk.dropRate;
+  if (rate < 0) {
+    COFAB_ASSIGN_OR_RETURN(rate, kDropRate.get());
+  }
+  if (rate > 0.9) return InvalidArgument("dpdk dropRate must be in [0, 0.9]");
+  e.dropRate = rate;
+  int64_t seed = dpdk.dropSeed;
+  if (seed < 0) {
+    COFAB_ASSIGN_OR_RETURN(seed, kDropSeed.get());
+  }
+  e.dropSeed = static_cast<uint64_t>(seed);
+  int64_t timeout = dpdk.peerTimeoutMs;
+  if (timeout <= 0) {
+    COFAB_ASSIGN_OR_RETURN(timeout, kPeerTimeoutMs.get());
+  }
+  e.peerTimeoutNs = static_cast<uint64_t>(timeout) * 1'000'000;
+  COFAB_ASSIGN_OR_RETURN(auto engine, Engine::create(e));
+  return std::shared_ptr<Context>(std::make_shared<DpdkContext>(std::move(engine)));
+}
+
+StatusOr<DpdkStats> stats(const Context& context) {
+  const auto* c = dynamic_cast<const DpdkContext*>(&context);
+  if (c == nullptr) return InvalidArgument("stats: '" + context.name() + "' is not a dpdk context");
+  return c->engine().stats();
+}
+
+Status injectFrame(Context& context, std::span<const uint8_t> frame) {
+  auto* c = dynamic_cast<DpdkContext*>(&context);
+  if (c == nullptr) return InvalidArgument("injectFrame: not a dpdk context");
+  return c->engine().inject(frame);
+}
+
+StatusOr<std::string> localAddress(const Context& context) {
+  const auto* c = dynamic_cast<const DpdkContext*>(&context);
+  if (c == nullptr) return InvalidArgument("localAddress: not a dpdk context");
+  return c->engine().local().toString();
+}
+
+}  // namespace cofab::transport::dpdk

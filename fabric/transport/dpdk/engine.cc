@@ -1,0 +1,574 @@
+#include "fabric/transport/dpdk/engine.h"
+
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_mempool.h>
+#include <rte_pause.h>
+
+#include <cstring>
+
+#include "core/log.h"
+#include "fabric/transport/dpdk/dpdk_connection.h"
+#include "fabric/transport/dpdk/eal.h"
+
+namespace cofab::transport::dpdk {
+namespace {
+
+constexpr uint16_t kRxBurst = 32;
+constexpr uint64_t kTickNs = 200'000;
+// How long the poller keeps spinning after its last piece of work before it sleeps.
+constexpr uint64_t kSpinNs = 50'000;
+// Sleep bound: ring ports are woken by their peer's switch, PMD ports cannot be, so they nap.
+constexpr auto kRingSleep = std::chrono::milliseconds(2);
+constexpr auto kPmdSleep = std::chrono::microseconds(100);
+// Data frames stop while fewer mbufs than this are free, so acks can always be built.
+constexpr unsigned kPoolReserve = 512;
+constexpr uint64_t kSynFirstIntervalNs = 10'000'000;
+constexpr uint64_t kSynMaxIntervalNs = 100'000'000;
+constexpr unsigned kCommandRing = 4096;
+constexpr unsigned kInjectRing = 256;
+
+std::atomic<uint32_t> gEngineCount{0};
+
+uint64_t macKey(const NetAddress& a) {
+  uint64_t k = 0;
+  for (uint8_t b : a.mac) k = (k << 8) | b;
+  return k | (static_cast<uint64_t>(a.port) << 48);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  COFAB_ASSIGN_OR_RETURN(Eal * eal, Eal::get());
+  COFAB_ASSIGN_OR_RETURN(Port * port, eal->acquirePort(options.port));
+  std::shared_ptr<Engine> e(new Engine(options, port));
+  const uint32_t n = gEngineCount.fetch_add(1);
+  const std::string cmd = "cofab_cmd" + std::to_string(n);
+  e->commands_ = rte_ring_create(cmd.c_str(), kCommandRing, SOCKET_ID_ANY,
+                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+  const std::string inj = "cofab_inj" + std::to_string(n);
+  e->injected_ = rte_ring_create(inj.c_str(), kInjectRing, SOCKET_ID_ANY, RING_F_SC_DEQ);
+  if (e->commands_ == nullptr || e->injected_ == nullptr) {
+    const int err = rte_errno;
+    eal->releasePort(port);
+    e->stopped_ = true;
+    return dpdkError(StatusCode::kResourceExhausted, "rte_ring_create(" + cmd + ")", err);
+  }
+  // The poller keeps its engine alive while it runs, so that a callback dropping the last
+  // outside reference cannot destroy the engine under it.
+  e->thread_ = std::thread([self = e]() mutable {
+    self->run();
+    self.reset();  // may run ~Engine here, on this thread (it then detaches instead of joining)
+  });
+  return e;
+}
+
+Engine::Engine(const EngineOptions& options, Port* port)
+    : options_(options), port_(port), nextConnId_(0) {
+  local_.mac = port->mac();
+  local_.ip = options.ip != 0 ? options.ip
+                              : (10u << 24) | (static_cast<uint32_t>(port->mac()[3]) << 16) |
+                                    (static_cast<uint32_t>(port->mac()[4]) << 8) | port->mac()[5];
+  local_.port = options.udpPort;
+  maxFramePayload_ =
+      static_cast<uint16_t>(port->mtu() - kIpv4HeaderSize - kUdpHeaderSize - kFrameHeaderSize);
+  // Connection ids start somewhere different in each context, so frames of a previous context
+  // on the same port do not match a new one's connections.
+  nextConnId_ = static_cast<uint32_t>(monoNs() * 2654435761u) | 1u;
+  rng_ = (options.dropSeed * 0x9E3779B97F4A7C15ull) ^ macKey(local_) ^ 0xD1B54A32D192ED03ull;
+  if (rng_ == 0) rng_ = 1;
+  dropThreshold_ = options.dropRate <= 0 ? 0
+                   : options.dropRate >= 1
+                       ? UINT64_MAX
+                       : static_cast<uint64_t>(options.dropRate * 18446744073709551616.0);
+}
+
+Engine::~Engine() {
+  stop();
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the poller's last act (see create()): run() has returned
+  } else {
+    join();
+  }
+  if (commands_ != nullptr) rte_ring_free(commands_);
+  if (injected_ != nullptr) rte_ring_free(injected_);
+}
+
+bool Engine::post(std::function<void()> fn) {
+  auto* task = new std::function<void()>(std::move(fn));
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    if (stopped_.load()) {
+      delete task;
+      return false;
+    }
+    // Full ring: the poller is far behind; wait for it (it drains without taking postMu_).
+    while (rte_ring_sp_enqueue(commands_, task) != 0) std::this_thread::yield();
+  }
+  port_->waker().wake();
+  return true;
+}
+
+void Engine::stop() {
+  stopping_ = true;
+  port_->waker().wake();
+}
+
+void Engine::join() {
+  stop();
+  std::lock_guard<std::mutex> lock(joinMu_);
+  if (thread_.joinable()) {
+    COFAB_CHECK(std::this_thread::get_id() != thread_.get_id())
+        << "dpdk context joined from its own poller thread";
+    thread_.join();
+  }
+}
+
+int Engine::drainCommands() {
+  void* batch[32];
+  int total = 0;
+  unsigned n;
+  while ((n = rte_ring_sc_dequeue_burst(commands_, batch, 32, nullptr)) > 0) {
+    for (unsigned i = 0; i < n; ++i) {
+      auto* task = static_cast<std::function<void()>*>(batch[i]);
+      (*task)();
+      delete task;
+    }
+    total += static_cast<int>(n);
+  }
+  return total;
+}
+
+void Engine::run() {
+  const bool registered = rte_thread_register() == 0;
+  uint64_t lastTick = 0;
+  uint64_t idleSince = 0;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    const uint64_t now = monoNs();
+    int work = drainCommands();
+    work += pollRx(now);
+    if (now - lastTick > kTickNs) {
+      timers(now);
+      lastTick = now;
+    }
+    pumpAll(now);
+    flushTx();
+    reapDone();
+    if (work > 0) {
+      idleSince = 0;
+    } else if (idleSince == 0) {
+      idleSince = now;
+    } else if (now - idleSince > kSpinNs) {
+      const Duration nap = port_->ringMode() ? Duration(kRingSleep) : Duration(kPmdSleep);
+      port_->waker().sleepFor(nap, [&] {
+        return rte_ring_count(commands_) > 0 || rte_ring_count(injected_) > 0 ||
+               port_->rxPending() || stopping_.load();
+      });
+    }
+  }
+  shutdownAll();
+  if (registered) rte_thread_unregister();
+}
+
+void Engine::shutdownAll() {
+  drainCommands();  // operations posted before the stop are cancelled, not refused
+  std::map<uint16_t, std::shared_ptr<ListenerState>> ls;
+  {
+    std::lock_guard<std::mutex> lock(listenersMu_);
+    ls.swap(listeners_);
+  }
+  for (auto& [port, l] : ls) l->queue().close();
+  for (auto& [id, c] : connecting_) {
+    finishConnect(*c, Cancelled("connect to " + c->conn->peerAddressText() +
+                                ": the dpdk context was closed"));
+    c->conn->fail(Cancelled("the dpdk context was closed"));
+  }
+  connecting_.clear();
+  // Close every connection and let what was sent drain, within a bound: the peer sees a Fin
+  // after the last byte, like an orderly close.
+  std::vector<std::shared_ptr<Conn>> all;
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (auto& c : all) c->close();
+  const uint64_t until = monoNs() + options_.drainNs;
+  reapDone();
+  while (!conns_.empty() && monoNs() < until) {
+    const uint64_t now = monoNs();
+    drainCommands();
+    pollRx(now);
+    timers(now);
+    pumpAll(now);
+    flushTx();
+    reapDone();
+    if (!conns_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  all.clear();
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (auto& c : all) c->fail(Cancelled("the dpdk context was closed"));
+  flushTx();
+  reapDone();
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    stopped_ = true;
+  }
+  drainCommands();  // what was posted before stopped_: runs against closed connections
+  reapDone();
+  void* batch[32];
+  unsigned n;
+  while ((n = rte_ring_sc_dequeue_burst(injected_, batch, 32, nullptr)) > 0) {
+    rte_pktmbuf_free_bulk(reinterpret_cast<rte_mbuf**>(batch), n);
+  }
+  if (auto eal = Eal::get(); eal.ok()) (*eal)->releasePort(port_);
+}
+
+bool Engine::dropThisFrame() {
+  if (dropThreshold_ == 0) return false;
+  rng_ ^= rng_ >> 12;
+  rng_ ^= rng_ << 25;
+  rng_ ^= rng_ >> 27;
+  return rng_ * 0x2545F4914F6CDD1Dull < dropThreshold_;
+}
+
+int Engine::pollRx(uint64_t now) {
+  rte_mbuf* pkts[kRxBurst];
+  int total = 0;
+  uint16_t n = port_->rxBurst(pkts, kRxBurst);
+  for (uint16_t i = 0; i < n; ++i) handleFrame(pkts[i], now);
+  total += n;
+  const unsigned k =
+      rte_ring_sc_dequeue_burst(injected_, reinterpret_cast<void**>(pkts), kRxBurst, nullptr);
+  for (unsigned i = 0; i < k; ++i) handleFrame(pkts[i], now);
+  return total + static_cast<int>(k);
+}
+
+void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
+  bump(counters_.rxFrames);
+  if (dropThisFrame()) {
+    bump(counters_.rxInjectedDrops);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  ParsedFrame f;
+  const RxVerdict v =
+      m->nb_segs != 1
+          ? RxVerdict::kBadLength
+          : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), local_.ip, &f);
+  bool kept = false;
+  switch (v) {
+    case RxVerdict::kOk:
+      break;
+    case RxVerdict::kForeign:
+      bump(counters_.rxForeign);
+      break;
+    case RxVerdict::kBadLength:
+      bump(counters_.rxBadLength);
+      break;
+    case RxVerdict::kBadChecksum:
+      bump(counters_.rxBadChecksum);
+      break;
+    case RxVerdict::kBadHeader:
+      bump(counters_.rxBadHeader);
+      break;
+  }
+  if (v == RxVerdict::kOk) {
+    if (f.header.kind == FrameKind::kSyn) {
+      handleSyn(f, now);
+    } else if (f.dstPort != local_.port) {
+      bump(counters_.rxForeign);
+    } else if (f.header.kind == FrameKind::kSynAck) {
+      handleSynAck(f);
+    } else {
+      auto it = conns_.find(f.header.dstConn);
+      if (it != conns_.end() && it->second->state() == Conn::State::kSynSent &&
+          f.header.kind == FrameKind::kRst) {
+        if (auto c = connecting_.find(f.header.dstConn); c != connecting_.end()) {
+          c->second->lastProblem = "nobody listens at that address (the peer sent a reset)";
+        }
+      } else if (it != conns_.end() && it->second->peerConn() == f.header.srcConn &&
+                 it->second->peer().mac == f.src.mac) {
+        kept = it->second->onFrame(f, m, now);
+      } else {
+        bump(counters_.rxUnknownConnection);
+        if (f.header.kind != FrameKind::kRst) sendRst(f.src, f.header.srcConn, f.header.dstConn);
+      }
+    }
+  }
+  if (!kept) rte_pktmbuf_free(m);
+}
+
+void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
+  std::shared_ptr<ListenerState> l;
+  {
+    std::lock_guard<std::mutex> lock(listenersMu_);
+    auto it = listeners_.find(f.dstPort);
+    if (it != listeners_.end()) l = it->second;
+  }
+  if (!l || l->queue().closed()) {
+    bump(counters_.rxUnknownConnection);
+    sendRst(f.src, f.header.srcConn, 0);
+    return;
+  }
+  const auto key = std::make_pair(macKey(f.src),
+                                  (static_cast<uint64_t>(f.src.ip) << 32) | f.header.srcConn);
+  std::shared_ptr<Conn> conn;
+  if (auto it = synSeen_.find(key); it != synSeen_.end()) {
+    if (auto c = conns_.find(it->second); c != conns_.end()) conn = c->second;
+  }
+  const bool fresh = conn == nullptr;
+  if (fresh) {
+    const uint32_t id = nextConnId_++;
+    conn = std::make_shared<Conn>(this, id, f.src, f.src.toString());
+    conn->setEstablished(f.src, f.header.srcConn,
+                         std::string(reinterpret_cast<const char*>(f.payload), f.header.length));
+    conn->lastHeardNs_ = now;
+    conns_[id] = conn;
+    synSeen_[key] = id;
+  }
+  FrameHeader h;
+  h.kind = FrameKind::kSynAck;
+  h.dstConn = f.header.srcConn;
+  h.srcConn = conn->id();
+  const std::string& id = options_.localId;
+  h.length = static_cast<uint16_t>(std::min<size_t>(id.size(), maxFramePayload_));
+  uint8_t* out = nullptr;
+  if (rte_mbuf* m = allocFrame(f.src, h, &out, false)) {
+    std::memcpy(out, id.data(), h.length);
+    sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+    queueTx(m);
+  }
+  if (fresh) l->queue().deliver(std::make_shared<DpdkConnection>(shared_from_this(), conn));
+}
+
+void Engine::handleSynAck(const ParsedFrame& f) {
+  auto it = connecting_.find(f.header.dstConn);
+  if (it == connecting_.end()) return;  // a duplicate: the connection is up already
+  Connecting& c = *it->second;
+  c.conn->setEstablished(f.src, f.header.srcConn,
+                         std::string(reinterpret_cast<const char*>(f.payload), f.header.length));
+  c.conn->lastHeardNs_ = monoNs();
+  finishConnect(c, OkStatus());
+  connecting_.erase(it);
+}
+
+void Engine::sendSyn(Connecting& c, uint64_t now) {
+  FrameHeader h;
+  h.kind = FrameKind::kSyn;
+  h.srcConn = c.conn->id();
+  h.length = static_cast<uint16_t>(std::min<size_t>(c.localId.size(), maxFramePayload_));
+  uint8_t* out = nullptr;
+  if (rte_mbuf* m = allocFrame(c.conn->peer(), h, &out, false)) {
+    std::memcpy(out, c.localId.data(), h.length);
+    sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+    queueTx(m);
+  }
+  ++c.attempts;
+  c.intervalNs = c.intervalNs == 0 ? kSynFirstIntervalNs
+                                   : std::min(c.intervalNs * 2, kSynMaxIntervalNs);
+  c.nextSynNs = now + c.intervalNs;
+}
+
+void Engine::finishConnect(Connecting& c, const Status& s) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.finished = true;
+  c.result = s;
+  c.cv.notify_all();
+}
+
+StatusOr<std::shared_ptr<Conn>> Engine::connect(const std::string& address,
+                                                const std::string& localId, Deadline deadline) {
+  COFAB_ASSIGN_OR_RETURN(NetAddress peer, parseNetAddress(address));
+  auto c = std::make_shared<Connecting>();
+  c->localId = localId;
+  c->deadline = deadline;
+  c->conn = std::make_shared<Conn>(this, 0, peer, address);
+  auto self = shared_from_this();
+  const bool posted = post([self, c] {
+    // The id is taken here, on the poller, which owns the id counter.
+    auto conn = std::make_shared<Conn>(self.get(), self->nextConnId_++, c->conn->peer(),
+                                       c->conn->peerAddressText());
+    c->conn = conn;
+    self->conns_[conn->id()] = conn;
+    self->connecting_[conn->id()] = c;
+    self->sendSyn(*c, monoNs());
+  });
+  if (!posted) return FailedPrecondition("connect to " + address + ": the dpdk context is closed");
+  std::unique_lock<std::mutex> lock(c->mu);
+  // The poller enforces the deadline; the extra second only guards against a stuck poller.
+  const Deadline guard = deadline.isNever() ? deadline : Deadline::at(deadline.when() + Millis(1000));
+  while (!c->finished) {
+    if (guard.isNever()) {
+      c->cv.wait(lock);
+    } else if (c->cv.wait_until(lock, guard.when()) == std::cv_status::timeout) {
+      return DeadlineExceeded("connect to " + address + ": the dpdk poller did not answer");
+    }
+  }
+  if (!c->result.ok()) return c->result;
+  return c->conn;
+}
+
+void Engine::timers(uint64_t now) {
+  for (auto it = connecting_.begin(); it != connecting_.end();) {
+    Connecting& c = *it->second;
+    if (c.deadline.expired()) {
+      const Status s = DeadlineExceeded(
+          "connect to " + c.conn->peerAddressText() + ": no connection before the deadline after " +
+          std::to_string(c.attempts) + " attempt(s); last: " + c.lastProblem);
+      finishConnect(c, s);
+      c.conn->fail(s);
+      it = connecting_.erase(it);
+      continue;
+    }
+    if (now >= c.nextSynNs) sendSyn(c, now);
+    ++it;
+  }
+  for (auto& [id, c] : conns_) c->tick(now);
+}
+
+void Engine::pumpAll(uint64_t now) {
+  for (auto& [id, c] : conns_) {
+    if (c->wantsPump()) c->pump(now);
+  }
+}
+
+void Engine::connDone(uint32_t id) { done_.push_back(id); }
+
+void Engine::reapDone() {
+  if (done_.empty()) return;
+  for (uint32_t id : done_) {
+    conns_.erase(id);
+    std::erase_if(synSeen_, [id](const auto& kv) { return kv.second == id; });
+  }
+  done_.clear();
+}
+
+rte_mbuf* Engine::allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload,
+                             bool data) {
+  if (data && rte_mempool_avail_count(port_->pool()) < kPoolReserve) return nullptr;
+  rte_mbuf* m = rte_pktmbuf_alloc(port_->pool());
+  if (m == nullptr) return nullptr;
+  auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(frameSize(h))));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  *payload = writeFrameHeaders(p, local_, peer, h);
+  return m;
+}
+
+void Engine::queueTx(rte_mbuf* m) {
+  tx_[txCount_++] = m;
+  if (txCount_ == kTxBuffer) flushTx();
+}
+
+void Engine::flushTx() {
+  int sent = 0;
+  int stalls = 0;
+  while (sent < txCount_ && stalls < 64) {
+    const uint16_t n = port_->txBurst(tx_ + sent, static_cast<uint16_t>(txCount_ - sent));
+    sent += n;
+    if (n == 0) {
+      ++stalls;
+      rte_pause();
+    }
+  }
+  bump(counters_.txFrames, static_cast<uint64_t>(sent));
+  if (sent < txCount_) {
+    // The port is full or down: the frames are lost as on a wire; retransmission covers data.
+    bump(counters_.txDrops, static_cast<uint64_t>(txCount_ - sent));
+    rte_pktmbuf_free_bulk(tx_ + sent, static_cast<unsigned>(txCount_ - sent));
+  }
+  txCount_ = 0;
+}
+
+void Engine::sendRst(const NetAddress& to, uint32_t dstConn, uint32_t srcConn) {
+  FrameHeader h;
+  h.kind = FrameKind::kRst;
+  h.dstConn = dstConn;
+  h.srcConn = srcConn;
+  NetAddress dst = to;
+  uint8_t* out = nullptr;
+  if (rte_mbuf* m = allocFrame(dst, h, &out, false)) {
+    sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+    queueTx(m);
+  }
+}
+
+StatusOr<std::shared_ptr<ListenerState>> Engine::listen(const std::string& address) {
+  if (stopping_.load()) return FailedPrecondition("listen: the dpdk context is closed");
+  uint16_t want = 0;
+  if (!address.empty()) {
+    COFAB_ASSIGN_OR_RETURN(NetAddress a, parseNetAddress(address));
+    if (a.mac != local_.mac || a.ip != local_.ip) {
+      return InvalidArgument("listen on " + address + ": not this dpdk context's address (" +
+                             NetAddress{local_.mac, local_.ip, a.port}.toString() + ")");
+    }
+    if (a.port == local_.port) {
+      return InvalidArgument("listen on " + address + ": port " + std::to_string(a.port) +
+                             " carries this context's connections; pick another");
+    }
+    want = a.port;
+  }
+  std::lock_guard<std::mutex> lock(listenersMu_);
+  if (want == 0) {
+    for (uint32_t p = local_.port + 1u; p < 65536u; ++p) {
+      if (!listeners_.count(static_cast<uint16_t>(p))) {
+        want = static_cast<uint16_t>(p);
+        break;
+      }
+    }
+    if (want == 0) return ResourceExhausted("listen: no free UDP port on this dpdk context");
+  } else if (listeners_.count(want)) {
+    return Unavailable("listen on " + address + ": address already in use");
+  }
+  NetAddress a{local_.mac, local_.ip, want};
+  std::weak_ptr<Engine> weak = shared_from_this();
+  auto l = std::make_shared<ListenerState>(a.toString(), want, [weak](std::function<void()> fn) {
+    auto e = weak.lock();
+    return e && e->post(std::move(fn));
+  });
+  listeners_[want] = l;
+  return l;
+}
+
+void Engine::closeListener(const std::shared_ptr<ListenerState>& l) {
+  {
+    std::lock_guard<std::mutex> lock(listenersMu_);
+    auto it = listeners_.find(l->port());
+    if (it != listeners_.end() && it->second == l) listeners_.erase(it);
+  }
+  l->queue().close();
+}
+
+Status Engine::inject(std::span<const uint8_t> frame) {
+  if (stopped_.load()) return FailedPrecondition("inject: the dpdk context is closed");
+  if (frame.size() > 9000) {
+    return InvalidArgument("inject: a frame of " + std::to_string(frame.size()) +
+                           " bytes is longer than any port's frame");
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(port_->pool());
+  if (m == nullptr) return ResourceExhausted("inject: the mbuf pool is empty");
+  auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size())));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    return InvalidArgument("inject: a frame of " + std::to_string(frame.size()) +
+                           " bytes does not fit an mbuf");
+  }
+  if (!frame.empty()) std::memcpy(p, frame.data(), frame.size());
+  if (rte_ring_mp_enqueue(injected_, m) != 0) {
+    rte_pktmbuf_free(m);
+    return ResourceExhausted("inject: the injection queue is full");
+  }
+  port_->waker().wake();
+  return OkStatus();
+}
+
+DpdkStats Engine::stats() const {
+  const auto& c = counters_;
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return DpdkStats{r(c.rxFrames),        r(c.txFrames),      r(c.rxForeign),
+                   r(c.rxBadLength),     r(c.rxBadChecksum), r(c.rxBadHeader),
+                   r(c.rxUnknownConnection), r(c.rxInjectedDrops), r(c.rxDuplicates),
+                   r(c.rxOutOfWindow),   r(c.retransmits),   r(c.timeouts),
+                   r(c.txDrops)};
+}
+
+}  // namespace cofab::transport::dpdk

@@ -1,0 +1,90 @@
+// The dpdk frame format (fabric/transport/dpdk/frame.h): pure byte functions, no EAL needed.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fabric/transport/dpdk/frame.h"
+
+namespace cofab::transport::dpdk {
+namespace {
+
+const NetAddress kA{{0x02, 0xcf, 0xab, 0, 0, 1}, 0x0A000001, 47000};
+const NetAddress kB{{0x02, 0xcf, 0xab, 0, 0, 2}, 0x0A000002, 47001};
+
+std::vector<uint8_t> makeFrame(const std::vector<uint8_t>& payload, FrameKind kind) {
+  FrameHeader h;
+  h.kind = kind;
+  h.dstConn = 7;
+  h.srcConn = 9;
+  h.seq = 42;
+  h.length = static_cast<uint16_t>(payload.size());
+  std::vector<uint8_t> f(frameSize(h));
+  uint8_t* p = writeFrameHeaders(f.data(), kA, kB, h);
+  std::copy(payload.begin(), payload.end(), p);
+  sealFrame(f.data());
+  return f;
+}
+
+TEST(DpdkFrameTest, RoundTrip) {
+  const std::vector<uint8_t> payload = {1, 2, 3, 4, 5};
+  auto f = makeFrame(payload, FrameKind::kData);
+  ParsedFrame p;
+  ASSERT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kOk);
+  EXPECT_EQ(p.header.seq, 42u);
+  EXPECT_EQ(p.header.dstConn, 7u);
+  EXPECT_EQ(p.src, kA);
+  EXPECT_EQ(p.dstPort, kB.port);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), p.payload));
+  // Ethernet padding after the IP packet is allowed.
+  f.resize(f.size() + 10, 0);
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kOk);
+}
+
+TEST(DpdkFrameTest, EveryBitFlipInTheCofabPartIsCaught) {
+  const auto good = makeFrame({9, 8, 7, 6}, FrameKind::kData);
+  for (size_t byte = kFrameOverhead - kFrameHeaderSize; byte < good.size(); ++byte) {
+    auto f = good;
+    f[byte] ^= 0x10;
+    ParsedFrame p;
+    EXPECT_NE(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kOk) << "byte " << byte;
+  }
+}
+
+TEST(DpdkFrameTest, MalformedFramesAreClassified) {
+  const auto good = makeFrame({1, 2, 3}, FrameKind::kAck);
+  ParsedFrame p;
+  // Truncated anywhere.
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_NE(parseFrame(good.data(), n, kB.ip, &p), RxVerdict::kOk) << n;
+  }
+  auto f = good;
+  f[12] = 0x86;  // EtherType IPv6
+  f[13] = 0xdd;
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kForeign);
+  f = good;
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kA.ip, &p), RxVerdict::kForeign);  // not our IP
+  f = good;
+  f[kEthHeaderSize + 10] ^= 1;  // IPv4 header checksum
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kBadChecksum);
+  f = good;
+  f[kEthHeaderSize + kIpv4HeaderSize + 5] += 1;  // UDP length
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kBadLength);
+  f = good;
+  f[kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize] ^= 0xFF;  // magic: foreign UDP traffic
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kForeign);
+}
+
+TEST(DpdkFrameTest, AddressesParseAndPrint) {
+  auto a = parseNetAddress(kA.toString());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, kA);
+  EXPECT_EQ(kA.toString(), "02:cf:ab:00:00:01/10.0.0.1:47000");
+  for (const char* bad : {"", "10.0.0.1:5", "02:cf:ab:00:00:01/10.0.0.1", "zz:cf:ab:00:00:01/1.2.3.4:5",
+                          "02:cf:ab:00:00:01/10.0.0.1:0", "02:cf:ab:00:00:01/300.0.0.1:5",
+                          "02:cf:ab:00:00:01/10.0.0.1:5x"}) {
+    EXPECT_EQ(parseNetAddress(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace cofab::transport::dpdk

@@ -1,0 +1,211 @@
+// The dpdk transport between two processes over memif (DPDK's shared-memory packet interface),
+// meeting through a FileStore: each forked child starts its own EAL (one per process), the
+// server on lcore 1, the client on lcore 0. This binary never starts EAL in the parent, so the
+// children fork from a clean process. Ordering, message sizes, close, and a killed peer.
+// A child that cannot start EAL exits with kSkipCode after storing the reason; the test skips.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "core/param.h"
+#include "fabric/rendezvous/file_store.h"
+#include "fabric/transport/dpdk/factory.h"
+#include "tests/fabric/transport/transport_test_util.h"
+#include "tests/support/process_group.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::transport::testing {
+namespace {
+
+constexpr int kSkipCode = 77;
+using cofab::testing::childFail;
+using cofab::testing::ProcessGroup;
+
+Bytes toBytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+std::string toString(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// Sets the EAL arguments and the memif vdev of one side, then creates the context.
+StatusOr<std::shared_ptr<Context>> memifContext(const std::string& dir, int rank,
+                                                const std::string& id, Store& store) {
+  const bool server = rank == 0;
+  const std::string sock = dir + "/memif.sock";
+  ::setenv("COFAB_DPDK_EAL_ARGS",
+           server ? "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry"
+                  : "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry",
+           1);
+  ::setenv("COFAB_DPDK_VDEV",
+           ("net_memif0,role=" + std::string(server ? "server" : "client") + ",socket=" + sock +
+            ",socket-abstract=no")
+               .c_str(),
+           1);
+  // The memif client connects to the server's socket when its port starts and does not retry
+  // soon after a refusal, so the server's EAL comes up first.
+  if (!server) {
+    auto up = store.get("server-up", Deadline::afterMs(20000));
+    if (!up.ok()) return up.status();
+    if (toString(*up) != "ok") return Unavailable(toString(*up));
+  }
+  auto ctx = dpdk::createContext({.localId = id}, {.peerTimeoutMs = 1000});
+  if (!ctx.ok() && ctx.status().code() == StatusCode::kUnavailable) {
+    store.set("skip", toBytes(ctx.status().toString())).ignoreError();
+  }
+  if (server) {
+    store.set("server-up", toBytes(ctx.ok() ? "ok" : ctx.status().toString())).ignoreError();
+  }
+  return ctx;
+}
+
+class DpdkMemifTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = FileStore::open(dir_.path() + "/store");
+    ASSERT_TRUE(s.ok()) << s.status();
+  }
+  std::unique_ptr<Store> store() { return std::move(FileStore::open(dir_.path() + "/store")).value(); }
+
+  // Reaps both children; skips when one could not start EAL.
+  void finish(ProcessGroup& group, int n) {
+    auto exits = group.waitAll(Deadline::afterMs(40000));
+    for (const auto& e : exits) {
+      if (e.exited && e.code == kSkipCode) {
+        auto reason = store()->get("skip", Deadline::afterMs(100));
+        GTEST_SKIP() << "EAL cannot start: " << (reason.ok() ? toString(*reason) : "unknown");
+      }
+    }
+    (void)n;
+    EXPECT_EQ(cofab::testing::failures(exits), "");
+  }
+
+  cofab::testing::TempDir dir_;
+};
+
+// The client sends messages of every interesting size; the server echoes each one back.
+TEST_F(DpdkMemifTest, EchoSizesInOrderThenClose) {
+  const std::string dir = dir_.path();
+  ProcessGroup group;
+  group.start(2, [this, dir](int rank) -> int {
+    auto st = store();
+    auto ctx = memifContext(dir, rank, rank == 0 ? "server" : "client", *st);
+    if (!ctx.ok()) return ctx.status().code() == StatusCode::kUnavailable ? kSkipCode : childFail(rank, ctx.status().toString());
+    const std::vector<size_t> sizes = {0, 1, 7, 1441, 4093, 65537, (1u << 20) + 3, 8u << 20};
+    std::shared_ptr<Connection> conn;
+    std::unique_ptr<Listener> listener;
+    if (rank == 0) {
+      auto l = (*ctx)->listen({});
+      if (!l.ok()) return childFail(rank, l.status().toString());
+      listener = std::move(l).value();
+      if (!st->set("addr", toBytes(listener->address())).ok()) return childFail(rank, "store");
+      auto a = listener->accept(Deadline::afterMs(20000));
+      if (!a.ok()) return childFail(rank, a.status().toString());
+      conn = *a;
+      if (conn->peerId() != "client") return childFail(rank, "peer id " + conn->peerId());
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        Recorder rec;
+        std::vector<uint8_t> got;
+        conn->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&& d) {
+          got = std::move(d);
+          rec.record(s, h);
+        });
+        if (!rec.wait(1, std::chrono::seconds(20))) return childFail(rank, "recv timed out");
+        if (!rec.statuses()[0].ok()) return childFail(rank, rec.statuses()[0].toString());
+        if (rec.headers()[0].sequence != i) return childFail(rank, "out of order");
+        Recorder sent;
+        conn->send(rec.headers()[0], got.data(), got.size(), sent.sendCb());
+        if (!sent.wait(1, std::chrono::seconds(20)) || !sent.statuses()[0].ok()) {
+          return childFail(rank, "echo send failed");
+        }
+      }
+      // The client closes after its last echo: the next receive fails with RemoteError.
+      Recorder last;
+      conn->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&&) {
+        last.record(s, h);
+      });
+      if (!last.wait(1, std::chrono::seconds(20))) return childFail(rank, "no close seen");
+      if (last.statuses()[0].code() != StatusCode::kRemoteError) {
+        return childFail(rank, "after close: " + last.statuses()[0].toString());
+      }
+      (*ctx)->join();
+      return 0;
+    }
+    auto addr = st->get("addr", Deadline::afterMs(20000));
+    if (!addr.ok()) return childFail(rank, addr.status().toString());
+    auto c = (*ctx)->connect(toString(*addr), {.localId = "client"}, Deadline::afterMs(20000));
+    if (!c.ok()) return childFail(rank, c.status().toString());
+    conn = *c;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const auto src = pattern(sizes[i], static_cast<uint32_t>(i));
+      std::vector<uint8_t> back(src.size());
+      Recorder rec;
+      wire::Header h;
+      h.sequence = i;
+      h.flags = wire::kFlagPayloadCrc;
+      conn->recv(back.data(), back.size(), rec.recvCb());
+      conn->send(h, src.data(), src.size(), rec.sendCb());
+      if (!rec.wait(2, std::chrono::seconds(20))) return childFail(rank, "echo timed out");
+      for (const auto& s : rec.statuses()) {
+        if (!s.ok()) return childFail(rank, s.toString());
+      }
+      if (back != src) return childFail(rank, "echo of " + std::to_string(sizes[i]) + " differs");
+    }
+    conn->close();
+    (*ctx)->join();  // drains the Fin before the process goes
+    return 0;
+  });
+  finish(group, 2);
+}
+
+// The client process is killed (SIGKILL, no goodbye) while the server waits in a receive: the
+// server's receive fails with RemoteError naming the peer, within its peer timeout (1 s here).
+TEST_F(DpdkMemifTest, KilledPeerGivesRemoteErrorWithinDeadline) {
+  const std::string dir = dir_.path();
+  ProcessGroup group;
+  group.start(2, [this, dir](int rank) -> int {
+    auto st = store();
+    auto ctx = memifContext(dir, rank, rank == 0 ? "server" : "doomed child", *st);
+    if (!ctx.ok()) return ctx.status().code() == StatusCode::kUnavailable ? kSkipCode : childFail(rank, ctx.status().toString());
+    if (rank == 1) {
+      auto addr = st->get("addr", Deadline::afterMs(20000));
+      if (!addr.ok()) return childFail(rank, addr.status().toString());
+      auto c = (*ctx)->connect(toString(*addr), {.localId = "doomed child"}, Deadline::afterMs(20000));
+      if (!c.ok()) return childFail(rank, c.status().toString());
+      st->set("connected", toBytes("1")).ignoreError();
+      ::pause();  // killed by the server's signal
+      return 0;
+    }
+    auto l = (*ctx)->listen({});
+    if (!l.ok()) return childFail(rank, l.status().toString());
+    if (!st->set("addr", toBytes((*l)->address())).ok()) return childFail(rank, "store");
+    auto a = (*l)->accept(Deadline::afterMs(20000));
+    if (!a.ok()) return childFail(rank, a.status().toString());
+    std::vector<uint8_t> buf(1000);
+    Recorder rec;
+    (*a)->recv(buf.data(), buf.size(), rec.recvCb());
+    if (!st->get("connected", Deadline::afterMs(20000)).ok()) return childFail(rank, "no peer");
+    auto pid = st->get("victim", Deadline::afterMs(20000));
+    if (!pid.ok()) return childFail(rank, "no victim pid");
+    ::kill(static_cast<pid_t>(std::stol(toString(*pid))), SIGKILL);
+    if (!rec.wait(1, std::chrono::seconds(10))) return childFail(rank, "receive did not fail");
+    const Status s = rec.statuses()[0];
+    if (s.code() != StatusCode::kRemoteError || s.message().find("doomed child") == std::string::npos) {
+      return childFail(rank, "expected RemoteError naming the peer, got " + s.toString());
+    }
+    (*ctx)->join();
+    return 0;
+  });
+  ASSERT_TRUE(store()->set("victim", toBytes(std::to_string(group.pid(1)))).ok());
+  auto exits = group.waitAll(Deadline::afterMs(40000));
+  for (const auto& e : exits) {
+    if (e.exited && e.code == kSkipCode) {
+      auto reason = store()->get("skip", Deadline::afterMs(100));
+      GTEST_SKIP() << "EAL cannot start: " << (reason.ok() ? toString(*reason) : "unknown");
+    }
+  }
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].describe();
+  EXPECT_FALSE(exits[1].exited) << "the victim should have been killed: " << exits[1].describe();
+}
+
+}  // namespace
+}  // namespace cofab::transport::testing

@@ -1,0 +1,365 @@
+// The dpdk transport in one process: two contexts on in-process ring ports (the frames go
+// through the net_ring PMD and the engine's full RX/TX path). Ordering, sizes, close, peer
+// death, loss injection and malformed frames. Skips with EAL's reason when EAL cannot start.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "fabric/transport/dpdk/factory.h"
+#include "fabric/transport/dpdk/frame.h"
+#include "tests/fabric/transport/transport_test_util.h"
+
+namespace cofab::transport::testing {
+namespace {
+
+StatusOr<std::shared_ptr<Context>> makeContext(const std::string& id, double dropRate = 0,
+                                               int64_t seed = 1, int64_t peerTimeoutMs = 0) {
+  return dpdk::createContext({.localId = id}, {.dropRate = dropRate, .dropSeed = seed,
+                                               .peerTimeoutMs = peerTimeoutMs});
+}
+
+class DpdkTransportTest : public ::testing::Test {
+ protected:
+  void start(double dropRate = 0, int64_t peerTimeoutMs = 0) {
+    auto s = makeContext("server", dropRate, 11, peerTimeoutMs);
+    if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *s;
+    auto c = makeContext("client", dropRate, 22, peerTimeoutMs);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *c;
+    auto l = server_->listen({});
+    ASSERT_TRUE(l.ok()) << l.status();
+    listener_ = std::move(l).value();
+    auto conn = client_->connect(listener_->address(), {.localId = "client-conn"}, testDeadline());
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    pair_.client = *conn;
+    auto a = listener_->accept(testDeadline());
+    ASSERT_TRUE(a.ok()) << a.status();
+    pair_.server = *a;
+  }
+  void TearDown() override {
+    pair_ = {};
+    listener_.reset();
+    if (client_) client_->join();
+    if (server_) server_->join();
+  }
+
+  // Sends `count` messages of varied sizes and checks each arrives once, in order, intact.
+  void streamInOrder(int count, size_t maxSize) {
+    std::vector<std::vector<uint8_t>> sent(count);
+    std::mutex mu;
+    std::vector<std::pair<wire::Header, std::vector<uint8_t>>> got;
+    Recorder recvd;
+    Recorder sends;
+    for (int i = 0; i < count; ++i) {
+      pair_.server->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&& d) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          got.emplace_back(h, std::move(d));
+        }
+        recvd.record(s, h);
+      });
+    }
+    for (int i = 0; i < count; ++i) {
+      sent[i] = pattern((static_cast<size_t>(i) * 7919) % (maxSize + 1), i);
+      wire::Header h;
+      h.sequence = static_cast<uint64_t>(i);
+      h.flags = wire::kFlagPayloadCrc;
+      pair_.client->send(h, sent[i].data(), sent[i].size(), sends.sendCb(i));
+    }
+    ASSERT_TRUE(sends.wait(count, std::chrono::seconds(25)));
+    ASSERT_TRUE(recvd.wait(count, std::chrono::seconds(25)))
+        << "only " << recvd.count() << " of " << count << " messages arrived";
+    for (const auto& s : sends.statuses()) ASSERT_TRUE(s.ok()) << s;
+    for (const auto& s : recvd.statuses()) ASSERT_TRUE(s.ok()) << s;
+    std::lock_guard<std::mutex> lock(mu);
+    for (int i = 0; i < count; ++i) {
+      ASSERT_EQ(got[i].first.sequence, static_cast<uint64_t>(i)) << "out of order at " << i;
+      ASSERT_TRUE(got[i].second == sent[i]) << "payload " << i << " differs";
+    }
+  }
+
+  std::shared_ptr<Context> server_;
+  std::shared_ptr<Context> client_;
+  std::unique_ptr<Listener> listener_;
+  ConnPair pair_;
+};
+
+void roundTrip(ConnPair& p, size_t size, int pieces, uint32_t seed) {
+  const auto src = pattern(size, seed);
+  std::vector<uint8_t> dst(size, 0xAA);
+  std::vector<ConstSlice> slices;
+  size_t off = 0;
+  for (int i = 0; i < pieces; ++i) {
+    const size_t n = i + 1 == pieces ? size - off : size / pieces;
+    slices.push_back({src.data() + off, n});
+    off += n;
+  }
+  Recorder sent;
+  Recorder got;
+  wire::Header h;
+  h.key = seed;
+  p.server->recv(dst.data(), dst.size(), got.recvCb());
+  p.client->send(h, ConstSlices(slices), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1)) << "send of " << size << " bytes did not complete";
+  ASSERT_TRUE(got.wait(1)) << "recv of " << size << " bytes did not complete";
+  ASSERT_TRUE(sent.statuses()[0].ok()) << sent.statuses()[0];
+  ASSERT_TRUE(got.statuses()[0].ok()) << got.statuses()[0];
+  EXPECT_EQ(got.headers()[0].key, seed);
+  EXPECT_EQ(got.headers()[0].payloadLength, size);
+  EXPECT_TRUE(src == dst) << "payload of " << size << " bytes differs";
+}
+
+TEST_F(DpdkTransportTest, HandshakeNamesBothEnds) {
+  start();
+  if (IsSkipped()) return;
+  EXPECT_EQ(pair_.server->peerId(), "client-conn");
+  EXPECT_EQ(pair_.client->peerId(), "server");
+  EXPECT_NE(pair_.client->describe().find("dpdk"), std::string::npos);
+}
+
+TEST_F(DpdkTransportTest, MessageSizesZeroOneOddAndLarge) {
+  start();
+  if (IsSkipped()) return;
+  uint32_t seed = 1;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{7}, size_t{1439}, size_t{1440}, size_t{1441},
+                      size_t{4093}, size_t{65537}, size_t{(1u << 20) + 3}, size_t{16u << 20}}) {
+    for (int pieces : {1, 3}) {
+      if (size < 3 && pieces > 1) continue;
+      SCOPED_TRACE("size " + std::to_string(size) + " pieces " + std::to_string(pieces));
+      roundTrip(pair_, size, pieces, seed++);
+    }
+  }
+}
+
+TEST_F(DpdkTransportTest, ManySmallAndMediumMessagesInOrder) {
+  start();
+  if (IsSkipped()) return;
+  streamInOrder(500, 5000);
+}
+
+TEST_F(DpdkTransportTest, OnePercentLossDeliversEverythingOnceInOrder) {
+  start(0.01);
+  if (IsSkipped()) return;
+  streamInOrder(400, 20000);
+  auto s = dpdk::stats(*server_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_GT(s->rxInjectedDrops, 0u);
+}
+
+TEST_F(DpdkTransportTest, TenPercentLossDeliversEverythingOnceInOrder) {
+  start(0.10);
+  if (IsSkipped()) return;
+  streamInOrder(300, 20000);
+  auto s = dpdk::stats(*server_);
+  auto c = dpdk::stats(*client_);
+  ASSERT_TRUE(s.ok() && c.ok());
+  EXPECT_GT(s->rxInjectedDrops, 0u);
+  EXPECT_GT(c->retransmits, 0u);
+}
+
+TEST_F(DpdkTransportTest, LargeMessageUnderLoss) {
+  start(0.10);
+  if (IsSkipped()) return;
+  roundTrip(pair_, (4u << 20) + 5, 2, 3);
+}
+
+TEST_F(DpdkTransportTest, FullDuplex) {
+  start();
+  if (IsSkipped()) return;
+  const auto a = pattern(3 << 20, 1);
+  const auto b = pattern(3 << 20, 2);
+  std::vector<uint8_t> ra(a.size()), rb(b.size());
+  Recorder rec;
+  pair_.server->recv(ra.data(), ra.size(), rec.recvCb());
+  pair_.client->recv(rb.data(), rb.size(), rec.recvCb());
+  pair_.client->send(wire::Header{}, a.data(), a.size(), rec.sendCb());
+  pair_.server->send(wire::Header{}, b.data(), b.size(), rec.sendCb());
+  ASSERT_TRUE(rec.wait(4));
+  for (const auto& s : rec.statuses()) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(ra == a);
+  EXPECT_TRUE(rb == b);
+}
+
+TEST_F(DpdkTransportTest, CloseCancelsPendingAndSentDataStillArrives) {
+  start();
+  if (IsSkipped()) return;
+  const auto src = pattern(50000, 8);
+  Recorder sent;
+  pair_.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  ASSERT_TRUE(sent.statuses()[0].ok());
+  pair_.client->close();
+  std::vector<uint8_t> dst(src.size());
+  Recorder got;
+  pair_.server->recv(dst.data(), dst.size(), got.recvCb());
+  pair_.server->recv(dst.data(), dst.size(), got.recvCb());
+  ASSERT_TRUE(got.wait(2));
+  EXPECT_TRUE(got.statuses()[0].ok()) << got.statuses()[0];
+  EXPECT_TRUE(dst == src);
+  EXPECT_EQ(got.statuses()[1].code(), StatusCode::kRemoteError) << got.statuses()[1];
+  EXPECT_NE(got.statuses()[1].message().find("client-conn"), std::string::npos);
+  // The closed side: pending were cancelled, later operations refused.
+  Recorder later;
+  pair_.client->recv(dst.data(), dst.size(), later.recvCb());
+  ASSERT_TRUE(later.wait(1));
+  EXPECT_EQ(later.statuses()[0].code(), StatusCode::kFailedPrecondition) << later.statuses()[0];
+}
+
+TEST_F(DpdkTransportTest, LocalCloseCancelsPendingReceives) {
+  start();
+  if (IsSkipped()) return;
+  std::vector<uint8_t> buf(100);
+  Recorder pending;
+  for (int i = 0; i < 5; ++i) pair_.server->recv(buf.data(), buf.size(), pending.recvCb(i));
+  pair_.server->close();
+  ASSERT_TRUE(pending.wait(5));
+  for (const auto& s : pending.statuses()) EXPECT_EQ(s.code(), StatusCode::kCancelled) << s;
+  EXPECT_EQ(pair_.server->status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(DpdkTransportTest, SizeMismatchIsAClearError) {
+  start();
+  if (IsSkipped()) return;
+  std::vector<uint8_t> src(100), dst(64);
+  Recorder rec;
+  pair_.server->recv(dst.data(), dst.size(), rec.recvCb());
+  pair_.client->send(wire::Header{}, src.data(), src.size(), [](const Status&) {});
+  ASSERT_TRUE(rec.wait(1));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
+  EXPECT_NE(rec.statuses()[0].message().find("expects 64"), std::string::npos);
+}
+
+// The peer's context goes away while a receive is pending: RemoteError naming the peer. (A
+// killed peer process, which cannot say goodbye, is covered by the two-process memif test.)
+TEST_F(DpdkTransportTest, PeerContextGoneGivesRemoteError) {
+  start(0, 500);
+  if (IsSkipped()) return;
+  std::vector<uint8_t> buf(1000);
+  Recorder rec;
+  pair_.server->recv(buf.data(), buf.size(), rec.recvCb());
+  client_->join();  // the client's connections close with it: the server sees RemoteError
+  ASSERT_TRUE(rec.wait(1, std::chrono::seconds(10)));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kRemoteError) << rec.statuses()[0];
+  EXPECT_NE(rec.statuses()[0].message().find("client-conn"), std::string::npos);
+}
+
+TEST_F(DpdkTransportTest, ConnectWithoutListenerTimesOutNamingTheAddress) {
+  start();
+  if (IsSkipped()) return;
+  const std::string address = listener_->address();
+  listener_->close();
+  auto r = client_->connect(address, {}, Deadline::afterMs(300));
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find(address), std::string::npos) << r.status();
+  EXPECT_EQ(client_->connect("not an address", {}, Deadline::afterMs(100)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// Malformed and foreign frames are counted and dropped; the connection keeps working.
+TEST_F(DpdkTransportTest, MalformedFramesAreCountedAndDropped) {
+  start();
+  if (IsSkipped()) return;
+  auto local = dpdk::localAddress(*server_);
+  ASSERT_TRUE(local.ok());
+  auto me = dpdk::parseNetAddress(*local);
+  ASSERT_TRUE(me.ok());
+  dpdk::NetAddress other{{0x02, 0x11, 0x22, 0x33, 0x44, 0x55}, 0x0A636363, 5555};
+  auto frame = [&](dpdk::FrameKind kind, uint32_t dstConn, size_t payload) {
+    dpdk::FrameHeader h;
+    h.kind = kind;
+    h.dstConn = dstConn;
+    h.srcConn = 77;
+    h.seq = 1;
+    h.length = static_cast<uint16_t>(payload);
+    std::vector<uint8_t> f(dpdk::frameSize(h), 0x5A);
+    dpdk::writeFrameHeaders(f.data(), other, *me, h);
+    dpdk::sealFrame(f.data());
+    return f;
+  };
+  const auto good = frame(dpdk::FrameKind::kData, 12345, 100);
+  auto badCrc = good;
+  badCrc.back() ^= 1;
+  auto badLen = good;
+  badLen[dpdk::kEthHeaderSize + 3] += 9;  // IP total length past the frame
+  auto foreign = good;
+  foreign[dpdk::kEthHeaderSize + dpdk::kIpv4HeaderSize + dpdk::kUdpHeaderSize] = 0;  // not cofab
+  const std::vector<uint8_t> runt(7, 0xFF);
+  auto badKind = frame(static_cast<dpdk::FrameKind>(99), 1, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(dpdk::injectFrame(*server_, good).ok());  // unknown connection
+    ASSERT_TRUE(dpdk::injectFrame(*server_, badCrc).ok());
+    ASSERT_TRUE(dpdk::injectFrame(*server_, badLen).ok());
+    ASSERT_TRUE(dpdk::injectFrame(*server_, foreign).ok());
+    ASSERT_TRUE(dpdk::injectFrame(*server_, runt).ok());
+    ASSERT_TRUE(dpdk::injectFrame(*server_, badKind).ok());
+    ASSERT_TRUE(dpdk::injectFrame(*server_, {}).ok());
+  }
+  // The connection still works, and the frames above were processed before this one's.
+  roundTrip(pair_, 3000, 1, 9);
+  const Deadline d = Deadline::afterMs(5000);
+  StatusOr<dpdk::DpdkStats> s = dpdk::stats(*server_);
+  while (s.ok() && s->rxUnknownConnection < 3 && !d.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = dpdk::stats(*server_);
+  }
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(s->rxUnknownConnection, 3u);
+  EXPECT_GE(s->rxBadChecksum, 3u);
+  EXPECT_GE(s->rxBadLength, 3u + 3u + 3u);  // bad IP length, runts, empty frames
+  EXPECT_GE(s->rxForeign, 3u);
+  EXPECT_GE(s->rxBadHeader, 3u);
+  EXPECT_TRUE(pair_.server->status().ok());
+}
+
+TEST_F(DpdkTransportTest, ManyConnectionsInterleaved) {
+  start();
+  if (IsSkipped()) return;
+  constexpr int kConns = 16;
+  std::vector<ConnPair> pairs;
+  for (int i = 0; i < kConns; ++i) {
+    auto c = client_->connect(listener_->address(), {.localId = "c" + std::to_string(i)},
+                              testDeadline());
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto a = listener_->accept(testDeadline());
+    ASSERT_TRUE(a.ok()) << a.status();
+    pairs.push_back({*c, *a});
+  }
+  Recorder rec;
+  std::vector<std::vector<uint8_t>> bufs(kConns, std::vector<uint8_t>(20000));
+  const auto src = pattern(20000, 4);
+  for (int i = 0; i < kConns; ++i) {
+    EXPECT_EQ(pairs[i].server->peerId(), "c" + std::to_string(i));
+    pairs[i].server->recv(bufs[i].data(), bufs[i].size(), rec.recvCb(i));
+    pairs[i].client->send(wire::Header{}, src.data(), src.size(), rec.sendCb(i));
+  }
+  ASSERT_TRUE(rec.wait(2 * kConns));
+  for (const auto& s : rec.statuses()) EXPECT_TRUE(s.ok()) << s;
+  for (const auto& b : bufs) EXPECT_TRUE(b == src);
+}
+
+TEST_F(DpdkTransportTest, ContextJoinCancelsAndLaterOperationsStillComplete) {
+  start();
+  if (IsSkipped()) return;
+  std::vector<uint8_t> buf(10);
+  Recorder rec;
+  pair_.server->recv(buf.data(), buf.size(), rec.recvCb());
+  server_->join();
+  ASSERT_TRUE(rec.wait(1));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kCancelled) << rec.statuses()[0];
+  EXPECT_FALSE(server_->isViable());
+  Recorder later;
+  {
+    InsideCall guard;
+    pair_.server->send(wire::Header{}, buf.data(), buf.size(), later.sendCb());
+  }
+  ASSERT_TRUE(later.wait(1));
+  EXPECT_FALSE(later.statuses()[0].ok());
+  EXPECT_EQ(later.inlineCalls(), 0);
+  EXPECT_EQ(server_->listen({}).status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace cofab::transport::testing
