@@ -6,6 +6,9 @@
 #if COFAB_HAVE_DPDK
 #include "fabric/transport/dpdk/factory.h"
 #endif
+#if COFAB_HAVE_RDMA
+#include "fabric/transport/rdma/factory.h"
+#endif
 
 namespace cofab::transport {
 
@@ -18,12 +21,21 @@ StatusOr<std::shared_ptr<Context>> Registry::create(std::string_view name,
 #if COFAB_HAVE_DPDK
   if (name == "dpdk") return dpdk::createContext(options);
 #endif
+#if COFAB_HAVE_RDMA
+  if (name == "rdma") return rdma::createContext(options);
+#endif
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   return InvalidArgument("unknown transport '" + std::string(name) + "' (this build has: " +
                          known + ")");
 }
 
-std::vector<std::string> Registry::names() { return {"tcp", "loopback"}; }
+std::vector<std::string> Registry::names() {
+#if COFAB_HAVE_RDMA
+  return {"tcp", "loopback", "rdma"};
+#else
+  return {"tcp", "loopback"};
+#endif
+}
 
 }  // namespace cofab::transport

@@ -10,6 +10,17 @@ list(APPEND COFAB_FABRIC_SOURCES
   transport/tcp/tcp_connection.cc
   transport/tcp/tcp_context.cc
   transport/tcp/tcp_listener.cc)
+# rdma: verbs headers only (libibverbs is dlopen'd at run time, never linked).
+if(COFAB_HAVE_RDMA)
+  list(APPEND COFAB_FABRIC_SOURCES
+    transport/rdma/qp_info.cc
+    transport/rdma/rdma_context.cc
+    transport/rdma/rdma_device.cc
+    transport/rdma/rdma_endpoint.cc
+    transport/rdma/rdma_memory_region.cc
+    transport/rdma/rdma_worker.cc
+    transport/rdma/verbs_api.cc)
+endif()
 # dpdk: kernel-bypass frames with its own reliability. rte_eth_from_rings (in-process ring
 # ports) lives in the net_ring driver, which pkg-config's libdpdk does not list.
 if(COFAB_HAVE_DPDK)
