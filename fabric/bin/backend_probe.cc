@@ -1,57 +1,37 @@
 #include "fabric/bin/backend_probe.h"
 
-#include <dlfcn.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "core/config.h"
 #include "gpu/device.h"
-
+#if COFAB_HAVE_RDMA
+#include "fabric/transport/rdma/verbs_api.h"
+#endif
 
 namespace cofab {
 namespace {
 
-// RDMA is probed the way the transport will load it: dlopen of libibverbs, so the report is
-// true for binaries that do not link rdma-core. ibv_get_device_list may return NULL (errno 38
-// on kernels without RDMA support) as well as an empty list.
+// RDMA is probed through the rdma transport's own verbs function table (dlopen of
+// libibverbs.so.1), so the report is what the transport itself will see. ibv_get_device_list
+// may return NULL (errno 38 on kernels without RDMA support) as well as an empty list.
 BackendReport probeRdma() {
   BackendReport r{"rdma", COFAB_HAVE_RDMA != 0, false, ""};
-  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    r.detail = std::string("libibverbs.so.1 not loadable: ") + dlerror();
+#if COFAB_HAVE_RDMA
+  auto verbs = transport::rdma::loadRealVerbs();
+  if (!verbs.ok()) {
+    r.detail = verbs.status().message();
     return r;
   }
-  using GetList = void** (*)(int*);
-  using FreeList = void (*)(void**);
-  using GetName = const char* (*)(void*);
-  auto getList = reinterpret_cast<GetList>(dlsym(lib, "ibv_get_device_list"));
-  auto freeList = reinterpret_cast<FreeList>(dlsym(lib, "ibv_free_device_list"));
-  auto getName = reinterpret_cast<GetName>(dlsym(lib, "ibv_get_device_name"));
-  if (!getList || !freeList || !getName) {
-    r.detail = "libibverbs.so.1 lacks ibv_get_device_list/ibv_free_device_list/ibv_get_device_name";
-    dlclose(lib);
+  auto devices = transport::rdma::listDevices(**verbs);
+  if (!devices.ok()) {
+    r.detail = devices.status().message();
     return r;
   }
-  int n = 0;
-  errno = 0;
-  void** list = getList(&n);
-  if (list == nullptr) {
-    int err = errno;
-    r.detail = "no RDMA device: ibv_get_device_list returned NULL (errno " + std::to_string(err) +
-               ": " + strerror(err) + ")";
-  } else if (n == 0) {
-    r.detail = "no RDMA device: ibv_get_device_list found none";
-    freeList(list);
-  } else {
-    r.usable = true;
-    r.detail = std::to_string(n) + " device(s):";
-    for (int i = 0; i < n; ++i) r.detail += std::string(" ") + getName(list[i]);
-    freeList(list);
-  }
-  dlclose(lib);
-  if (!r.built) r.detail += " (but this cofab was built without RDMA support)";
-  r.usable = r.usable && r.built;
+  r.usable = true;
+  r.detail = std::to_string(devices->names.size()) + " device(s):";
+  for (const auto& n : devices->names) r.detail += " " + n;
+  r.detail += " (select with COFAB_IB_DEVICE, COFAB_IB_PORT, COFAB_IB_GID_INDEX)";
+#else
+  r.detail = "built without RDMA support (COFAB_WITH_RDMA=OFF or infiniband/verbs.h not found)";
+#endif
   return r;
 }
 
