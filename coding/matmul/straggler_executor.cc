@@ -138,11 +138,23 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
   }
 
   std::unique_lock<std::mutex> lock(st->mu);
-  st->cv.wait(lock, [&] { return st->completionNs >= 0 || st->stopped == n; });
+  auto done = [&] { return st->completionNs >= 0 || st->stopped == n; };
+  bool expired = false;
+  if (spec.deadline.isNever()) {
+    st->cv.wait(lock, done);
+  } else {
+    expired = !st->cv.wait_until(lock, spec.deadline.when(), done);
+  }
   st->cancel.store(true);
   st->cv.notify_all();
+  // Cancellation interrupts every delay; only task functions already running are waited for.
   st->cv.wait(lock, [&] { return st->stopped == n; });
   const int64_t end = nowNs();
+  if (expired && st->completionNs < 0) {
+    return DeadlineExceeded("straggler run: deadline passed with " +
+                            std::to_string(st->groupsDone) + " of " +
+                            std::to_string(spec.neededGroups) + " needed groups complete");
+  }
   if (st->completionNs < 0) {
     return DataLoss("straggler run: only " + std::to_string(st->groupsDone) + " of " +
                     std::to_string(spec.neededGroups) + " needed groups completed; " +

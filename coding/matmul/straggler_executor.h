@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "coding/matmul/delay_model.h"
+#include "core/clock.h"
 #include "core/status.h"
 
 namespace cofab::coding {
@@ -49,6 +50,9 @@ struct StragglerRunSpec {
   double load = 1.0;                  // passed to the delay model
   int64_t run = 0;                    // passed to the delay model
   const DelayModel* delay = nullptr;  // null = no delay; borrowed for the call
+  // When the needed groups have not completed by then, the run is cancelled and reports
+  // DeadlineExceeded (after the task functions already running have returned).
+  Deadline deadline = Deadline::never();
 };
 
 struct StragglerReport {
@@ -74,7 +78,7 @@ class StragglerExecutor {
   StragglerExecutor& operator=(const StragglerExecutor&) = delete;
 
   // Runs spec.tasks tasks of `fn`. DataLoss (naming the first task error) if too many tasks fail
-  // for the needed groups to complete.
+  // for the needed groups to complete; DeadlineExceeded if spec.deadline passes first.
   StatusOr<StragglerReport> run(const StragglerRunSpec& spec, const StragglerTask& fn);
 
  private:

@@ -39,7 +39,8 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
                         .neededGroups = coded.k(),
                         .load = 1.0 / coded.k(),
                         .run = options.run,
-                        .delay = options.delay};
+                        .delay = options.delay,
+                        .deadline = options.deadline};
   COFAB_ASSIGN_OR_RETURN(
       StragglerReport exec, options.executor->run(spec, [&](int task, const CancelToken&) {
         MatrixView out{outputs.data() + task * outElems, a.blockRows(), b.cols, 0};
@@ -69,7 +70,8 @@ StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixV
                         .neededGroups = workers,
                         .load = 1.0 / workers,
                         .run = options.run,
-                        .delay = options.delay};
+                        .delay = options.delay,
+                        .deadline = options.deadline};
   // Tasks write disjoint row ranges of C directly: nothing to gather afterwards.
   COFAB_ASSIGN_OR_RETURN(
       StragglerReport exec, options.executor->run(spec, [&](int task, const CancelToken&) {
@@ -104,7 +106,8 @@ StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatr
                         .neededGroups = blocks,
                         .load = 1.0 / blocks,
                         .run = options.run,
-                        .delay = options.delay};
+                        .delay = options.delay,
+                        .deadline = options.deadline};
   auto rowsOf = [&](int block) {
     return std::max<int64_t>(0, std::min(blockRows, a.rows - block * blockRows));
   };

@@ -25,6 +25,7 @@ struct StragglerRunOptions {
   StragglerExecutor* executor = nullptr;
   const DelayModel* delay = nullptr;  // null = none
   int64_t run = 0;
+  Deadline deadline = Deadline::never();  // see StragglerRunSpec::deadline
 };
 
 StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const EncodedMatrix& a,

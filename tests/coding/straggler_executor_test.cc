@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -126,6 +127,27 @@ TEST(StragglerExecutorTest, TooManyFailuresIsDataLoss) {
   });
   ASSERT_TRUE(ok.ok()) << ok.status();
   for (int t : ok->used) EXPECT_NE(t % 3, 0);
+}
+
+TEST(StragglerExecutorTest, DeadlineCancelsARunThatCannotFinishInTime) {
+  auto ex = StragglerExecutor::create({.threads = 4});
+  ASSERT_TRUE(ex.ok());
+  // Every task straggles for a minute; the deadline interrupts the delays.
+  auto delay = TraceDelay::fromMillis({60000.0});
+  std::atomic<int> ran{0};
+  auto r = (*ex)->run(
+      {.tasks = 4, .neededGroups = 3, .delay = &*delay, .deadline = Deadline::afterMs(50)},
+      [&](int, const CancelToken&) {
+        ++ran;
+        return OkStatus();
+      });
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(ran.load(), 0) << "cancelled tasks must not run";
+  // The executor is usable afterwards.
+  auto ok = (*ex)->run({.tasks = 4, .neededGroups = 4, .deadline = Deadline::afterMs(60000)},
+                       [](int, const CancelToken&) { return OkStatus(); });
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->used.size(), 4u);
 }
 
 TEST(StragglerExecutorTest, BadSpecs) {
