@@ -22,6 +22,15 @@ constexpr size_t kMaxGather = 256;
 // ones go through the loop so a caller never blocks the loop for long on writeMu_.
 constexpr size_t kInlineWriteMax = 256 * 1024;
 
+// writev() with MSG_NOSIGNAL: a peer that went away must turn into EPIPE -> RemoteError, not a
+// SIGPIPE that kills the process.
+ssize_t writeIov(int fd, iovec* iov, size_t count) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = count;
+  return ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
 template <typename Slice>
 Status checkSlices(std::span<const Slice> slices, const char* what) {
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -222,13 +231,15 @@ void TcpConnectionImpl::submitRecv(std::unique_ptr<RecvOp> op) {
 }
 
 bool TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
-  if (!op->error.ok() || !error_.ok() || !submittedSends_.empty()) return false;
+  if (!op->error.ok() || !error_.ok() || !submittedSends_.empty() || sendsInTransit_) {
+    return false;
+  }
   size_t total = 0;
   for (const auto& v : op->iov) total += v.iov_len;
   if (total > kInlineWriteMax) return false;
   std::unique_lock<std::mutex> w(writeMu_, std::try_to_lock);
   if (!w.owns_lock() || !writeReady_ || !writable_ || sendHead_ != sendQueue_.size()) return false;
-  const ssize_t n = ::writev(fd_.get(), op->iov.data(), static_cast<int>(op->iov.size()));
+  const ssize_t n = writeIov(fd_.get(), op->iov.data(), op->iov.size());
   if (n == static_cast<ssize_t>(total)) return true;
   // Partly written, or not at all: the loop carries on from here (and reports any error).
   if (n < 0) {
@@ -291,6 +302,7 @@ void TcpConnectionImpl::runScheduled() {
     std::lock_guard<std::mutex> lock(submitMu_);
     batchInline_.swap(inlineDone_);
     batchSends_.swap(submittedSends_);
+    sendsInTransit_ = !batchSends_.empty();
     batchRecvs_.swap(submittedRecvs_);
     closeNow = closeRequested_;
     closeRequested_ = false;
@@ -304,6 +316,10 @@ void TcpConnectionImpl::runScheduled() {
   } else if (!batchSends_.empty()) {
     std::lock_guard<std::mutex> w(writeMu_);
     for (auto& op : batchSends_) sendQueue_.push_back(std::move(op));
+  }
+  if (!batchSends_.empty()) {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    sendsInTransit_ = false;
   }
   batchSends_.clear();
   for (auto& op : batchRecvs_) {
@@ -373,14 +389,14 @@ void TcpConnectionImpl::flushWrites(bool nowWritable) {
           gather_.push_back(op.iov[k]);
         }
       }
-      const ssize_t n = ::writev(fd_.get(), gather_.data(), static_cast<int>(gather_.size()));
+      const ssize_t n = writeIov(fd_.get(), gather_.data(), gather_.size());
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
           writable_ = false;
           break;
         }
-        error = ioError("writev", errno);
+        error = ioError("sendmsg", errno);
         break;
       }
       size_t left = static_cast<size_t>(n);

@@ -111,6 +111,9 @@ class TcpConnectionImpl final : public EpollHandler,
   Status error_;         // sticky error, readable from any thread (under submitMu_)
   // Sends written completely by the caller's thread, waiting for their callback on the loop.
   std::vector<std::unique_ptr<SendOp>> inlineDone_;
+  // The loop has taken sends out of submittedSends_ but not yet queued them for writing: an
+  // inline write now would overtake them.
+  bool sendsInTransit_ = false;
 
   // The write side: the loop, and a caller's inline write, under writeMu_. Lock order:
   // submitMu_ before writeMu_; the loop never holds writeMu_ while taking submitMu_ or running

@@ -1,4 +1,5 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -130,6 +131,35 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
   ASSERT_TRUE(rec.wait(1));
   EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
   EXPECT_NE(rec.statuses()[0].message().find("exceeds"), std::string::npos);
+}
+
+// Writing to a peer that has gone must be EPIPE -> RemoteError, not SIGPIPE killing the process.
+TEST(TcpTest, SendToAClosedPeerIsRemoteErrorNotSigpipe) {
+  signal(SIGPIPE, SIG_DFL);
+  auto s = tcp::createContext({.localId = "s"});
+  auto c = tcp::createContext({.localId = "c"});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+  ASSERT_TRUE(cc.ok());
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok());
+  (*a)->close();
+  (*s)->join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<uint8_t> buf(1 << 16);
+  Status last;
+  for (int i = 0; i < 200 && last.ok(); ++i) {
+    Recorder rec;
+    for (int k = 0; k < 4; ++k) (*cc)->send(wire::Header{}, buf.data(), buf.size(), rec.sendCb());
+    ASSERT_TRUE(rec.wait(4));
+    for (const auto& st : rec.statuses()) {
+      if (!st.ok()) last = st;
+    }
+  }
+  EXPECT_EQ(last.code(), StatusCode::kRemoteError) << last;
+  EXPECT_NE(last.message().find("'s'"), std::string::npos) << last;
 }
 
 double cpuSeconds() {

@@ -122,6 +122,7 @@ TEST_P(TransportContractTest, ScatterReceiveIntoSeveralSlices) {
   p.server->recv(MutableSlices(dst), got.recvCb());
   p.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
   ASSERT_TRUE(got.wait(1));
+  ASSERT_TRUE(sent.wait(1));  // the recorder must outlive its callback
   ASSERT_TRUE(got.statuses()[0].ok()) << got.statuses()[0];
   EXPECT_TRUE(std::equal(a.begin(), a.end(), src.begin()));
   EXPECT_TRUE(std::equal(c.begin(), c.end(), src.begin() + 3000));
@@ -153,6 +154,7 @@ TEST_P(TransportContractTest, RecvOwnedTakesMessagesOfUnknownSize) {
     p.client->send(h, src[i].data(), src[i].size(), sent.sendCb(i));
   }
   ASSERT_TRUE(rec.wait(3));
+  ASSERT_TRUE(sent.wait(3));
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(rec.statuses()[i].ok()) << rec.statuses()[i];
     EXPECT_EQ(rec.headers()[i].sequence, i);
