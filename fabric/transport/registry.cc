@@ -31,11 +31,14 @@ StatusOr<std::shared_ptr<Context>> Registry::create(std::string_view name,
 }
 
 std::vector<std::string> Registry::names() {
-#if COFAB_HAVE_RDMA
-  return {"tcp", "loopback", "rdma"};
-#else
-  return {"tcp", "loopback"};
+  std::vector<std::string> names = {"tcp", "loopback"};
+#if COFAB_HAVE_DPDK
+  names.push_back("dpdk");
 #endif
+#if COFAB_HAVE_RDMA
+  names.push_back("rdma");
+#endif
+  return names;
 }
 
 }  // namespace cofab::transport

@@ -183,8 +183,18 @@ void Conn::close() {
   pumpWanted_ = true;
 }
 
+void Conn::finish() {
+  // A frame the peer sent last (its Fin, say) still gets its ack, or the peer would drain until
+  // its own bound.
+  if (ackPending_ && peerConn_ != 0) sendAck(monoNs());
+  state_ = State::kDone;
+  releaseInFlight();
+  engine_->connDone(id_);
+}
+
 void Conn::fail(const Status& s) {
   if (state_ == State::kDone) return;
+  if (ackPending_ && peerConn_ != 0 && state_ != State::kSynSent) sendAck(monoNs());
   setError(s);
   failOps(error_);
   state_ = State::kDone;
@@ -374,10 +384,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     if (any) retransmitHoles(now);
   }
   if (state_ == State::kClosing && finSent_ && una_ == nxt_) {
-    // Drained: the peer has everything, including the Fin.
-    state_ = State::kDone;
-    releaseInFlight();
-    engine_->connDone(id_);
+    finish();  // drained: the peer has everything, including the Fin
   }
 }
 
@@ -442,9 +449,7 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
       return false;
     case FrameKind::kRst:
       if (state_ == State::kClosing) {
-        state_ = State::kDone;
-        releaseInFlight();
-        engine_->connDone(id_);
+        finish();
       } else {
         fail(RemoteError(describe() + ": the peer reset the connection (its context closed, or "
                                       "it does not know this connection)"));

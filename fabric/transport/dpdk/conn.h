@@ -102,6 +102,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   };
 
   void setError(const Status& s);
+  void finish();
   void completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
                     std::vector<uint8_t>&& owned);
   void failOps(const Status& s);
