@@ -58,7 +58,8 @@ for n in $ranks; do
   fi
 done
 
-# key=value RESULT lines -> table, plot data and the summary RESULT lines.
+# key=value RESULT lines -> table, plot data and the summary RESULT lines. The *_cpu columns
+# are CPU milliseconds per operation, all ranks together (user + system).
 awk -v datfile="$log.dat" '
   function field(name,   i, kv) {
     for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
@@ -66,19 +67,19 @@ awk -v datfile="$log.dat" '
   }
   /^RESULT (comm_allreduce|gloo_allreduce|mpi_tcp_allreduce|mpi_shm_allreduce) / {
     impl = $2; sub(/_allreduce$/, "", impl); if (impl == "comm") impl = "cofab"
-    b = field("bytes"); r = field("ranks"); ms[impl, r, b] = field("ms")
+    b = field("bytes"); r = field("ranks"); ms[impl, r, b] = field("ms"); cpu[impl, r, b] = field("cpu_ms")
     if (!((r, b) in seen)) { seen[r, b] = 1; order[++count] = r SUBSEP b }
   }
   function show(v) { return v == "" ? "n/a" : v }
   function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.2f", a / b) }
   END {
-    printf "\n%6s %11s %10s %10s %10s %10s %11s %13s\n", "ranks", "bytes", "cofab_ms", "gloo_ms", \
-      "mpi_tcp_ms", "mpi_shm_ms", "cofab/gloo", "cofab/mpi_tcp"
+    printf "\n%6s %11s %10s %10s %10s %10s %11s %13s %10s %10s %10s\n", "ranks", "bytes", "cofab_ms", "gloo_ms", \
+      "mpi_tcp_ms", "mpi_shm_ms", "cofab/gloo", "cofab/mpi_tcp", "cofab_cpu", "gloo_cpu", "mpitcp_cpu"
     for (i = 1; i <= count; i++) {
       split(order[i], k, SUBSEP); r = k[1]; b = k[2]
       c = ms["cofab", r, b]; g = ms["gloo", r, b]; t = ms["mpi_tcp", r, b]; s = ms["mpi_shm", r, b]
-      printf "%6s %11s %10s %10s %10s %10s %11s %13s\n", r, b, show(c), show(g), show(t), show(s), \
-        ratio(c, g), ratio(c, t)
+      printf "%6s %11s %10s %10s %10s %10s %11s %13s %10s %10s %10s\n", r, b, show(c), show(g), show(t), show(s), \
+        ratio(c, g), ratio(c, t), show(cpu["cofab", r, b]), show(cpu["gloo", r, b]), show(cpu["mpi_tcp", r, b])
       printf "%s %s %s %s %s %s\n", r, b, show(c), show(g), show(t), show(s) > datfile
       lines[i] = sprintf("RESULT allreduce bytes=%s ranks=%s cofab_ms=%s gloo_ms=%s mpi_tcp_ms=%s mpi_shm_ms=%s", \
         b, r, show(c), show(g), show(t), show(s))

@@ -3,6 +3,8 @@
 // the same way: barrier, `iters` back-to-back operations, the slowest rank's time / iters.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -47,6 +49,16 @@ inline double busFactor(std::string_view op, int ranks) {
   if (op == "allreduce") return 2.0 * (ranks - 1) / ranks;
   if (op == "allgather") return static_cast<double>(ranks - 1) / ranks;
   return 1.0;  // broadcast
+}
+
+// CPU seconds (user + system) this process has used, all its threads: summed over ranks and
+// divided by the iterations it says what an operation costs the machine, a figure that the
+// other load on a shared 2-core machine disturbs much less than the wall time.
+inline double cpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 inline std::string argValue(int argc, char** argv, const std::string& name, const std::string& def) {

@@ -35,6 +35,7 @@ struct Measurement {
   std::string op;
   size_t bytes;
   double ms;
+  double cpuMs;  // all ranks together, per op
 };
 
 Status runOp(Communicator& c, const std::string& op, std::vector<float>& a, std::vector<float>& b,
@@ -75,26 +76,29 @@ int child(int rank, int ranks, const std::string& dir, const std::string& transp
       for (int w = 0; w < 2 && s.ok(); ++w) s = runOp(**c, op, a, b, count);
       if (s.ok()) s = comm::barrier(**c);
       const double t0 = nowSec();
+      const double c0 = cpuSeconds();
       for (int i = 0; i < iters && s.ok(); ++i) s = runOp(**c, op, a, b, count);
       double elapsed = nowSec() - t0;
+      double cpu = cpuSeconds() - c0;
       if (s.ok()) {
         comm::AllreduceOptions mo;
         mo.op = comm::ReduceOp::kMax;
         s = comm::allreduce(**c, TensorView(&elapsed, 1, DType::kF64), mo);
       }
+      if (s.ok()) s = comm::allreduce(**c, TensorView(&cpu, 1, DType::kF64));
       if (!s.ok()) {
         std::fprintf(stderr, "rank %d: %s %zu bytes: %s\n", rank, op.c_str(), bytes,
                      s.toString().c_str());
         return 1;
       }
-      results.push_back({op, bytes, elapsed * 1e3 / iters});
+      results.push_back({op, bytes, elapsed * 1e3 / iters, cpu * 1e3 / iters});
     }
   }
   if (rank == 0) {
     for (const auto& m : results) {
       char line[256];
-      const int len = std::snprintf(line, sizeof(line), "%s %zu %.6f\n", m.op.c_str(), m.bytes,
-                                    m.ms);
+      const int len = std::snprintf(line, sizeof(line), "%s %zu %.6f %.6f\n", m.op.c_str(),
+                                    m.bytes, m.ms, m.cpuMs);
       if (write(writeFd, line, static_cast<size_t>(len)) != len) return 1;
     }
   }
@@ -171,8 +175,9 @@ int run(int argc, char** argv) {
     if (nl == std::string::npos) break;
     char op[32];
     size_t bytes = 0;
-    double ms = 0;
-    if (std::sscanf(text.substr(pos, nl - pos).c_str(), "%31s %zu %lf", op, &bytes, &ms) == 3) {
+    double ms = 0, cpuMs = 0;
+    if (std::sscanf(text.substr(pos, nl - pos).c_str(), "%31s %zu %lf %lf", op, &bytes, &ms,
+                    &cpuMs) == 4) {
       const double algbw = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
       const double busbw = algbw * busFactor(op, ranks);
       std::printf("%-10s %12zu %6d %12.4f %12.3f %12.3f\n", op, bytes, ranks, ms, algbw, busbw);
@@ -181,6 +186,7 @@ int run(int argc, char** argv) {
                        {"ranks", std::to_string(ranks)},
                        {"transport", transport},
                        {"ms", num(ms)},
+                       {"cpu_ms", num(cpuMs)},
                        {"algbw_gbs", num(algbw)},
                        {"busbw_gbs", num(busbw)}});
     }
