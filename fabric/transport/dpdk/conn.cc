@@ -353,9 +353,16 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     peerWindowEnd_ = f.header.window;
     pumpWanted_ = true;
   }
+  bool sacks = false;
+  if (f.header.length >= kSackBytes) {
+    for (size_t i = 0; i < kSackBytes && !sacks; ++i) sacks = f.payload[i] != 0;
+  }
   if (seqLess(una_, ack)) {
     const auto& last = inflight_[(ack - 1) % kWindow];
-    if (last.transmissions == 1 && last.m != nullptr) {
+    // RTT samples only from a clean advance: a frame sent once (Karn) and not held back behind
+    // a hole, whose late cumulative ack would say nothing about the path's round trip.
+    const bool clean = !sacks && !seqLess(una_, highestSacked_);
+    if (clean && last.transmissions == 1 && last.m != nullptr) {
       updateRtt(elapsed(now, last.sentNs));  // Karn: only frames sent once give a sample
     } else if (srttNs_ != 0) {
       rtoNs_ = std::clamp(srttNs_ + 4 * rttvarNs_, kMinRtoNs, kMaxRtoNs);  // progress: no backoff

@@ -1,0 +1,320 @@
+// dpdk_p2p_bench: point-to-point goodput (1 MiB messages, 1500-byte frames) and 64-byte round
+// trip of the dpdk transport over memif between two processes, next to a raw DPDK memif
+// sender/receiver and the tcp transport (127.0.0.1), all in one run. Each side of each case is a
+// forked process (one EAL per process; the server on lcore 1, the client on lcore 0).
+//
+//   build-dpdk/bench/dpdk/dpdk_p2p_bench [seconds per case, default 2]
+//
+// Ends with: RESULT dpdk_p2p frame=1500 goodput_gbps=... raw_gbps=... tcp_gbps=...
+//            rtt_p50_us=... tcp_rtt_p50_us=... lossy10_goodput_gbps=...
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/dpdk/raw_memif.h"
+#include "fabric/rendezvous/file_store.h"
+#include "fabric/transport/dpdk/factory.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::bench {
+namespace {
+
+using transport::Connection;
+using transport::Context;
+
+constexpr size_t kMessage = 1 << 20;
+constexpr int kInFlight = 8;
+constexpr int kPings = 20000;
+constexpr uint8_t kLast = 1;
+
+std::string ealArgs(bool server) {
+  return server ? "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry"
+                : "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry";
+}
+std::string memifVdev(const std::string& sock, bool server) {
+  return "net_memif0,role=" + std::string(server ? "server" : "client") + ",socket=" + sock +
+         ",socket-abstract=no";
+}
+
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status error;
+  void finish(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok() && error.ok()) error = s;
+    done = true;
+    cv.notify_all();
+  }
+  bool wait(int seconds) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; });
+  }
+};
+
+double nowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Server side: receives 1 MiB messages until the last one, then echoes 64-byte pings until the
+// last one. Prints goodput_gbps.
+std::string serve(Connection& conn) {
+  // Receives still posted when this returns are cancelled at the context's join, after this
+  // frame is gone: their state lives on the heap for the rest of the (short-lived) process.
+  struct State {
+    std::vector<std::vector<uint8_t>> bufs{kInFlight, std::vector<uint8_t>(kMessage)};
+    Waiter w;
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<bool> last{false};
+    double first = 0, end = 0;
+    std::function<void(int)> post;
+  };
+  auto& st = *new State;
+  auto& bufs = st.bufs;
+  auto& w = st.w;
+  auto& bytes = st.bytes;
+  auto& last = st.last;
+  auto& first = st.first;
+  auto& end = st.end;
+  auto& post = st.post;
+  post = [&](int i) {
+    conn.recv(bufs[i].data(), kMessage, [&, i](const Status& s, const wire::Header& h) {
+      if (!s.ok()) return w.finish(s);
+      if (bytes.fetch_add(kMessage) == 0) first = nowS();
+      if (h.opcode == kLast) {
+        end = nowS();
+        last = true;
+        return w.finish(OkStatus());
+      }
+      if (!last) post(i);
+    });
+  };
+  for (int i = 0; i < kInFlight; ++i) post(i);
+  if (!w.wait(60) || !w.error.ok()) return "error=" + w.error.toString();
+  // The other receives stay posted (cancelled at join); pings use the second connection.
+  const double gbps = static_cast<double>(bytes.load() - kMessage) * 8 / (end - first) / 1e9;
+  return "goodput_gbps=" + std::to_string(gbps);
+}
+
+std::string echo(Connection& conn) {
+  struct State {
+    Waiter w;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(64);
+    std::function<void()> post;
+  };
+  auto& st = *new State;  // see serve()
+  auto& w = st.w;
+  auto& buf = st.buf;
+  auto& post = st.post;
+  post = [&] {
+    conn.recv(buf.data(), buf.size(), [&](const Status& s, const wire::Header& h) {
+      if (!s.ok()) return w.finish(s);
+      wire::Header r = h;
+      conn.send(r, buf.data(), buf.size(), [](const Status&) {});
+      if (h.opcode == kLast) return w.finish(OkStatus());
+      post();
+    });
+  };
+  post();
+  if (!w.wait(60) || !w.error.ok()) return "error=" + w.error.toString();
+  return "";
+}
+
+std::string blast(Connection& conn, double seconds) {
+  struct State {
+    std::vector<uint8_t> src = std::vector<uint8_t>(kMessage, 0x5A);
+    Waiter w;
+    std::atomic<int> inflight{0};
+    std::atomic<bool> stop{false};
+    std::function<void()> one;
+  };
+  auto& st = *new State;  // see serve()
+  auto& src = st.src;
+  auto& w = st.w;
+  auto& inflight = st.inflight;
+  auto& stop = st.stop;
+  const double until = nowS() + seconds;
+  auto& one = st.one;
+  one = [&, until] {
+    wire::Header h;
+    const bool lastOne = nowS() >= until;
+    if (lastOne) {
+      if (stop.exchange(true)) return;
+      h.opcode = kLast;
+    }
+    ++inflight;
+    conn.send(h, src.data(), src.size(), [&, lastOne](const Status& s) {
+      --inflight;
+      if (!s.ok()) return w.finish(s);
+      if (lastOne) return w.finish(OkStatus());
+      if (!stop) one();
+    });
+  };
+  for (int i = 0; i < kInFlight; ++i) one();
+  if (!w.wait(60) || !w.error.ok()) return "error=" + w.error.toString();
+  return "";
+}
+
+std::string ping(Connection& conn) {
+  std::vector<uint8_t> out(64, 1), in(64);
+  std::vector<double> rtts;
+  rtts.reserve(kPings);
+  for (int i = 0; i <= kPings; ++i) {
+    auto& w = *new Waiter;  // a timed-out receive may complete after this iteration
+    wire::Header h;
+    h.sequence = static_cast<uint64_t>(i);
+    if (i == kPings) h.opcode = kLast;
+    const double t0 = nowS();
+    conn.recv(in.data(), in.size(), [&](const Status& s, const wire::Header&) { w.finish(s); });
+    conn.send(h, out.data(), out.size(), [](const Status&) {});
+    if (!w.wait(10) || !w.error.ok()) return "error=" + w.error.toString();
+    if (i >= 1000) rtts.push_back((nowS() - t0) * 1e6);  // first 1000: warm-up
+  }
+  std::sort(rtts.begin(), rtts.end());
+  return "rtt_p50_us=" + std::to_string(rtts[rtts.size() / 2]);
+}
+
+// One side of a transport case. `transport` is "dpdk" or "tcp".
+std::string side(const std::string& transport, bool server, const std::string& dir,
+                 double seconds, double dropRate) {
+  if (transport == "dpdk") {
+    ::setenv("COFAB_DPDK_EAL_ARGS", ealArgs(server).c_str(), 1);
+    ::setenv("COFAB_DPDK_VDEV", memifVdev(dir + "/memif.sock", server).c_str(), 1);
+  }
+  auto store = FileStore::open(dir + "/store");
+  if (!store.ok()) return "error=" + store.status().toString();
+  if (!server) {
+    auto up = (*store)->get("addr", Deadline::afterMs(30000));
+    if (!up.ok()) return "error=" + up.status().toString();
+  }
+  StatusOr<std::shared_ptr<Context>> ctx =
+      transport == "dpdk" ? transport::dpdk::createContext({.localId = server ? "srv" : "cli"},
+                                                           {.dropRate = dropRate})
+                          : transport::Registry::create(transport, {});
+  if (!ctx.ok()) return "error=" + ctx.status().toString();
+  std::string out;
+  if (server) {
+    auto l = (*ctx)->listen({});
+    if (!l.ok()) return "error=" + l.status().toString();
+    const std::string a = (*l)->address();
+    if (!(*store)->set("addr", Bytes(a.begin(), a.end())).ok()) return "error=store";
+    auto conn = (*l)->accept(Deadline::afterMs(30000));
+    if (!conn.ok()) return "error=" + conn.status().toString();
+    auto c2 = (*l)->accept(Deadline::afterMs(30000));
+    if (!c2.ok()) return "error=" + c2.status().toString();
+    out = serve(**conn);
+    const std::string e = echo(**c2);
+    if (!e.empty()) out = e;
+  } else {
+    auto a = (*store)->get("addr", Deadline::afterMs(30000));
+    const std::string addr(a->begin(), a->end());
+    auto conn = (*ctx)->connect(addr, {.localId = "bulk"}, Deadline::afterMs(30000));
+    if (!conn.ok()) return "error=" + conn.status().toString();
+    auto c2 = (*ctx)->connect(addr, {.localId = "ping"}, Deadline::afterMs(30000));
+    if (!c2.ok()) return "error=" + c2.status().toString();
+    out = blast(**conn, seconds);
+    if (out.empty()) out = ping(**c2);
+  }
+  (*ctx)->join();
+  return out;
+}
+
+// Runs fn in a forked child; its one-line answer comes back through a pipe.
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+};
+Child spawn(const std::function<std::string()>& fn) {
+  int p[2];
+  if (::pipe(p) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    ::alarm(120);  // a stuck case must not hang the run
+    const std::string s = fn() + "\n";
+    if (::write(p[1], s.data(), s.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  ::close(p[1]);
+  return {pid, p[0]};
+}
+std::string collect(Child c) {
+  std::string s;
+  char buf[256];
+  ssize_t n;
+  while ((n = ::read(c.fd, buf, sizeof(buf))) > 0) s.append(buf, static_cast<size_t>(n));
+  ::close(c.fd);
+  int st = 0;
+  ::waitpid(c.pid, &st, 0);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+std::string valueOf(const std::string& line, const std::string& key) {
+  const auto at = line.find(key + "=");
+  if (at == std::string::npos) return "nan";
+  const auto end = line.find(' ', at);
+  return line.substr(at + key.size() + 1, end == std::string::npos ? end : end - at - key.size() - 1);
+}
+
+}  // namespace
+}  // namespace cofab::bench
+
+int main(int argc, char** argv) {
+  using namespace cofab::bench;
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  char tmpl[] = "/tmp/cofab-dpdk-bench-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+
+  // Raw memif frame rate: the receiver (server) must be up before the client connects.
+  Child rx = spawn([&] {
+    auto r = runRawMemif(ealArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true), false,
+                         1514, seconds);
+    return r.ok ? "raw_gbps=" + std::to_string(r.gbps) + " raw_mpps=" + std::to_string(r.mpps)
+                : "error=" + r.error;
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  Child tx = spawn([&] {
+    auto r = runRawMemif(ealArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false), true,
+                         1514, seconds);
+    return r.ok ? std::string("ok") : "error=" + r.error;
+  });
+  const std::string raw = collect(rx);
+  const std::string rawTx = collect(tx);
+  std::printf("raw memif: %s (sender: %s)\n", raw.c_str(), rawTx.c_str());
+
+  auto runCase = [&](const std::string& transport, double drop) {
+    const std::string sub = dir + "/" + transport + std::to_string(static_cast<int>(drop * 100));
+    std::filesystem::create_directories(sub);
+    Child s = spawn([&] { return side(transport, true, sub, seconds, drop); });
+    Child c = spawn([&] { return side(transport, false, sub, seconds, drop); });
+    const std::string cs = collect(c);
+    const std::string ss = collect(s);
+    std::printf("%s (drop %.2f): server: %s client: %s\n", transport.c_str(), drop, ss.c_str(),
+                cs.c_str());
+    return std::make_pair(ss, cs);
+  };
+  const auto dpdk = runCase("dpdk", 0);
+  const auto lossy = runCase("dpdk", 0.10);
+  const auto tcp = runCase("tcp", 0);
+  std::printf("RESULT dpdk_p2p frame=1500 goodput_gbps=%s raw_gbps=%s tcp_gbps=%s rtt_p50_us=%s "
+              "tcp_rtt_p50_us=%s lossy10_goodput_gbps=%s\n",
+              valueOf(dpdk.first, "goodput_gbps").c_str(), valueOf(raw, "raw_gbps").c_str(),
+              valueOf(tcp.first, "goodput_gbps").c_str(), valueOf(dpdk.second, "rtt_p50_us").c_str(),
+              valueOf(tcp.second, "rtt_p50_us").c_str(),
+              valueOf(lossy.first, "goodput_gbps").c_str());
+  return 0;
+}
