@@ -269,13 +269,13 @@ void progressLocked(Fabric& f, EmuQp* q) {
     if (consumesRecv) {
       // man ibv_poll_cq(3): responder opcode IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM; byte_len
       // is the number of bytes transferred; imm_data valid with IBV_WC_WITH_IMM in wc_flags
-      // (passed through in network byte order, as posted); src_qp is the requester's QP.
+      // (passed through in network byte order, as posted). src_qp is left 0: the man page
+      // defines it for UD QPs only, so RC code must not rely on it.
       ibv_wc wc = makeWc(rwr.wrId, IBV_WC_SUCCESS,
                          wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM
                                                                  : IBV_WC_RECV,
                          d->qp.qp_num);
       wc.byte_len = static_cast<uint32_t>(len);
-      wc.src_qp = q->qp.qp_num;
       if (wr.opcode != IBV_WR_SEND) {
         wc.wc_flags = IBV_WC_WITH_IMM;
         wc.imm_data = wr.imm;

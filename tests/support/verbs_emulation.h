@@ -11,7 +11,7 @@
 //     ibv_modify_qp(3) for RC, rejecting missing or unexpected bits with EINVAL;
 //   - RC in-order execution of SEND, SEND_WITH_IMM, RDMA_WRITE and RDMA_WRITE_WITH_IMM; the
 //     _WITH_IMM and SEND operations consume the responder's oldest posted RECV;
-//   - completions with the opcode, byte_len, imm_data, wc_flags, qp_num and src_qp of
+//   - completions with the opcode, byte_len, imm_data, wc_flags and qp_num of
 //     ibv_poll_cq(3); unsignaled successful sends produce none (ibv_post_send(3));
 //   - lkey/rkey and bounds checks (ibv_reg_mr(3) access flags): local errors are
 //     IBV_WC_LOC_PROT_ERR, remote ones IBV_WC_REM_ACCESS_ERR on the requester; the QP then

@@ -106,6 +106,13 @@ StatusOr<std::shared_ptr<RdmaDevice>> RdmaDevice::open(const VerbsApi& verbs,
                       "ibv_query_gid(" + dev->name_ + ", index " + std::to_string(gidIndex) + ")",
                       errno);
   }
+  static const ibv_gid kZeroGid{};
+  if (dev->ethernet_ && std::memcmp(&dev->gid_, &kZeroGid, sizeof(ibv_gid)) == 0) {
+    // RoCE GID tables are sparse: an unpopulated entry reads as zeros and cannot address anyone.
+    return InvalidArgument("rdma: " + dev->name_ + " port " + std::to_string(port) +
+                           " GID index " + std::to_string(gidIndex) +
+                           " is empty (RoCE: pick a populated RoCE v2 entry, see `show_gids`)");
+  }
   errno = 0;
   dev->pd_ = verbs.allocPd(dev->context_);
   if (dev->pd_ == nullptr) {

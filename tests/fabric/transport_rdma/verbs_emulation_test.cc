@@ -258,7 +258,7 @@ TEST_F(VerbsEmulationTest, WriteWithImmediateConsumesARecvAndCompletesBothSides)
   EXPECT_EQ(resp[0].byte_len, 100u);
   EXPECT_TRUE(resp[0].wc_flags & IBV_WC_WITH_IMM);
   EXPECT_EQ(ntohl(resp[0].imm_data), 0xabcu);
-  EXPECT_EQ(resp[0].src_qp, a_.qp->qp_num);
+  EXPECT_EQ(resp[0].qp_num, b_.qp->qp_num);  // the local QP of the completed WR
   for (int i = 0; i < 100; ++i) ASSERT_EQ(b_.buf[1000 + i], i + 1);
 }
 
