@@ -139,8 +139,10 @@ void TcpListenerImpl::handleEvents(uint32_t) {
       if (err == EINTR || err == ECONNABORTED) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EINVAL || err == EBADF) {
-        // close() shut the socket down; stop watching it (it is level-triggered).
-        closeOnLoop();
+        // close() shut the socket down: stop watching it (it is level-triggered). The
+        // descriptor itself is closed by the closeOnLoop() that close() posted.
+        if (attached_) loop_->remove(fd_.get());
+        attached_ = false;
         return;
       }
       // Out of descriptors or memory: the socket stays readable, so stop watching it rather
@@ -148,8 +150,12 @@ void TcpListenerImpl::handleEvents(uint32_t) {
       COFAB_LOG(kError, "tcp") << "listener " << address_ << ": "
                                << errnoStatus(StatusCode::kResourceExhausted, "accept4", err)
                                << "; no longer accepting";
-      queue_.close();
-      closeOnLoop();
+      if (queue_.close()) {
+        closeOnLoop();  // close() now returns early: nobody else touches fd_
+      } else {
+        if (attached_) loop_->remove(fd_.get());  // close() got there first and posted closeOnLoop
+        attached_ = false;
+      }
       return;
     }
     SockAddr peer;

@@ -127,8 +127,10 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
   (*a)->recvOwned([&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
     rec.record(st, h);
   });
-  (*cc)->send(wire::Header{}, src.data(), src.size(), [](const Status&) {});
+  Recorder sent;  // src is lent until this completes
+  (*cc)->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
   ASSERT_TRUE(rec.wait(1));
+  ASSERT_TRUE(sent.wait(1));
   EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
   EXPECT_NE(rec.statuses()[0].message().find("exceeds"), std::string::npos);
 }
