@@ -70,7 +70,9 @@ struct Tensor {
   DType dtype;
 };
 
-TEST(AggregatorFaults, PrimaryKilledMidJobWithReplicationFinishesBitIdentical) {
+class PrimaryKilledTest : public ::testing::TestWithParam<ps::Delivery> {};
+
+TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
   const int kWorkers = 2;
   const int kIterations = 16;
   const int kKillAt = 6;
@@ -104,7 +106,9 @@ TEST(AggregatorFaults, PrimaryKilledMidJobWithReplicationFinishesBitIdentical) {
       }
       for (size_t i = 0; i < tensors.size(); ++i) {
         const TensorView v(bufs[i].data(), tensors[i].count, tensors[i].dtype);
-        handles.push_back(client->pushPull(tensors[i].key, v, v));  // in place
+        ps::PushPullOptions po;
+        po.delivery = GetParam();
+        handles.push_back(client->pushPull(tensors[i].key, v, v, po));  // in place
       }
       if (rank == 0 && it == kKillAt) killNow = true;  // chunks are in flight right now
       for (auto& h : handles) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(30000)));
@@ -149,6 +153,12 @@ TEST(AggregatorFaults, PrimaryKilledMidJobWithReplicationFinishesBitIdentical) {
   cluster.signal(1, SIGTERM);
   EXPECT_EQ(cluster.wait(1, Deadline::afterMs(20000)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(AggregatorFaults, PrimaryKilledTest,
+                         ::testing::Values(ps::Delivery::kPushBack, ps::Delivery::kPull),
+                         [](const auto& info) {
+                           return info.param == ps::Delivery::kPull ? "pull" : "push";
+                         });
 
 }  // namespace
 }  // namespace cofab::testing
