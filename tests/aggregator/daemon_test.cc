@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fabric/ps/aggregator_collectives.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/test_data.h"
@@ -141,6 +142,43 @@ TEST(DaemonLifecycle, HealthMetricsAndSigtermExitsZero) {
   EXPECT_EQ(*lost, 0) << "an orderly close() must not count as a lost worker";
   cluster.signal(0, SIGTERM);
   EXPECT_EQ(cluster.wait(0, Deadline::afterMs(20000)), 0);
+}
+
+}  // namespace
+}  // namespace cofab::testing
+
+namespace cofab::testing {
+namespace {
+
+TEST(AggregatorCollectives, AllreduceThroughDaemonsMatchesTheDefinition) {
+  const int kWorkers = 3;
+  DaemonCluster cluster(2, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    ps::AggregatorCollectives coll(*client);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x(5000, static_cast<float>(rank + step));
+      COFAB_RETURN_IF_ERROR(coll.allreduce(TensorView::of(x.data(), x.size(), DType::kF32)));
+      const float want = static_cast<float>(0 + 1 + 2 + 3 * step);
+      if (x[4999] != want) return Internal("sum " + std::to_string(x[4999]));
+      comm::AllreduceOptions avg;
+      avg.op = comm::ReduceOp::kAvg;
+      std::vector<double> y(10, static_cast<double>(rank));
+      COFAB_RETURN_IF_ERROR(coll.allreduce(TensorView::of(y.data(), y.size(), DType::kF64), avg));
+      if (y[0] != 1.0) return Internal("avg " + std::to_string(y[0]));
+    }
+    comm::AllreduceOptions mx;
+    mx.op = comm::ReduceOp::kMax;
+    std::vector<float> z(4);
+    if (coll.allreduce(TensorView::of(z.data(), 4, DType::kF32), mx).code() !=
+        StatusCode::kUnimplemented) {
+      return Internal("max should be Unimplemented");
+    }
+    client->close();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
 }
 
 }  // namespace

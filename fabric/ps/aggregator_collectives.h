@@ -1,0 +1,45 @@
+// AggregatorCollectives: the collective API's allreduce (fabric/comm/collectives.h shapes and
+// options) served by the aggregator daemons through a PushPullClient, so code written against
+// comm::allreduce can run on either path. A Communicator option that switches its allreduce to
+// this path needs a hook in fabric/comm (owned by the collectives engineer; see
+// docs/AGGREGATOR.md §8) — until then callers pick the path by object.
+//
+// Every rank calls allreduce() in the same order with the same shapes (as for comm). Each call
+// is one push-pull on a key derived from (keyBase, dtype, count), at the next iteration of that
+// key, so repeated same-shape calls reuse one daemon slot. Blocking; one call at a time per
+// object (calls of one shape must not overlap: the daemons run one round per chunk at a time).
+// Not thread-safe; the client must outlive this object.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "fabric/comm/collectives.h"
+#include "fabric/ps/push_pull.h"
+
+namespace cofab::ps {
+
+class AggregatorCollectives {
+ public:
+  // keyBase keeps these keys apart from the caller's own push-pull keys.
+  explicit AggregatorCollectives(PushPullClient& client, uint64_t keyBase = 0xA11ED0CE00000000ull)
+      : client_(client), keyBase_(keyBase) {}
+
+  // out = sum (kSum) or average (kAvg) over all workers of in; kMin/kMax are Unimplemented.
+  // The deadline is options.deadline, else options.timeout, else 300 s.
+  Status allreduce(const TensorView& in, const TensorView& out,
+                   const comm::AllreduceOptions& options = {});
+  Status allreduce(const TensorView& inout, const comm::AllreduceOptions& options = {}) {
+    return allreduce(inout, inout, options);
+  }
+
+  // The key a call with this shape uses (exposed for tests and metrics).
+  uint64_t keyFor(DType dtype, size_t count) const;
+
+ private:
+  PushPullClient& client_;
+  uint64_t keyBase_;
+};
+
+}  // namespace cofab::ps
