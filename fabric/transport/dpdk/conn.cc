@@ -514,7 +514,7 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used) {
     const uint8_t* src = data + *used;
     if (curHeader_.hasPayloadCrc()) payloadCrc_ = wire::crc32c(payloadCrc_, src, take);
     if (op.owned) {
-      std::memcpy(ownedBuf_.data() + payloadDone_, src, take);
+      if (take > 0) std::memcpy(ownedBuf_.data() + payloadDone_, src, take);  // may be empty
     } else {
       size_t rest = take;
       while (rest > 0) {
