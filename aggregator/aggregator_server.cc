@@ -17,8 +17,7 @@ AggregatorServer::AggregatorServer(const ServerOptions& options)
   for (int i = 0; i < options.numWorkers; ++i) activeLinks_[static_cast<size_t>(i)].store(0);
 }
 
-StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(
-    const ServerOptions& options) {
+StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const ServerOptions& options) {
   if (options.numWorkers <= 0 || options.numWorkers > 65536) {
     return InvalidArgument("aggregator: --workers must be in [1, 65536], got " +
                            std::to_string(options.numWorkers));
@@ -136,12 +135,12 @@ bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, siz
                     "are 'worker 0'..'worker " + std::to_string(options_.numWorkers - 1) + "')");
     return false;
   }
-  if (peer.workerRank >= 0 && (forwarded || h.senderRank != static_cast<uint32_t>(peer.workerRank))) {
+  if (peer.workerRank >= 0 &&
+      (forwarded || h.senderRank != static_cast<uint32_t>(peer.workerRank))) {
     peer.reject(metrics_, RejectReason::kUnknownWorker, h,
                 forwarded ? "a worker may not send forwarded chunks"
                           : "sender rank " + std::to_string(h.senderRank) +
-                                " on the connection of worker " +
-                                std::to_string(peer.workerRank));
+                                " on the connection of worker " + std::to_string(peer.workerRank));
     return false;
   }
   if (peer.aggregatorId >= 0 &&
@@ -161,9 +160,9 @@ bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, siz
     case DType::kBF16:
       break;
     default:
-      peer.reject(metrics_, RejectReason::kUnsupportedDType, h,
-                  "aggregation supports f32, f64, f16 and bf16, not " +
-                      std::string(dtypeName(h.dtype)));
+      peer.reject(
+          metrics_, RejectReason::kUnsupportedDType, h,
+          "aggregation supports f32, f64, f16 and bf16, not " + std::string(dtypeName(h.dtype)));
       return false;
   }
   if (size > options_.maxChunkBytes) {

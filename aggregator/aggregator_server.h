@@ -25,16 +25,16 @@
 namespace cofab::aggregator {
 
 struct ServerOptions {
-  int id = 0;           // this daemon's index among numServers
+  int id = 0;  // this daemon's index among numServers
   int numServers = 1;
-  int numWorkers = 1;   // contributions per round
+  int numWorkers = 1;  // contributions per round
   std::string transport = "tcp";
   std::string listenAddress;  // empty: the transport's default with a kernel-chosen port
   int engineThreads = 2;
-  bool replication = false;   // forward every contribution to the backup before acking
+  bool replication = false;  // forward every contribution to the backup before acking
   size_t maxChunkBytes = 64u << 20;
   int64_t drainTimeoutMs = 5000;
-  EngineOptions engine;       // numWorkers is copied from above
+  EngineOptions engine;  // numWorkers is copied from above
 };
 
 class AggregatorServer {

@@ -45,16 +45,15 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
       COFAB_RETURN_IF_ERROR(server.connectBackup(toString(addr), deadline));
     }
     if (!httpAddress.empty()) {
-      COFAB_RETURN_IF_ERROR(store->set(c.storePrefix + "/http/" + std::to_string(o.id),
-                                       toBytes(httpAddress)));
+      COFAB_RETURN_IF_ERROR(
+          store->set(c.storePrefix + "/http/" + std::to_string(o.id), toBytes(httpAddress)));
     }
     COFAB_RETURN_IF_ERROR(
         store->set(ps::serverAddressKey(c.storePrefix, o.id), toBytes(server.address())));
-    COFAB_RETURN_IF_ERROR(store->set(ps::serverCountKey(c.storePrefix),
-                                     toBytes(std::to_string(o.numServers))));
-  } else if (o.replication) {
     COFAB_RETURN_IF_ERROR(
-        server.connectBackup(c.peers[static_cast<size_t>(backup)], deadline));
+        store->set(ps::serverCountKey(c.storePrefix), toBytes(std::to_string(o.numServers))));
+  } else if (o.replication) {
+    COFAB_RETURN_IF_ERROR(server.connectBackup(c.peers[static_cast<size_t>(backup)], deadline));
   }
   return OkStatus();
 }
@@ -117,10 +116,9 @@ int run(const std::vector<std::string>& args) {
     return 1;
   }
   const ServerOptions& o = (*server)->options();
-  logLine("event=serving id=" + std::to_string(o.id) + " servers=" +
-          std::to_string(o.numServers) + " workers=" + std::to_string(o.numWorkers) +
-          " transport=" + o.transport + " address=" + (*server)->address() +
-          " http=" + (httpAddress.empty() ? "off" : httpAddress) +
+  logLine("event=serving id=" + std::to_string(o.id) + " servers=" + std::to_string(o.numServers) +
+          " workers=" + std::to_string(o.numWorkers) + " transport=" + o.transport + " address=" +
+          (*server)->address() + " http=" + (httpAddress.empty() ? "off" : httpAddress) +
           " engines=" + std::to_string(o.engineThreads) +
           " replication=" + (o.replication ? "on" : "off"));
   int sig = 0;
@@ -128,9 +126,8 @@ int run(const std::vector<std::string>& args) {
   logLine("event=draining signal=" + std::to_string(sig));
   (*server)->shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");
   const Metrics& m = (*server)->metrics();
-  logLine("event=stopped rounds=" + std::to_string(m.roundsCompleted.load()) +
-          " rounds_failed=" + std::to_string(m.roundsFailed.load()) +
-          " bytes_in=" + std::to_string(m.bytesIn.load()) +
+  logLine("event=stopped rounds=" + std::to_string(m.roundsCompleted.load()) + " rounds_failed=" +
+          std::to_string(m.roundsFailed.load()) + " bytes_in=" + std::to_string(m.bytesIn.load()) +
           " bytes_out=" + std::to_string(m.bytesOut.load()) +
           " rejects=" + std::to_string(m.rejectsTotal()));
   if (http) http->stop();
@@ -139,6 +136,4 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return run(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return run(std::vector<std::string>(argv + 1, argv + argc)); }

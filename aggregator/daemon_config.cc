@@ -12,8 +12,7 @@ namespace cofab::aggregator {
 COFAB_PARAM_STRING(kAggTransport, "COFAB_AGG_TRANSPORT", "tcp", "cofab-aggd transport backend");
 COFAB_PARAM_STRING(kAggListen, "COFAB_AGG_LISTEN", "",
                    "cofab-aggd listen address (empty: transport default, any port)");
-COFAB_PARAM_INT(kAggEngines, "COFAB_AGG_ENGINES", 2, 1, 256,
-                "cofab-aggd engine (shard) threads");
+COFAB_PARAM_INT(kAggEngines, "COFAB_AGG_ENGINES", 2, 1, 256, "cofab-aggd engine (shard) threads");
 COFAB_PARAM_BOOL(kAggReplication, "COFAB_AGG_REPLICATION", false,
                  "cofab-aggd forwards every contribution to its backup before acking");
 COFAB_PARAM_INT(kAggRoundTimeoutMs, "COFAB_AGG_ROUND_TIMEOUT_MS", 120000, 1, 86400000,
@@ -60,8 +59,7 @@ StatusOr<int64_t> parseInt(const std::string& name, const std::string& v) {
   int64_t out = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size()) {
-    return InvalidArgument("--" + name + " expects an integer, got '" + v + "'\n" +
-                           daemonUsage());
+    return InvalidArgument("--" + name + " expects an integer, got '" + v + "'\n" + daemonUsage());
   }
   return out;
 }
@@ -187,7 +185,8 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
       c.help = true;
       return c;
     }
-    if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'\n" + daemonUsage());
+    if (a.rfind("--", 0) != 0)
+      return InvalidArgument("unexpected argument '" + a + "'\n" + daemonUsage());
     std::string name = a.substr(2), value;
     const auto eq = name.find('=');
     if (eq != std::string::npos) {
@@ -224,8 +223,7 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
                            daemonUsage());
   }
   if (c.server.numWorkers <= 0) {
-    return InvalidArgument("cofab-aggd needs --workers N (or COFAB_WORLD_SIZE)\n" +
-                           daemonUsage());
+    return InvalidArgument("cofab-aggd needs --workers N (or COFAB_WORLD_SIZE)\n" + daemonUsage());
   }
   return c;
 }

@@ -14,11 +14,11 @@ namespace cofab::aggregator {
 
 struct DaemonConfig {
   ServerOptions server;
-  std::string storeUrl;                 // where to register; empty with --peers
+  std::string storeUrl;  // where to register; empty with --peers
   std::string storePrefix = "cofab/agg";
-  std::vector<std::string> peers;       // static deployment: every daemon's address, by id
-  std::string http = "127.0.0.1:0";     // metrics endpoint host:port, or "off"
-  int64_t connectTimeoutMs = 60000;     // store and backup
+  std::vector<std::string> peers;    // static deployment: every daemon's address, by id
+  std::string http = "127.0.0.1:0";  // metrics endpoint host:port, or "off"
+  int64_t connectTimeoutMs = 60000;  // store and backup
   bool help = false;
 };
 

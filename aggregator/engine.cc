@@ -21,10 +21,10 @@ struct Engine::Slot {
   uint64_t cur = 0;
 
   // The open round.
-  std::vector<Payload> contribution;            // by rank
-  std::vector<uint8_t> state;                   // 0 absent, 1 waiting for backup, 2 durable
-  std::vector<std::shared_ptr<Peer>> pusher;    // who to ack, by rank
-  std::vector<std::shared_ptr<Peer>> deliverTo; // push-back results
+  std::vector<Payload> contribution;             // by rank
+  std::vector<uint8_t> state;                    // 0 absent, 1 waiting for backup, 2 durable
+  std::vector<std::shared_ptr<Peer>> pusher;     // who to ack, by rank
+  std::vector<std::shared_ptr<Peer>> deliverTo;  // push-back results
   std::vector<std::pair<std::shared_ptr<Peer>, wire::Header>> pullers;
   int present = 0;
   int durable = 0;
@@ -98,12 +98,24 @@ void Engine::run() {
 
 void Engine::handle(Event& e) {
   switch (e.kind) {
-    case Event::Kind::kPush: onPush(e); break;
-    case Event::Kind::kPull: onPull(e); break;
-    case Event::Kind::kForwardAck: onForwardAck(e); break;
-    case Event::Kind::kWorkerGone: onWorkerGone(e); break;
-    case Event::Kind::kBackupLost: onBackupLost(); break;
-    case Event::Kind::kDrain: failOpenRounds(e.reason); break;
+    case Event::Kind::kPush:
+      onPush(e);
+      break;
+    case Event::Kind::kPull:
+      onPull(e);
+      break;
+    case Event::Kind::kForwardAck:
+      onForwardAck(e);
+      break;
+    case Event::Kind::kWorkerGone:
+      onWorkerGone(e);
+      break;
+    case Event::Kind::kBackupLost:
+      onBackupLost();
+      break;
+    case Event::Kind::kDrain:
+      failOpenRounds(e.reason);
+      break;
   }
 }
 
@@ -320,10 +332,10 @@ void Engine::onPull(Event& e) {
     return;
   }
   if (h.iteration != s.cur) {
-    e.peer->reject(metrics_,
-                   h.iteration < s.cur ? RejectReason::kFinishedIteration
-                                       : RejectReason::kBeyondWindow,
-                   h, "the open round is iteration " + std::to_string(s.cur));
+    e.peer->reject(
+        metrics_,
+        h.iteration < s.cur ? RejectReason::kFinishedIteration : RejectReason::kBeyondWindow, h,
+        "the open round is iteration " + std::to_string(s.cur));
     return;
   }
   if (!s.open()) {
@@ -352,8 +364,8 @@ std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) co
     if (s.state[r] == 1) {
       os << " (waiting for the backup's ack)";
     } else if (goneSinceNs_[r] != 0) {
-      os << " (connection lost " << (now - goneSinceNs_[r]) / 1000000 << " ms ago: "
-         << goneReason_[r] << ")";
+      os << " (connection lost " << (now - goneSinceNs_[r]) / 1000000
+         << " ms ago: " << goneReason_[r] << ")";
       *anyGone = true;
     } else {
       os << " (connected, not yet pushed)";

@@ -14,7 +14,7 @@ namespace cofab::aggregator {
 
 struct HttpEndpointOptions {
   std::string host = "127.0.0.1";
-  int port = 0;  // 0: a kernel-chosen port (see port())
+  int port = 0;                          // 0: a kernel-chosen port (see port())
   std::function<std::string()> metrics;  // Prometheus text
   std::function<bool()> healthy;         // 200 "ok" when true, 503 "draining" when false
 };

@@ -45,13 +45,13 @@ std::string Metrics::render(int serverId, bool draining) const {
   auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   counter(os, "cofab_agg_rounds_completed_total", "rounds reduced and answered",
           ld(roundsCompleted), id);
-  counter(os, "cofab_agg_rounds_failed_total", "rounds released without a result",
-          ld(roundsFailed), id);
+  counter(os, "cofab_agg_rounds_failed_total", "rounds released without a result", ld(roundsFailed),
+          id);
   counter(os, "cofab_agg_bytes_in_total", "chunk payload bytes received", ld(bytesIn), id);
   counter(os, "cofab_agg_bytes_out_total", "result payload bytes sent", ld(bytesOut), id);
   counter(os, "cofab_agg_chunks_applied_total", "contributions applied", ld(chunksApplied), id);
-  counter(os, "cofab_agg_chunks_duplicate_total", "retransmitted contributions answered, not applied",
-          ld(chunksDuplicate), id);
+  counter(os, "cofab_agg_chunks_duplicate_total",
+          "retransmitted contributions answered, not applied", ld(chunksDuplicate), id);
   counter(os, "cofab_agg_chunks_forwarded_total", "contributions replicated to the backup",
           ld(chunksForwarded), id);
   counter(os, "cofab_agg_forwarded_applied_total", "contributions received as a backup",

@@ -20,8 +20,8 @@ namespace cofab::aggregator {
 
 struct Peer {
   std::shared_ptr<transport::Connection> conn;
-  int workerRank = -1;     // "worker N" in the handshake, N < workers; else -1
-  int aggregatorId = -1;   // "agg N": a primary that replicates to this daemon
+  int workerRank = -1;    // "worker N" in the handshake, N < workers; else -1
+  int aggregatorId = -1;  // "agg N": a primary that replicates to this daemon
   std::atomic<bool> goodbye{false};
   std::atomic<bool> active{false};  // has had a push accepted (it is that rank's live link)
 

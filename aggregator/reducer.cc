@@ -15,8 +15,8 @@ namespace {
 constexpr size_t kBlock = 2048;
 
 template <typename T, typename Acc, typename Load, typename Store>
-void reduceBlocks(std::span<const uint8_t* const> in, size_t count, uint8_t* outBytes,
-                  bool average, Load load, Store store) {
+void reduceBlocks(std::span<const uint8_t* const> in, size_t count, uint8_t* outBytes, bool average,
+                  Load load, Store store) {
   Acc acc[kBlock];
   const Acc divisor = static_cast<Acc>(in.size());
   T* out = reinterpret_cast<T*>(outBytes);
@@ -43,8 +43,7 @@ void reduceInRankOrder(DType dtype, bool average, std::span<const uint8_t* const
   switch (dtype) {
     case DType::kF32:
       reduceBlocks<float, float>(
-          contributions, count, out, average, [](float v) { return v; },
-          [](float v) { return v; });
+          contributions, count, out, average, [](float v) { return v; }, [](float v) { return v; });
       return;
     case DType::kF64:
       reduceBlocks<double, double>(

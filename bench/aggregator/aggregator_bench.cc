@@ -34,8 +34,8 @@
 #include "aggregator/reducer.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/comm/communicator.h"
-#include "fabric/ps/push_pull.h"
 #include "fabric/ps/ps_protocol.h"
+#include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/store.h"
 
 using namespace cofab;
@@ -141,8 +141,8 @@ void stopDaemons(const std::vector<pid_t>& pids, int sig) {
   }
 }
 
-std::vector<pid_t> startDaemons(const std::string& storeUrl, const std::string& prefix,
-                                int servers, int workers, bool replication) {
+std::vector<pid_t> startDaemons(const std::string& storeUrl, const std::string& prefix, int servers,
+                                int workers, bool replication) {
   std::vector<pid_t> pids;
   for (int i = 0; i < servers; ++i) {
     pids.push_back(spawnDaemon({COFAB_AGGD_PATH, "--store", storeUrl, "--store-prefix", prefix,
@@ -367,10 +367,11 @@ void benchFailover(const std::string& dir) {
   }
   std::printf("failover pause: %.1f ms (heartbeat %lld ms, failover deadline %lld ms)\n", pause,
               static_cast<long long>(heartbeatMs), static_cast<long long>(failoverMs));
-  std::printf("RESULT failover pause_ms=%.1f heartbeat_ms=%lld failover_deadline_ms=%lld "
-              "within_2x_deadline=%d\n",
-              pause, static_cast<long long>(heartbeatMs), static_cast<long long>(failoverMs),
-              pause <= 2.0 * failoverMs ? 1 : 0);
+  std::printf(
+      "RESULT failover pause_ms=%.1f heartbeat_ms=%lld failover_deadline_ms=%lld "
+      "within_2x_deadline=%d\n",
+      pause, static_cast<long long>(heartbeatMs), static_cast<long long>(failoverMs),
+      pause <= 2.0 * failoverMs ? 1 : 0);
   std::fflush(stdout);
 }
 

@@ -13,8 +13,12 @@ Status AggregatorCollectives::allreduce(const TensorView& in, const TensorView& 
                                         const comm::AllreduceOptions& options) {
   PushPullOptions po;
   switch (options.op) {
-    case comm::ReduceOp::kSum: po.op = ReduceOp::kSum; break;
-    case comm::ReduceOp::kAvg: po.op = ReduceOp::kAverage; break;
+    case comm::ReduceOp::kSum:
+      po.op = ReduceOp::kSum;
+      break;
+    case comm::ReduceOp::kAvg:
+      po.op = ReduceOp::kAverage;
+      break;
     default:
       return Unimplemented("allreduce through aggregators supports sum and avg, not " +
                            std::string(comm::reduceOpName(options.op)));

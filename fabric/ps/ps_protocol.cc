@@ -6,16 +6,26 @@ namespace cofab::ps {
 
 std::string_view rejectReasonName(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kFinishedIteration: return "finished_iteration";
-    case RejectReason::kBeyondWindow: return "beyond_window";
-    case RejectReason::kUnknownWorker: return "unknown_worker";
-    case RejectReason::kWrongSize: return "wrong_size";
-    case RejectReason::kWrongDType: return "wrong_dtype";
-    case RejectReason::kUnsupportedDType: return "unsupported_dtype";
-    case RejectReason::kMalformed: return "malformed";
-    case RejectReason::kOversized: return "oversized";
-    case RejectReason::kWrongOp: return "wrong_op";
-    case RejectReason::kDraining: return "draining";
+    case RejectReason::kFinishedIteration:
+      return "finished_iteration";
+    case RejectReason::kBeyondWindow:
+      return "beyond_window";
+    case RejectReason::kUnknownWorker:
+      return "unknown_worker";
+    case RejectReason::kWrongSize:
+      return "wrong_size";
+    case RejectReason::kWrongDType:
+      return "wrong_dtype";
+    case RejectReason::kUnsupportedDType:
+      return "unsupported_dtype";
+    case RejectReason::kMalformed:
+      return "malformed";
+    case RejectReason::kOversized:
+      return "oversized";
+    case RejectReason::kWrongOp:
+      return "wrong_op";
+    case RejectReason::kDraining:
+      return "draining";
   }
   return "unknown";
 }

@@ -16,9 +16,9 @@ namespace cofab::ps {
 
 // kPush opcode bits.
 enum PushBits : uint8_t {
-  kPushAverage = 1u << 0,   // reduce op: average (else sum)
-  kPushDeliver = 1u << 1,   // send the result back to this pusher when the round completes
-  kPushForwarded = 1u << 2, // a primary replicating a worker's contribution to its backup
+  kPushAverage = 1u << 0,    // reduce op: average (else sum)
+  kPushDeliver = 1u << 1,    // send the result back to this pusher when the round completes
+  kPushForwarded = 1u << 2,  // a primary replicating a worker's contribution to its backup
 };
 inline constexpr uint8_t kKnownPushBits = kPushAverage | kPushDeliver | kPushForwarded;
 

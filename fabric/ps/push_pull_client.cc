@@ -67,12 +67,10 @@ Status PushPullHandle::wait(Deadline deadline) const {
   if (!state_) return FailedPrecondition("wait() on an invalid PushPullHandle");
   std::unique_lock<std::mutex> lock(state_->mu);
   while (!state_->done) {
-    if (state_->cv.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
-        !state_->done) {
+    if (state_->cv.wait_until(lock, deadline.when()) == std::cv_status::timeout && !state_->done) {
       std::ostringstream os;
       os << "push-pull key=" << state_->key << " iteration=" << state_->iteration << ": "
-         << state_->remaining << " of " << state_->chunkServer.size()
-         << " chunks still missing:";
+         << state_->remaining << " of " << state_->chunkServer.size() << " chunks still missing:";
       int shown = 0;
       for (size_t c = 0; c < state_->chunkServer.size() && shown < 8; ++c) {
         if (state_->chunkServer[c] < 0) continue;
@@ -227,8 +225,8 @@ class PushPullClient::Impl {
       const ChunkId id{key, iteration, c};
       auto [it, inserted] = pending_.emplace(id, std::move(p));
       if (!inserted) {
-        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) + " iteration=" +
-                                      std::to_string(iteration) +
+        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
+                                      " iteration=" + std::to_string(iteration) +
                                       " is already in flight on this client"));
         return handle;
       }
@@ -383,9 +381,9 @@ class PushPullClient::Impl {
       if (it == pending_.end()) return;  // a duplicate result after a resend: already applied
       Pending& p = it->second;
       if (payload.size() != p.bytes) {
-        failOpLocked(p.op, DataLoss(serverName(server) + " sent " +
-                                    std::to_string(payload.size()) + " bytes for " +
-                                    h.describe() + ", expected " + std::to_string(p.bytes)));
+        failOpLocked(
+            p.op, DataLoss(serverName(server) + " sent " + std::to_string(payload.size()) +
+                           " bytes for " + h.describe() + ", expected " + std::to_string(p.bytes)));
         return;
       }
       std::memcpy(p.out, payload.data(), p.bytes);
@@ -424,14 +422,12 @@ class PushPullClient::Impl {
                                 reason == RejectReason::kDraining;
       std::string msg = serverName(server) + " rejected " + h.describe() + ": " +
                         std::string(rejectReasonName(reason)) + ": " + text;
-      failOpLocked(it->second.op,
-                   precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
+      failOpLocked(it->second.op, precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
       return;
     }
     if (cop == ControlOp::kRoundFailed) {
       std::string text(payload.begin(), payload.end());
-      failAllLocked(Aborted(serverName(server) + " released the round without a result: " +
-                            text));
+      failAllLocked(Aborted(serverName(server) + " released the round without a result: " + text));
       return;
     }
   }
@@ -446,9 +442,9 @@ class PushPullClient::Impl {
     const int m = static_cast<int>(servers_.size());
     const int backup = backupServer(server, m);
     if (!replication_ || m < 2 || servers_[static_cast<size_t>(backup)].dead) {
-      failAllLocked(Unavailable(serverName(server) + " failed: " + st.toString() +
-                                (replication_ ? "; its backup is gone too"
-                                              : "; no backup (replication off)")));
+      failAllLocked(Unavailable(
+          serverName(server) + " failed: " + st.toString() +
+          (replication_ ? "; its backup is gone too" : "; no backup (replication off)")));
       return;
     }
     COFAB_LOG(kWarn, "ps") << serverName(server) << " failed (" << st.toString()
@@ -591,8 +587,8 @@ StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(Store& store, 
         "no aggregator daemon registered under '" + options.storePrefix +
         "' (start cofab-aggd, e.g. cofab-run --role agg:1:cofab-aggd)");
   }
-  COFAB_ASSIGN_OR_RETURN(int64_t m, parseCounter(serverCountKey(options.storePrefix),
-                                                 countBytes.value()));
+  COFAB_ASSIGN_OR_RETURN(int64_t m,
+                         parseCounter(serverCountKey(options.storePrefix), countBytes.value()));
   if (m <= 0 || m > 4096) {
     return InvalidArgument("store key '" + serverCountKey(options.storePrefix) + "' holds " +
                            std::to_string(m) + ", not a daemon count");

@@ -66,8 +66,8 @@ Status DaemonCluster::start(Deadline deadline) {
     auto addr = store_->get(ps::serverAddressKey(prefix, i), deadline);
     if (!addr.ok()) return addr.status().withContext("daemon " + std::to_string(i));
     addresses_.push_back(toString(addr.value()));
-    COFAB_ASSIGN_OR_RETURN(Bytes http, store_->get(prefix + "/http/" + std::to_string(i),
-                                                   deadline));
+    COFAB_ASSIGN_OR_RETURN(Bytes http,
+                           store_->get(prefix + "/http/" + std::to_string(i), deadline));
     http_.push_back(toString(http));
   }
   return OkStatus();
@@ -99,8 +99,7 @@ StatusOr<std::string> DaemonCluster::httpGet(int i, const std::string& path) {
   auto res = cli.Get(path.c_str());
   if (!res) return Unavailable("GET " + path + " from daemon " + std::to_string(i) + " failed");
   if (res->status != 200) {
-    return Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " +
-                       res->body);
+    return Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " + res->body);
   }
   return res->body;
 }

@@ -1,9 +1,8 @@
 // DaemonCluster: real cofab-aggd processes for tests, meeting their workers through a FileStore
-// in a fresh temp dir. start() spawns M daemons (fork + exec of the binary built by this tree, killed with the
-// test process through PR_SET_PDEATHSIG)
-// and waits until each has registered; the destructor SIGKILLs and reaps whatever still runs.
-// Spawning creates no threads here, so tests may fork workers (ProcessGroup) afterwards.
-// Used from the test's main thread only.
+// in a fresh temp dir. start() spawns M daemons (fork + exec of the binary built by this tree,
+// killed with the test process through PR_SET_PDEATHSIG) and waits until each has registered; the
+// destructor SIGKILLs and reaps whatever still runs. Spawning creates no threads here, so tests may
+// fork workers (ProcessGroup) afterwards. Used from the test's main thread only.
 #pragma once
 
 #include <sys/types.h>
@@ -45,8 +44,7 @@ class DaemonCluster {
   StatusOr<double> metric(int i, const std::string& metric, const std::string& labelPart = "");
 
   // A client for worker `rank` with these options on top of the cluster's store.
-  StatusOr<std::unique_ptr<ps::PushPullClient>> connect(int rank,
-                                                        ps::ClientOptions options = {});
+  StatusOr<std::unique_ptr<ps::PushPullClient>> connect(int rank, ps::ClientOptions options = {});
 
  private:
   int servers_;

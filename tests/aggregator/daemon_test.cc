@@ -120,8 +120,9 @@ TEST(DaemonLifecycle, HealthMetricsAndSigtermExitsZero) {
   auto statuses = runThreadRanks(2, [&](int rank) -> Status {
     COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
     std::vector<float> x(1000, static_cast<float>(rank + 1));
-    COFAB_RETURN_IF_ERROR(client->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
-                                           TensorView::of(x.data(), x.size(), DType::kF32))
+    COFAB_RETURN_IF_ERROR(client
+                              ->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
+                                         TensorView::of(x.data(), x.size(), DType::kF32))
                               .wait(Deadline::afterMs(20000)));
     if (x[999] != 3.0f) return Internal("sum is " + std::to_string(x[999]));
     client->close();

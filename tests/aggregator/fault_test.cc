@@ -78,9 +78,10 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
   const int kKillAt = 6;
   DaemonCluster cluster(2, kWorkers, {"--replication", "on"});
   ASSERT_TRUE(cluster.start().ok());
-  const std::vector<Tensor> tensors = {
-      {1, 30000, DType::kF32}, {2, 3000, DType::kF16}, {3, 100, DType::kF64},
-      {4, 20000, DType::kBF16}};
+  const std::vector<Tensor> tensors = {{1, 30000, DType::kF32},
+                                       {2, 3000, DType::kF16},
+                                       {3, 100, DType::kF64},
+                                       {4, 20000, DType::kBF16}};
   std::atomic<bool> killNow{false};
   std::atomic<bool> killed{false};
   std::thread killer([&] {

@@ -35,8 +35,8 @@ TEST(AggregatorProtocol, RetransmittedChunksAreAppliedOnce) {
   const auto h0 = RawPeer::push(0, 5, 0, DType::kF32);
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());  // retransmission
-  ASSERT_TRUE((*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{10, 20})
-                  .ok());
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{10, 20}).ok());
   auto r0 = (*w0)->recvSkippingAcks();
   ASSERT_TRUE(r0.ok()) << r0.status();
   ASSERT_EQ(r0->header.type, wire::MessageType::kPullReply);
@@ -68,9 +68,8 @@ TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
   auto expectReject = [](RawPeer& p, RejectReason reason) {
     auto m = p.recvSkippingAcks();
     ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_TRUE(m->isReject(reason))
-        << "expected " << ps::rejectReasonName(reason) << ", got " << m->header.describe()
-        << " " << m->text();
+    EXPECT_TRUE(m->isReject(reason)) << "expected " << ps::rejectReasonName(reason) << ", got "
+                                     << m->header.describe() << " " << m->text();
     EXPECT_FALSE(m->text().empty()) << "a rejection must say why";
   };
 
@@ -100,13 +99,11 @@ TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
   ASSERT_TRUE(a.sendValues(RawPeer::push(0, 2, 0, DType::kF32), two).ok());
   ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF64), std::vector<double>{1}).ok());
   expectReject(b, RejectReason::kWrongDType);
-  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF32), std::vector<float>{1, 2, 3})
-                  .ok());
+  ASSERT_TRUE(b.sendValues(RawPeer::push(1, 2, 0, DType::kF32), std::vector<float>{1, 2, 3}).ok());
   expectReject(b, RejectReason::kWrongSize);
   // Sum vs average disagreement within a round.
   ASSERT_TRUE(
-      b.sendValues(RawPeer::push(1, 2, 0, DType::kF32, 1, ps::kPushDeliver | ps::kPushAverage),
-                   two)
+      b.sendValues(RawPeer::push(1, 2, 0, DType::kF32, 1, ps::kPushDeliver | ps::kPushAverage), two)
           .ok());
   expectReject(b, RejectReason::kWrongOp);
   // A correct contribution completes the round (nothing rejected was merged: 1+1, 2+2).
@@ -126,12 +123,11 @@ TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
   expectReject(a, RejectReason::kFinishedIteration);
 
   const std::pair<const char*, double> expected[] = {
-      {"beyond_window", 1}, {"unknown_worker", 2},    {"malformed", 2},
-      {"unsupported_dtype", 1}, {"oversized", 1},     {"wrong_size", 2},
-      {"wrong_dtype", 1},   {"wrong_op", 1},          {"finished_iteration", 1}};
+      {"beyond_window", 1},     {"unknown_worker", 2}, {"malformed", 2},
+      {"unsupported_dtype", 1}, {"oversized", 1},      {"wrong_size", 2},
+      {"wrong_dtype", 1},       {"wrong_op", 1},       {"finished_iteration", 1}};
   for (const auto& [reason, count] : expected) {
-    auto v = cluster.metric(0, "cofab_agg_rejects_total",
-                            std::string("reason=\"") + reason + "\"");
+    auto v = cluster.metric(0, "cofab_agg_rejects_total", std::string("reason=\"") + reason + "\"");
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ(*v, count) << reason;
   }
@@ -145,15 +141,17 @@ TEST(AggregatorProtocol, ClientSeesTheRejectionReason) {
   std::vector<float> x(10, 1.0f);
   ps::PushPullOptions po;
   po.iteration = 7;  // the daemon's open round is 0
-  Status s = (*client)->pushPull(3, TensorView::of(x.data(), x.size(), DType::kF32),
-                                 TensorView::of(x.data(), x.size(), DType::kF32), po)
+  Status s = (*client)
+                 ->pushPull(3, TensorView::of(x.data(), x.size(), DType::kF32),
+                            TensorView::of(x.data(), x.size(), DType::kF32), po)
                  .wait(Deadline::afterMs(10000));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("beyond_window"), std::string::npos) << s;
   // Bad arguments fail the handle at once, without a round trip.
   std::vector<int32_t> ints(4);
-  Status bad = (*client)->pushPull(4, TensorView::of(ints.data(), 4, DType::kI32),
-                                   TensorView::of(ints.data(), 4, DType::kI32))
+  Status bad = (*client)
+                   ->pushPull(4, TensorView::of(ints.data(), 4, DType::kI32),
+                              TensorView::of(ints.data(), 4, DType::kI32))
                    .wait(Deadline::afterMs(1000));
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad;
 }
@@ -254,8 +252,9 @@ TEST(AggregatorProtocol, GarbageOnThePortDoesNotHurtOtherWorkers) {
   auto statuses = runThreadRanks(2, [&](int rank) -> Status {
     COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
     std::vector<float> x(3000, static_cast<float>(rank + 1));
-    COFAB_RETURN_IF_ERROR(client->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
-                                           TensorView::of(x.data(), x.size(), DType::kF32))
+    COFAB_RETURN_IF_ERROR(client
+                              ->pushPull(1, TensorView::of(x.data(), x.size(), DType::kF32),
+                                         TensorView::of(x.data(), x.size(), DType::kF32))
                               .wait(Deadline::afterMs(20000)));
     for (float v : x) {
       if (v != 3.0f) return Internal("wrong sum " + std::to_string(v));

@@ -23,8 +23,7 @@ struct RawMessage {
            payload[0] == static_cast<uint8_t>(r);
   }
   bool isControl(ps::ControlOp op) const {
-    return header.type == wire::MessageType::kControl &&
-           header.opcode == static_cast<uint8_t>(op);
+    return header.type == wire::MessageType::kControl && header.opcode == static_cast<uint8_t>(op);
   }
   std::string text() const {
     return payload.empty() ? "" : std::string(payload.begin() + 1, payload.end());

@@ -27,7 +27,9 @@ inline std::vector<uint8_t> makeTensor(DType dtype, size_t count, int rank, uint
   for (size_t i = 0; i < count; ++i) {
     const float v = testValue(rank, key, iteration, i);
     switch (dtype) {
-      case DType::kF32: std::memcpy(out.data() + 4 * i, &v, 4); break;
+      case DType::kF32:
+        std::memcpy(out.data() + 4 * i, &v, 4);
+        break;
       case DType::kF64: {
         const double d = static_cast<double>(v) * 1.0000001;
         std::memcpy(out.data() + 8 * i, &d, 8);
@@ -43,7 +45,8 @@ inline std::vector<uint8_t> makeTensor(DType dtype, size_t count, int rank, uint
         std::memcpy(out.data() + 2 * i, &b, 2);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return out;

@@ -28,9 +28,8 @@ TEST(Placement, BigTensorsSpreadEvenlyAndSmallOnesInExpectation) {
   const int m = 4;
   std::vector<int> load(m, 0);
   for (uint32_t c = 0; c < 1001; ++c) load[static_cast<size_t>(primaryServer(42, c, m))]++;
-  EXPECT_LE(*std::max_element(load.begin(), load.end()) -
-                *std::min_element(load.begin(), load.end()),
-            1);
+  EXPECT_LE(
+      *std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), 1);
   std::vector<int> keys(m, 0);
   for (uint64_t key = 0; key < 4000; ++key) keys[static_cast<size_t>(primaryServer(key, 0, m))]++;
   for (int n : keys) EXPECT_NEAR(n, 1000, 150);
