@@ -228,14 +228,13 @@ void run(DType dtype, ReduceOp op, int div, void* dst, const void* a, const void
   COFAB_CHECK(false) << "reduce on a non-reducible dtype " << dtypeName(dtype);
 }
 
-COFAB_CLONES int isaProbe() {
-#if defined(__AVX512F__)
-  return 2;
-#elif defined(__AVX2__)
-  return 1;
-#else
-  return 0;
+// What the ifunc resolver of the clones above picks (the same cpu checks, in the same order).
+int isaProbe() {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  if (__builtin_cpu_supports("avx512f")) return 2;
+  if (__builtin_cpu_supports("avx2")) return 1;
 #endif
+  return 0;
 }
 
 }  // namespace
