@@ -18,8 +18,9 @@
 namespace cofab::aggregator {
 
 // contributions[r] points to `count` elements of `dtype` (worker r's chunk); writes `count`
-// elements to `out` (may alias no input). dtype must be f32, f64, f16 or bf16 (checked by the
-// caller: COFAB_CHECK here).
+// elements to `out`, which may be contributions[0] exactly (each block of it is read before it
+// is written) but must not overlap any other input. dtype must be f32, f64, f16 or bf16 (checked by
+// the caller: COFAB_CHECK here).
 void reduceInRankOrder(DType dtype, bool average, std::span<const uint8_t* const> contributions,
                        size_t count, uint8_t* out);
 

@@ -45,3 +45,20 @@ TEST(Reducer, RankOrderIsPartOfTheResult) {
 
 }  // namespace
 }  // namespace cofab::testing
+
+namespace cofab::testing {
+namespace {
+
+TEST(Reducer, OutputMayBeTheFirstContribution) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < 3; ++r) inputs.push_back(makeTensor(dtype, 5000, r, 4, 2));
+    const auto expected = referenceReduce(dtype, true, inputs);
+    std::vector<const uint8_t*> ptrs{inputs[0].data(), inputs[1].data(), inputs[2].data()};
+    aggregator::reduceInRankOrder(dtype, true, ptrs, 5000, inputs[0].data());
+    EXPECT_EQ(inputs[0], expected) << dtypeName(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace cofab::testing
