@@ -216,6 +216,8 @@ std::string side(const std::string& transport, bool server, const std::string& d
     if (!conn.ok()) return "error=" + conn.status().toString();
     auto c2 = (*l)->accept(Deadline::afterMs(30000));
     if (!c2.ok()) return "error=" + c2.status().toString();
+    // Syns can arrive in either order (one may be lost at 10% loss): tell them apart by id.
+    if ((*conn)->peerId() != "bulk") std::swap(*conn, *c2);
     out = serve(**conn);
     const std::string e = echo(**c2);
     if (!e.empty()) out = e;

@@ -184,8 +184,11 @@ void Engine::shutdownAll() {
     c->conn->fail(Cancelled("the dpdk context was closed"));
   }
   connecting_.clear();
-  // Close every connection and let what was sent drain, within a bound: the peer sees a Fin
-  // after the last byte, like an orderly close.
+  // Sends posted before the stop go into frames first (as far as the windows allow), then every
+  // connection closes and what was sent drains, within a bound: the peer sees a Fin after the
+  // last byte, like an orderly close.
+  pumpAll(monoNs());
+  flushTx();
   std::vector<std::shared_ptr<Conn>> all;
   for (auto& [id, c] : conns_) all.push_back(c);
   for (auto& c : all) c->close();
@@ -283,6 +286,9 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
         if (auto c = connecting_.find(f.header.dstConn); c != connecting_.end()) {
           c->second->lastProblem = "nobody listens at that address (the peer sent a reset)";
         }
+      } else if (it != conns_.end() && it->second->state() == Conn::State::kSynSent) {
+        // Our SynAck was lost and the server already talks (an ack, a keepalive): the Syn
+        // retransmission brings the SynAck again; a Rst here would kill its side.
       } else if (it != conns_.end() && it->second->peerConn() == f.header.srcConn &&
                  it->second->peer().mac == f.src.mac) {
         kept = it->second->onFrame(f, m, now);
