@@ -11,7 +11,9 @@ namespace {
 // Console output for people, plus a copy of every finished case for RESULT lines.
 class CollectingReporter : public benchmark::ConsoleReporter {
  public:
-  explicit CollectingReporter(std::vector<CaseResult>* out) : out_(out) {}
+  // No colours: escape codes would otherwise precede the RESULT lines printed after the run.
+  explicit CollectingReporter(std::vector<CaseResult>* out)
+      : ConsoleReporter(OO_Tabular), out_(out) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);

@@ -26,9 +26,14 @@ class AggregatorSync final : public GradientSync {
   static StatusOr<std::unique_ptr<GradientSync>> create() {
     auto sync = std::unique_ptr<AggregatorSync>(new AggregatorSync());
     COFAB_ASSIGN_OR_RETURN(sync->boot_, bootstrapFromEnv(Deadline::afterMs(kStepTimeoutMs)));
+    ps::ClientOptions options;
+    // The model is ~0.8 MB: with the default 4 MiB chunks each tensor would be one chunk on one
+    // daemon. 64 KiB chunks spread the big layer over every daemon. (Every worker uses the same
+    // value, as placement requires.)
+    options.chunkBytes = 64 << 10;
     COFAB_ASSIGN_OR_RETURN(sync->client_,
                            ps::PushPullClient::connect(*sync->boot_.store, sync->boot_.info.rank,
-                                                       sync->boot_.info.worldSize));
+                                                       sync->boot_.info.worldSize, options));
     return std::unique_ptr<GradientSync>(std::move(sync));
   }
   int rank() const override { return boot_.info.rank; }

@@ -90,16 +90,21 @@ TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
 
 TEST(LauncherTest, SigtermIsForwardedAndReported) {
   testing::TempDir dir;
-  auto script = writeScript(dir, "trap 'echo got-term; exit 0' TERM\nsleep 30 & wait\n");
-  // Run cofab-run in the background and SIGTERM it once the ranks are up.
+  // Each rank says it is ready only after its trap is installed, so the SIGTERM below can never
+  // arrive before the rank can report it, however slow the machine.
+  auto script = writeScript(dir, "trap 'echo got-term; exit 0' TERM\ntouch " + dir.path() +
+                                     "/ready.$COFAB_RANK\nsleep 30 & wait\n");
   std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 2 " + script + " > " + dir.path() +
-                    "/out 2>&1 & pid=$!; sleep 0.5; kill -TERM $pid; wait $pid";
+                    "/out 2>&1 & pid=$!; i=0; while [ $i -lt 600 ] && ! { [ -e " + dir.path() +
+                    "/ready.0 ] && [ -e " + dir.path() + "/ready.1 ]; }; do sleep 0.1; " +
+                    "i=$((i+1)); done; kill -TERM $pid; wait $pid";
   int status = std::system(("sh -c '" + cmd + "'").c_str());
   std::ifstream in(dir.path() + "/out");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(WEXITSTATUS(status), 128 + 15) << out;
   EXPECT_NE(out.find("forwarding"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 0] got-term"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1] got-term"), std::string::npos) << out;
 }
 
 TEST(LauncherArgsTest, BadArgumentsAreExplained) {
