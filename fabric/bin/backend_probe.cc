@@ -1,6 +1,7 @@
 #include "fabric/bin/backend_probe.h"
 
 #include "core/config.h"
+#include "fabric/transport/registry.h"
 #include "gpu/device.h"
 #if COFAB_HAVE_RDMA
 #include "fabric/transport/rdma/verbs_api.h"
@@ -42,9 +43,19 @@ std::vector<BackendReport> probeBackends() {
   out.push_back({"isal", COFAB_HAVE_ISAL != 0, COFAB_HAVE_ISAL != 0,
                  COFAB_HAVE_ISAL ? "Intel ISA-L linked" : "built without ISA-L: portable codec"});
 #if COFAB_HAVE_DPDK
-  out.push_back({"dpdk", true, false,
-                 std::string("DPDK ") + COFAB_DPDK_VERSION +
-                     " linked; the dpdk transport is not implemented yet (issue 6)"});
+  // Probed for real: starting EAL is what a job would do first, and cofab-info is a short-lived
+  // process of its own, so taking EAL here costs nothing later.
+  {
+    auto ctx = transport::Registry::create("dpdk", {});
+    std::string detail = std::string("DPDK ") + COFAB_DPDK_VERSION + ": ";
+    if (ctx.ok()) {
+      detail += "EAL started (COFAB_DPDK_EAL_ARGS / COFAB_DPDK_VDEV)";
+      (*ctx)->join();
+    } else {
+      detail += ctx.status().message();
+    }
+    out.push_back({"dpdk", true, ctx.ok(), detail});
+  }
 #else
   out.push_back({"dpdk", false, false, "built without DPDK (COFAB_WITH_DPDK=OFF or not found)"});
 #endif
