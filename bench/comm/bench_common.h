@@ -61,11 +61,19 @@ inline double cpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-inline std::string argValue(int argc, char** argv, const std::string& name, const std::string& def) {
+inline std::string argValue(int argc, char** argv, const std::string& name,
+                            const std::string& def) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (argv[i] == name) return argv[i + 1];
   }
   return def;
+}
+
+inline bool hasFlag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == name) return true;
+  }
+  return false;
 }
 
 }  // namespace cofab::bench

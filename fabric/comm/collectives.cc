@@ -76,13 +76,20 @@ CollectiveHandle CollectiveHandle::failed(const Status& status) {
 }
 
 Status CollectiveHandle::wait(Deadline deadline) {
+  if (external_) return external_->wait(deadline);
   if (!op_) return failed_.ok() ? FailedPrecondition("wait on an empty CollectiveHandle") : failed_;
   return op_->wait(deadline);
 }
 
-bool CollectiveHandle::test() const { return !op_ || op_->done(); }
+bool CollectiveHandle::test() const {
+  if (external_) return external_->test();
+  return !op_ || op_->done();
+}
 
 Status CollectiveHandle::status() const {
+  if (external_) {
+    return external_->test() ? external_->status() : Unavailable("allreduce in progress");
+  }
   if (!op_) return failed_.ok() ? FailedPrecondition("status of an empty CollectiveHandle") : failed_;
   return op_->status();
 }
@@ -97,6 +104,10 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
     return CollectiveHandle::failed(error);
   }
   const Deadline deadline = deadlineOf(options, &error);
+  if (AllreducePath* path = comm.allreducePath(); path && path->serves(options.op, in.dtype)) {
+    if (!error.ok()) return CollectiveHandle::failed(error);
+    return CollectiveHandle(path->start(in, out, options.op, deadline));
+  }
   AllreduceAlgorithm algo = options.algorithm;
   if (algo == AllreduceAlgorithm::kAuto) {
     auto forced = kAllreduceAlgo.get();

@@ -58,6 +58,8 @@ class CollectiveHandle {
  public:
   CollectiveHandle() = default;
   explicit CollectiveHandle(std::shared_ptr<CollectiveOp> op) : op_(std::move(op)) {}
+  // An operation running on the communicator's AllreducePath.
+  explicit CollectiveHandle(std::shared_ptr<PendingOp> external) : external_(std::move(external)) {}
   static CollectiveHandle failed(const Status& status);
 
   // Waits until the operation completes or `deadline` passes (DeadlineExceeded; the operation
@@ -70,6 +72,7 @@ class CollectiveHandle {
 
  private:
   std::shared_ptr<CollectiveOp> op_;
+  std::shared_ptr<PendingOp> external_;
   Status failed_;
 };
 
@@ -86,8 +89,8 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
 // in holds size() blocks of out.count elements; rank r gets block r reduced over the ranks.
 Status reduceScatter(Communicator& comm, const TensorView& in, const TensorView& out,
                      const ReduceScatterOptions& options = {});
-CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in,
-                                    const TensorView& out, const ReduceScatterOptions& options = {});
+CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in, const TensorView& out,
+                                    const ReduceScatterOptions& options = {});
 
 // out holds size() blocks of in.count elements; block r is rank r's in.
 Status allgather(Communicator& comm, const TensorView& in, const TensorView& out,

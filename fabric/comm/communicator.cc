@@ -1,7 +1,5 @@
 #include "fabric/comm/communicator.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -43,19 +41,6 @@ int parsePeerRank(const std::string& prefix, const std::string& id) {
   const long v = std::strtol(id.c_str() + head.size(), &end, 10);
   if (end == id.c_str() + head.size() || *end != '\0' || v < 0 || v > INT32_MAX) return -1;
   return static_cast<int>(v);
-}
-
-// A peer that dies while this rank writes to it must be an error status, not SIGPIPE killing
-// the process: the tcp transport writes with writev(), which cannot pass MSG_NOSIGNAL. Once per
-// process, and only if the application left SIGPIPE at its default (like gRPC does).
-void ignoreSigpipeOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction old {};
-    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-      signal(SIGPIPE, SIG_IGN);
-    }
-  });
 }
 
 Duration orParam(Duration d, const IntParam& param) {
@@ -106,7 +91,6 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   }
   if (store == nullptr) return InvalidArgument("communicator: store is null");
   if (size > 1 && context == nullptr) return InvalidArgument("communicator: context is null");
-  if (size > 1) ignoreSigpipeOnce();
   const Deadline deadline = Deadline::after(orParam(options.setupTimeout, kSetupTimeoutMs));
   // Every (re)creation under one name gets a fresh namespace, so addresses left in the store
   // by an earlier communicator of the same name are never read.
@@ -115,6 +99,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   std::string prefix = options.name + "/" + std::to_string(generation);
   std::unique_ptr<Communicator> comm(
       new Communicator(rank, size, store, options.name, prefix, std::move(context)));
+  comm->allreducePath_ = options.allreducePath;
   COFAB_RETURN_IF_ERROR(comm->connectMesh(options, deadline)
                             .withContext("communicator '" + options.name + "' rank " +
                                          std::to_string(rank) + " of " + std::to_string(size)));

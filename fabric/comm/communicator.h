@@ -26,6 +26,7 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "fabric/comm/allreduce_path.h"
 #include "fabric/rendezvous/prefix_store.h"
 #include "fabric/rendezvous/store.h"
 #include "fabric/transport/connection.h"
@@ -46,6 +47,9 @@ struct CommOptions {
   // Bound on the whole setup (store rendezvous + connections): DeadlineExceeded names the ranks
   // that did not show up. Zero: COFAB_COMM_SETUP_TIMEOUT_MS.
   Duration setupTimeout{0};
+  // Where allreduce runs: null over the peers; else the allreduces it serves go to this path
+  // (the aggregator daemons: ps::aggregatorAllreducePath). Set on every rank or on none.
+  std::shared_ptr<AllreducePath> allreducePath;
 };
 
 class Communicator {
@@ -54,9 +58,9 @@ class Communicator {
   static StatusOr<std::unique_ptr<Communicator>> create(int rank, int size, Store* store,
                                                         const CommOptions& options = {});
   // As create(), with a transport context the caller made (shared with other communicators).
-  static StatusOr<std::unique_ptr<Communicator>> create(
-      int rank, int size, Store* store, std::shared_ptr<transport::Context> context,
-      const CommOptions& options = {});
+  static StatusOr<std::unique_ptr<Communicator>> create(int rank, int size, Store* store,
+                                                        std::shared_ptr<transport::Context> context,
+                                                        const CommOptions& options = {});
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -65,6 +69,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
+  // CommOptions::allreducePath (null: the peers).
+  AllreducePath* allreducePath() const { return allreducePath_.get(); }
 
   // Collective over this communicator (like MPI_Comm_split): ranks passing the same `color`
   // form a sub-communicator ordered by (key, rank). A negative color takes no part and gets a
@@ -80,7 +86,9 @@ class Communicator {
   void abort();
 
   // --- Used by the collectives (fabric/comm/collective_op.h); not for applications. ---
-  transport::Connection* connection(int peer) const { return conns_[static_cast<size_t>(peer)].get(); }
+  transport::Connection* connection(int peer) const {
+    return conns_[static_cast<size_t>(peer)].get();
+  }
   // Scratch memory for the running operation (operations run one at a time), at least `bytes`.
   uint8_t* scratch(size_t bytes);
   uint64_t nextSequence();
@@ -116,6 +124,7 @@ class Communicator {
   const std::string prefix_;  // "<name>/<generation>"
   PrefixStore store_;
   std::shared_ptr<transport::Context> context_;
+  std::shared_ptr<AllreducePath> allreducePath_;
   std::vector<std::shared_ptr<transport::Connection>> conns_;
   std::unique_ptr<std::atomic<uint64_t>[]> arrived_;  // per peer: highest sequence seen + 1
 
@@ -131,9 +140,9 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::deque<std::shared_ptr<CollectiveOp>> queue_;
   std::shared_ptr<CollectiveOp> running_;
-  Status error_;             // sticky, set once the failure procedure has finished
-  bool failing_ = false;     // the failure procedure has started
-  std::thread failThread_;   // runs handleFailure() (joined by the destructor)
+  Status error_;            // sticky, set once the failure procedure has finished
+  bool failing_ = false;    // the failure procedure has started
+  std::thread failThread_;  // runs handleFailure() (joined by the destructor)
   uint64_t splits_ = 0;
 };
 

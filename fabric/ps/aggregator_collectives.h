@@ -1,8 +1,9 @@
 // AggregatorCollectives: the collective API's allreduce (fabric/comm/collectives.h shapes and
 // options) served by the aggregator daemons through a PushPullClient, so code written against
-// comm::allreduce can run on either path. A Communicator option that switches its allreduce to
-// this path needs a hook in fabric/comm (owned by the collectives engineer; see
-// docs/AGGREGATOR.md §8) — until then callers pick the path by object.
+// comm::allreduce can run on either path. Two ways in: this object, called directly; or
+// aggregatorAllreducePath(), given to a Communicator as CommOptions::allreducePath, after which
+// comm::allreduce / allreduceAsync on that communicator go through the daemons (sum and avg over
+// f32, f64, f16, bf16; min, max and integer dtypes stay on the peers).
 //
 // Every rank calls allreduce() in the same order with the same shapes (as for comm). Each call
 // is one push-pull on a key derived from (keyBase, dtype, count), at the next iteration of that
@@ -15,6 +16,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "fabric/comm/allreduce_path.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/ps/push_pull.h"
 
@@ -34,6 +36,9 @@ class AggregatorCollectives {
     return allreduce(inout, inout, options);
   }
 
+  // Starts the allreduce and returns its handle (same keys and rules as allreduce()).
+  PushPullHandle allreduceAsync(const TensorView& in, const TensorView& out, comm::ReduceOp op);
+
   // The key a call with this shape uses (exposed for tests and metrics).
   uint64_t keyFor(DType dtype, size_t count) const;
 
@@ -41,5 +46,10 @@ class AggregatorCollectives {
   PushPullClient& client_;
   uint64_t keyBase_;
 };
+
+// A comm::AllreducePath through the daemons `client` talks to (which it keeps alive): give it to
+// Communicator::create in CommOptions::allreducePath on every rank.
+std::shared_ptr<comm::AllreducePath> aggregatorAllreducePath(
+    std::shared_ptr<PushPullClient> client, uint64_t keyBase = 0xA11ED0CE00000000ull);
 
 }  // namespace cofab::ps
