@@ -7,6 +7,7 @@ list(APPEND COFAB_FABRIC_SOURCES
   transport/loopback/worker.cc
   transport/tcp/epoll_loop.cc
   transport/tcp/socket_util.cc
+  transport/tcp/striped_connection.cc
   transport/tcp/tcp_connection.cc
   transport/tcp/tcp_context.cc
   transport/tcp/tcp_listener.cc)

@@ -4,8 +4,9 @@
 // Parameters (environment, see `cofab-info`): COFAB_TCP_LOOPS (I/O threads per context),
 // COFAB_SOCKET_IFNAME (interface whose address listeners bind by default),
 // COFAB_TCP_CONNECT_TIMEOUT_MS (bound on one connect attempt), COFAB_TCP_SOCKET_BUFFER (socket
-// buffer bytes; 0 keeps the kernel's autotuning), COFAB_TCP_KEEPALIVE_S (keepalive idle time).
-// Fields set in TcpOptions win over them.
+// buffer bytes; 0 keeps the kernel's autotuning), COFAB_TCP_KEEPALIVE_S (keepalive idle time),
+// COFAB_TCP_SOCKETS_PER_PEER (sockets per connection, messages round-robin over them; the
+// connecting side chooses, listeners accept any count). Fields set in TcpOptions win over them.
 #pragma once
 
 #include <memory>
@@ -20,6 +21,7 @@ struct TcpOptions {
   int loops = 0;              // 0: COFAB_TCP_LOOPS
   std::string ifname;         // empty: COFAB_SOCKET_IFNAME
   int socketBufferBytes = -1;  // -1: COFAB_TCP_SOCKET_BUFFER
+  int socketsPerPeer = 0;      // 0: COFAB_TCP_SOCKETS_PER_PEER
 };
 
 StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,

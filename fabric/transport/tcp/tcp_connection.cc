@@ -45,6 +45,15 @@ Status checkSlices(std::span<const Slice> slices, const char* what) {
 
 }  // namespace
 
+Status checkSendable(const wire::Header& header, ConstSlices payload) {
+  COFAB_RETURN_IF_ERROR(checkSlices(payload, "send"));
+  wire::Header h = header;
+  h.payloadLength = totalSize(payload);
+  return wire::validateHeader(h, wire::DecodeOptions{UINT64_MAX});
+}
+
+Status checkReceivable(MutableSlices dest) { return checkSlices(dest, "recv"); }
+
 TcpConnectionImpl::TcpConnectionImpl(Params p)
     : peerId_(std::move(p.peerId)),
       peerAddress_(std::move(p.peerAddress)),
@@ -107,8 +116,9 @@ void TcpConnectionImpl::send(const wire::Header& header, ConstSlices payload, Se
   op->done = std::move(done);
   op->next = 0;
   op->written = false;
-  op->error = checkSlices(payload, "send");
   op->iov.clear();
+  // The peer would reject what it cannot decode: fail here, naming the caller's mistake.
+  op->error = checkSendable(header, payload);
   if (op->error.ok()) {
     wire::Header h = header;
     h.payloadLength = totalSize(payload);
@@ -119,17 +129,13 @@ void TcpConnectionImpl::send(const wire::Header& header, ConstSlices payload, Se
     } else {
       h.payloadCrc = 0;
     }
-    // The peer would reject what it cannot decode: fail here, naming the caller's mistake.
-    op->error = wire::validateHeader(h, wire::DecodeOptions{UINT64_MAX});
-    if (op->error.ok()) {
-      wire::encodeHeader(h, op->header.data());
-      op->iov.push_back({op->header.data(), wire::kHeaderSize});
-      for (const auto& s : payload) {
-        if (s.size > 0) op->iov.push_back({const_cast<void*>(s.data), s.size});
-      }
-    } else {
-      op->error = op->error.withContext("send on " + describe());
+    wire::encodeHeader(h, op->header.data());
+    op->iov.push_back({op->header.data(), wire::kHeaderSize});
+    for (const auto& s : payload) {
+      if (s.size > 0) op->iov.push_back({const_cast<void*>(s.data), s.size});
     }
+  } else {
+    op->error = op->error.withContext("send on " + describe());
   }
   submitSend(std::move(op));
 }
@@ -144,7 +150,7 @@ void TcpConnectionImpl::recv(MutableSlices dest, RecvCallback done) {
   op->done = std::move(done);
   op->dest.clear();
   op->expected = 0;
-  op->error = checkSlices(dest, "recv");
+  op->error = checkReceivable(dest);
   if (op->error.ok()) {
     for (const auto& s : dest) {
       if (s.size > 0) op->dest.push_back({s.data, s.size});

@@ -23,6 +23,11 @@
 
 namespace cofab::transport::tcp {
 
+// The checks send() / recv() make before an operation touches the stream (null slices, a header
+// the peer would reject). An operation failing them fails alone, the connection stays healthy.
+Status checkSendable(const wire::Header& header, ConstSlices payload);
+Status checkReceivable(MutableSlices dest);
+
 class TcpConnectionImpl final : public EpollHandler,
                                 public Schedulable,
                                 public std::enable_shared_from_this<TcpConnectionImpl> {
@@ -58,7 +63,7 @@ class TcpConnectionImpl final : public EpollHandler,
     std::vector<iovec> iov;  // [0] is the header; entries are advanced in place as bytes go out
     size_t next = 0;         // first iov entry not completely written
     SendCallback done;
-    Status error;  // set when the op must fail without being sent
+    Status error;          // set when the op must fail without being sent
     bool written = false;  // completed by an inline write (for the off-loop fallback)
   };
   struct RecvOp {
@@ -155,9 +160,7 @@ class TcpConnection final : public Connection {
   void send(const wire::Header& header, ConstSlices payload, SendCallback done) override {
     impl_->send(header, payload, std::move(done));
   }
-  void recv(MutableSlices dest, RecvCallback done) override {
-    impl_->recv(dest, std::move(done));
-  }
+  void recv(MutableSlices dest, RecvCallback done) override { impl_->recv(dest, std::move(done)); }
   void recvOwned(RecvOwnedCallback done) override { impl_->recvOwned(std::move(done)); }
   void close() override { impl_->close(); }
   Status status() const override { return impl_->status(); }

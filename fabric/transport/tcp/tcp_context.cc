@@ -5,12 +5,15 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <random>
 #include <thread>
 
 #include "core/log.h"
 #include "core/param.h"
 #include "fabric/transport/tcp/tcp_connection.h"
+#include "fabric/transport/tcp/striped_connection.h"
 #include "fabric/transport/tcp/tcp_listener.h"
 
 namespace cofab::transport::tcp {
@@ -27,6 +30,8 @@ COFAB_PARAM_INT(kKeepalive, "COFAB_TCP_KEEPALIVE_S", 30, 0, 86400,
                 "tcp keepalive idle seconds before probing a silent peer (3 probes); 0: off");
 COFAB_PARAM_INT(kSocketBuffer, "COFAB_TCP_SOCKET_BUFFER", 0, 0, 1 << 30,
                 "tcp SO_SNDBUF/SO_RCVBUF bytes; 0 keeps the kernel's autotuning");
+COFAB_PARAM_INT(kSocketsPerPeer, "COFAB_TCP_SOCKETS_PER_PEER", 1, 1, kMaxSocketsPerPeer,
+                "tcp sockets per connection this side opens; messages go round-robin over them");
 
 StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
                                                  const TcpOptions& tcp) {
@@ -53,6 +58,14 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
   COFAB_ASSIGN_OR_RETURN(int64_t keepalive, kKeepalive.get());
   state->tuning.keepaliveSeconds = static_cast<int>(keepalive);
   COFAB_ASSIGN_OR_RETURN(state->connectAttemptMs, kConnectTimeoutMs.get());
+  int64_t sockets = tcp.socketsPerPeer;
+  if (sockets <= 0) {
+    COFAB_ASSIGN_OR_RETURN(sockets, kSocketsPerPeer.get());
+  } else if (sockets > kMaxSocketsPerPeer) {
+    return InvalidArgument("tcp: socketsPerPeer " + std::to_string(sockets) + " is above " +
+                           std::to_string(kMaxSocketsPerPeer));
+  }
+  state->socketsPerPeer = static_cast<int>(sockets);
   for (int64_t i = 0; i < loops; ++i) {
     COFAB_ASSIGN_OR_RETURN(auto loop, EpollLoop::start("cofab-tcp" + std::to_string(i)));
     state->loops.push_back(std::shared_ptr<EpollLoop>(std::move(loop)));
@@ -113,12 +126,23 @@ bool TcpContextState::closeAll() {
 
 namespace {
 
-// Hello{our id} -> HelloAck{their id}; returns their id.
+uint64_t randomToken() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32 ^ rd()) + counter.fetch_add(1);
+}
+
+// Hello{our id, stripe group} -> HelloAck{their id}; returns their id.
 StatusOr<std::string> clientHandshake(int fd, const std::string& text, const std::string& localId,
-                                      Deadline deadline) {
+                                      const StripeGroup& group, Deadline deadline) {
   wire::Header hello;
   hello.type = wire::MessageType::kHello;
   hello.payloadLength = localId.size();
+  if (group.count > 1) {
+    hello.key = group.token;
+    hello.chunkIndex = group.index;
+    hello.chunkCount = group.count;
+  }
   std::string out(wire::kHeaderSize, '\0');
   wire::encodeHeader(hello, reinterpret_cast<uint8_t*>(out.data()));
   out += localId;
@@ -194,6 +218,32 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
                            " bytes (at most " + std::to_string(kMaxHandshakeId) + ")");
   }
   COFAB_ASSIGN_OR_RETURN(SockAddr addr, parseAddress(address));
+  const int n = state_->socketsPerPeer;
+  if (n == 1) return connectSocket(addr, address, options, StripeGroup{}, deadline);
+  // The token only has to tell this connection's sockets apart from other groups in flight at
+  // the same listener.
+  StripeGroup group;
+  group.token = randomToken();
+  group.count = static_cast<uint32_t>(n);
+  std::vector<std::shared_ptr<Connection>> subs;
+  for (int i = 0; i < n; ++i) {
+    group.index = static_cast<uint32_t>(i);
+    auto sub = connectSocket(addr, address, options, group, deadline);
+    if (!sub.ok()) {
+      for (auto& s : subs) s->close();  // the listener drops the incomplete group
+      return sub.status().withContext("tcp socket " + std::to_string(i + 1) + " of " +
+                                      std::to_string(n));
+    }
+    subs.push_back(std::move(sub).value());
+  }
+  return std::shared_ptr<Connection>(std::make_shared<StripedConnection>(std::move(subs)));
+}
+
+StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const SockAddr& addr,
+                                                                const std::string& address,
+                                                                const ConnectOptions& options,
+                                                                const StripeGroup& group,
+                                                                Deadline deadline) {
   auto backoff = std::chrono::milliseconds(1);
   int attempts = 0;
   Status last;
@@ -201,7 +251,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
     ++attempts;
     bool retryable = false;
     const Deadline attempt = deadline.min(Deadline::afterMs(state_->connectAttemptMs));
-    auto conn = connectOnce(addr, address, options, attempt, &retryable);
+    auto conn = connectOnce(addr, address, options, group, attempt, &retryable);
     if (conn.ok()) return conn;
     last = conn.status();
     if (!retryable) return last;
@@ -219,6 +269,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
 StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& addr,
                                                               const std::string& text,
                                                               const ConnectOptions& options,
+                                                              const StripeGroup& group,
                                                               Deadline deadline, bool* retryable) {
   *retryable = false;
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -247,7 +298,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& ad
   }
   // A listener that goes away mid-handshake (closed, restarting) shows up as a reset or EOF:
   // worth another attempt, like a refused connect.
-  auto peerId = clientHandshake(fd.get(), text, options.localId, deadline);
+  auto peerId = clientHandshake(fd.get(), text, options.localId, group, deadline);
   if (!peerId.ok()) {
     const StatusCode c = peerId.status().code();
     *retryable = c == StatusCode::kRemoteError || c == StatusCode::kDeadlineExceeded;

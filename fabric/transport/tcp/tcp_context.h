@@ -18,6 +18,15 @@ namespace cofab::transport::tcp {
 class TcpConnectionImpl;
 class TcpListenerImpl;
 
+// Where a socket belongs, carried in its Hello (key = token, chunkIndex = index, chunkCount =
+// count): the listener joins the `count` sockets of one token into a StripedConnection.
+struct StripeGroup {
+  uint64_t token = 0;
+  uint32_t index = 0;
+  uint32_t count = 1;
+};
+inline constexpr uint32_t kMaxSocketsPerPeer = 64;
+
 // Shared by the context, its listeners and its connections.
 class TcpContextState {
  public:
@@ -25,6 +34,7 @@ class TcpContextState {
   SocketTuning tuning;
   std::string ifname;           // COFAB_SOCKET_IFNAME, may be empty
   int64_t connectAttemptMs = 0;  // COFAB_TCP_CONNECT_TIMEOUT_MS
+  int socketsPerPeer = 1;        // COFAB_TCP_SOCKETS_PER_PEER (connections this side opens)
   std::vector<std::shared_ptr<EpollLoop>> loops;
 
   std::shared_ptr<EpollLoop> nextLoop() {
@@ -61,9 +71,16 @@ class TcpContext final : public Context {
   void join() override;
 
  private:
+  // One socket, with retries until `deadline`. `group`: the socket's place in a striped
+  // connection (count 1: a plain connection).
+  StatusOr<std::shared_ptr<Connection>> connectSocket(const SockAddr& addr,
+                                                      const std::string& address,
+                                                      const ConnectOptions& options,
+                                                      const StripeGroup& group, Deadline deadline);
   StatusOr<std::shared_ptr<Connection>> connectOnce(const SockAddr& addr, const std::string& text,
                                                     const ConnectOptions& options,
-                                                    Deadline deadline, bool* retryable);
+                                                    const StripeGroup& group, Deadline deadline,
+                                                    bool* retryable);
   const std::string name_ = "tcp";
   std::shared_ptr<TcpContextState> state_;
   std::mutex joinMu_;

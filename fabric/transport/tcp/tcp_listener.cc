@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/log.h"
+#include "fabric/transport/tcp/striped_connection.h"
 #include "fabric/transport/tcp/tcp_context.h"
 
 namespace cofab::transport::tcp {
@@ -52,6 +54,14 @@ class HandshakeHandler final : public EpollHandler {
                         std::string(wire::messageTypeName(h->type)));
         }
         id_.resize(h->payloadLength);
+        group_.token = h->key;
+        group_.index = h->chunkIndex;
+        group_.count = h->chunkCount == 0 ? 1 : h->chunkCount;
+        if (group_.count > kMaxSocketsPerPeer) {
+          return finish("bad handshake: " + std::to_string(group_.count) +
+                        " sockets per connection (at most " +
+                        std::to_string(kMaxSocketsPerPeer) + ")");
+        }
       }
     }
     // Complete: answer. A fresh socket's send buffer always has room for this small reply.
@@ -85,7 +95,12 @@ class HandshakeHandler final : public EpollHandler {
       COFAB_LOG(kWarn, "tcp") << "accepted connection from " << peerAddress_
                               << " dropped: " << error;
     }
-    if (conn) listener_->handshakeDone(std::move(conn));
+    if (!conn) return;
+    if (group_.count > 1) {
+      listener_->stripeMember(group_, std::move(conn));
+    } else {
+      listener_->handshakeDone(std::move(conn));
+    }
   }
 
   TcpListenerImpl* listener_;
@@ -94,6 +109,7 @@ class HandshakeHandler final : public EpollHandler {
   const std::string localId_;
   uint8_t header_[wire::kHeaderSize];
   std::string id_;
+  StripeGroup group_;
   size_t got_ = 0;
 };
 
@@ -187,6 +203,41 @@ void TcpListenerImpl::handshakeDone(std::shared_ptr<Connection> conn) {
   queue_.deliver(std::move(conn));
 }
 
+void TcpListenerImpl::stripeMember(const StripeGroup& group, std::shared_ptr<Connection> conn) {
+  const int64_t now = nowNs();
+  // A connecting side that failed half-way closes its sockets, but a socket parked here is not
+  // read, so nobody would notice: groups incomplete after twice the connect-attempt bound go.
+  const int64_t maxAgeNs = 2 * ctx_->connectAttemptMs * 1'000'000;
+  std::erase_if(stripes_, [&](const auto& kv) {
+    if (now - kv.second.startNs <= maxAgeNs) return false;
+    COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": dropped an incomplete group of "
+                            << kv.second.members.size() << " sockets from '"
+                            << kv.second.members.front()->peerId() << "' ("
+                            << kv.second.have << " arrived)";
+    return true;
+  });
+  PendingStripe& p = stripes_[group.token];
+  if (p.members.empty()) {
+    p.members.resize(group.count);
+    p.startNs = now;
+  }
+  auto& slot = p.members[group.index];
+  if (p.members.size() != group.count || slot != nullptr ||
+      (p.have > 0 && p.peerId != conn->peerId())) {
+    COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": socket " << group.index << "/"
+                            << group.count << " from '" << conn->peerId()
+                            << "' does not fit its group; dropping the group";
+    stripes_.erase(group.token);
+    return;
+  }
+  p.peerId = conn->peerId();
+  slot = std::move(conn);
+  if (++p.have < static_cast<int>(group.count)) return;
+  auto members = std::move(p.members);
+  stripes_.erase(group.token);
+  queue_.deliver(std::make_shared<StripedConnection>(std::move(members)));
+}
+
 void TcpListenerImpl::close() {
   if (!queue_.close()) return;
   // Refuse new connections now rather than when the loop gets to it: the fd stays valid (the
@@ -202,6 +253,7 @@ void TcpListenerImpl::closeOnLoop() {
   fd_.reset();
   for (auto& [fd, h] : handshakes_) loop_->remove(fd);
   handshakes_.clear();
+  stripes_.clear();
 }
 
 }  // namespace cofab::transport::tcp

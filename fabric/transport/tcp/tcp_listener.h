@@ -3,11 +3,14 @@
 // The listening socket lives on one of the context's loops. Each accepted socket runs the
 // handshake (read the peer's Hello with its id, answer HelloAck with ours) on that loop, then
 // becomes a TcpConnection on the next loop in round-robin order and is queued for accept().
+// Sockets whose Hello names a stripe group (COFAB_TCP_SOCKETS_PER_PEER > 1 on the connecting
+// side) wait until their group is complete and are queued as one StripedConnection.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "fabric/transport/accept_queue.h"
 #include "fabric/transport/listener.h"
@@ -18,6 +21,7 @@ namespace cofab::transport::tcp {
 
 class TcpContextState;
 class HandshakeHandler;
+struct StripeGroup;
 
 class TcpListenerImpl final : public EpollHandler,
                               public std::enable_shared_from_this<TcpListenerImpl> {
@@ -40,6 +44,9 @@ class TcpListenerImpl final : public EpollHandler,
   // connection made from it is queued for accept (done).
   void handshakeDetach(int fd);
   void handshakeDone(std::shared_ptr<Connection> conn);
+  // Loop thread: a handshaken socket of a striped connection; accept() gets the connection once
+  // all sockets of its group are here.
+  void stripeMember(const StripeGroup& group, std::shared_ptr<Connection> conn);
   StatusOr<std::shared_ptr<Connection>> ctxAdopt(Fd fd, const std::string& id,
                                                  const std::string& addr);
 
@@ -53,6 +60,14 @@ class TcpListenerImpl final : public EpollHandler,
   bool attached_ = false;
   // Loop thread only: sockets still in their handshake.
   std::unordered_map<int, std::shared_ptr<HandshakeHandler>> handshakes_;
+  // Loop thread only: striped connections still missing sockets, by group token.
+  struct PendingStripe {
+    std::vector<std::shared_ptr<Connection>> members;  // by index
+    int have = 0;
+    std::string peerId;
+    int64_t startNs = 0;
+  };
+  std::unordered_map<uint64_t, PendingStripe> stripes_;
   AcceptQueue queue_;
 };
 

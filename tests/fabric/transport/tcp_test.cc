@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <numeric>
 #include <thread>
 
 #include "core/param.h"
@@ -186,6 +187,101 @@ TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   const double before = cpuSeconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_LT(cpuSeconds() - before, 0.1) << "I/O threads are busy while nothing happens";
+}
+
+}  // namespace
+}  // namespace cofab::transport::testing
+
+namespace cofab::transport::testing {
+namespace {
+
+// COFAB_TCP_SOCKETS_PER_PEER > 1: one Connection over several sockets. Messages of very
+// different sizes go round-robin, so the sockets finish them out of order; the connection must
+// still match messages to receives and complete callbacks in posting order.
+TEST(TcpStripedTest, MessagesStayInOrderAcrossSockets) {
+  auto s = tcp::createContext({.localId = "s"}, {.loops = 2});
+  auto c = tcp::createContext({.localId = "c"}, {.loops = 3, .socketsPerPeer = 4});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {.localId = "striper"}, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->peerId(), "striper");
+  EXPECT_NE((*cc)->describe().find("over 4 sockets"), std::string::npos) << (*cc)->describe();
+  EXPECT_NE((*a)->describe().find("over 4 sockets"), std::string::npos) << (*a)->describe();
+  constexpr size_t kMessages = 40;
+  std::vector<std::vector<uint8_t>> src, dst;
+  for (size_t i = 0; i < kMessages; ++i) {
+    const size_t size = i % 4 == 0 ? (2u << 20) + i : i * 3;  // big ones on socket 0 only
+    src.push_back(pattern(size, static_cast<uint32_t>(i)));
+    dst.emplace_back(size, 0xEE);
+  }
+  Recorder sends, recvs;
+  for (size_t i = 0; i < kMessages; ++i) {
+    InsideCall inside;
+    (*a)->recv(dst[i].data(), dst[i].size(), recvs.recvCb(i));
+  }
+  for (size_t i = 0; i < kMessages; ++i) {
+    InsideCall inside;
+    wire::Header h;
+    h.sequence = i;
+    (*cc)->send(h, src[i].data(), src[i].size(), sends.sendCb(i));
+  }
+  ASSERT_TRUE(sends.wait(kMessages));
+  ASSERT_TRUE(recvs.wait(kMessages));
+  EXPECT_EQ(sends.inlineCalls() + recvs.inlineCalls(), 0);
+  std::vector<size_t> inOrder(kMessages);
+  std::iota(inOrder.begin(), inOrder.end(), size_t{0});
+  EXPECT_EQ(sends.order(), inOrder);
+  EXPECT_EQ(recvs.order(), inOrder);
+  for (size_t i = 0; i < kMessages; ++i) {
+    EXPECT_TRUE(recvs.statuses()[i].ok()) << recvs.statuses()[i];
+    EXPECT_EQ(recvs.headers()[i].sequence, i);
+    EXPECT_TRUE(dst[i] == src[i]) << "message " << i;
+  }
+}
+
+// A peer whose sockets do not form a valid group (here: two sockets claiming the same index of
+// one token) is dropped by the listener, which keeps accepting well-formed connections.
+TEST(TcpStripedTest, AnInconsistentGroupIsDroppedAndTheListenerKeepsServing) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto addr = tcp::parseAddress((*l)->address());
+  ASSERT_TRUE(addr.ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = ::socket(addr->family(), SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, addr->get(), addr->len), 0);
+    wire::Header hello;
+    hello.type = wire::MessageType::kHello;
+    hello.key = 0x5eed;
+    hello.chunkIndex = 0;  // both claim socket 0 of 2
+    hello.chunkCount = 2;
+    auto b = wire::encodeHeader(hello);
+    ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+    uint8_t ack[64];
+    ASSERT_EQ(::read(fd, ack, sizeof(ack)), 64);  // each socket's handshake itself succeeds
+    fds.push_back(fd);
+  }
+  auto c = tcp::createContext({.localId = "c"}, {.socketsPerPeer = 2});
+  ASSERT_TRUE(c.ok());
+  auto cc = (*c)->connect((*l)->address(), {.localId = "good"}, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->peerId(), "good");
+  for (int fd : fds) ::close(fd);
+}
+
+TEST(TcpStripedTest, SocketCountIsValidated) {
+  ScopedParamOverride o("COFAB_TCP_SOCKETS_PER_PEER", "65");
+  EXPECT_EQ(tcp::createContext({}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::createContext({}, {.socketsPerPeer = 65}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

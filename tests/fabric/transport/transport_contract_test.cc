@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
+#include "core/param.h"
 #include "fabric/transport/tcp/socket_util.h"
 #include "tests/fabric/transport/transport_test_util.h"
 #include "tests/support/process_group.h"
@@ -15,15 +17,20 @@
 namespace cofab::transport::testing {
 namespace {
 
+// "tcp_striped" is the tcp transport with COFAB_TCP_SOCKETS_PER_PEER=3: every connection is a
+// StripedConnection whose messages go round-robin over three sockets.
 class TransportContractTest : public ::testing::TestWithParam<std::string> {
  protected:
+  std::string name() const { return GetParam() == "tcp_striped" ? "tcp" : GetParam(); }
+
   void SetUp() override {
-    auto s = Registry::create(GetParam(), {.localId = "server"});
+    if (GetParam() == "tcp_striped") stripes_.emplace("COFAB_TCP_SOCKETS_PER_PEER", "3");
+    auto s = Registry::create(name(), {.localId = "server"});
     // Built but not usable here (rdma without a device): skip with the reason (DESIGN.md §4).
     if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
-    auto c = Registry::create(GetParam(), {.localId = "client"});
+    auto c = Registry::create(name(), {.localId = "client"});
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *c;
     auto l = server_->listen({});
@@ -75,6 +82,7 @@ class TransportContractTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(src == dst) << "payload of " << size << " bytes differs";
   }
 
+  std::optional<ScopedParamOverride> stripes_;  // before the contexts: outlives them
   std::shared_ptr<Context> server_;
   std::shared_ptr<Context> client_;
   std::unique_ptr<Listener> listener_;
@@ -399,7 +407,7 @@ TEST_P(TransportContractTest, PeerKilledGivesRemoteErrorWithinDeadline) {
     group.signal(0, SIGKILL);
     group.wait(0, testDeadline());
   } else {
-    auto dying = Registry::create(GetParam(), {.localId = "doomed child"});
+    auto dying = Registry::create(name(), {.localId = "doomed child"});
     ASSERT_TRUE(dying.ok());
     auto c = (*dying)->connect(listener_->address(), {.localId = "doomed child"}, testDeadline());
     ASSERT_TRUE(c.ok()) << c.status();
@@ -618,6 +626,10 @@ TEST_P(TransportContractTest, RegisterMemory) {
 
 INSTANTIATE_TEST_SUITE_P(AllTransports, TransportContractTest,
                          ::testing::ValuesIn(Registry::names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+INSTANTIATE_TEST_SUITE_P(TcpStriped, TransportContractTest, ::testing::Values("tcp_striped"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
