@@ -1,0 +1,3 @@
+# Gradient compression codecs (8-bit min-max, 1-bit sign with error feedback).
+list(APPEND COFAB_FABRIC_SOURCES
+  compress/codec.cc)
