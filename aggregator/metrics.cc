@@ -65,6 +65,7 @@ std::string Metrics::render(int serverId, bool draining) const {
   os << "# HELP cofab_agg_rejects_total chunks rejected, by reason\n"
         "# TYPE cofab_agg_rejects_total counter\n";
   for (uint8_t r = 1; r <= ps::kMaxRejectReason; ++r) {
+    if (ps::rejectReasonName(static_cast<ps::RejectReason>(r)) == "unknown") continue;  // unused
     os << "cofab_agg_rejects_total{" << id << ",reason=\""
        << ps::rejectReasonName(static_cast<ps::RejectReason>(r)) << "\"} " << ld(rejects[r])
        << '\n';
@@ -88,6 +89,7 @@ std::string Metrics::render(int serverId, bool draining) const {
     os << "cofab_agg_worker_lag_iterations{" << id << ",worker=\"" << w << "\"} "
        << newest - ld(workerIteration[static_cast<size_t>(w)]) << '\n';
   }
+  sync.render(os, id);
   return os.str();
 }
 

@@ -26,6 +26,10 @@ std::string_view rejectReasonName(RejectReason reason) {
       return "wrong_op";
     case RejectReason::kDraining:
       return "draining";
+    case RejectReason::kUninitialized:
+      return "uninitialized";
+    case RejectReason::kWrongCompression:
+      return "wrong_compression";
   }
   return "unknown";
 }

@@ -19,8 +19,12 @@ enum PushBits : uint8_t {
   kPushAverage = 1u << 0,    // reduce op: average (else sum)
   kPushDeliver = 1u << 1,    // send the result back to this pusher when the round completes
   kPushForwarded = 1u << 2,  // a primary replicating a worker's contribution to its backup
+  kPushInt8 = 1u << 3,       // payload is compress::Compression::kInt8 of f32 (also on the reply)
+  kPushOneBit = 1u << 4,     // payload is compress::Compression::kOneBit of f32 (also on the reply)
 };
-inline constexpr uint8_t kKnownPushBits = kPushAverage | kPushDeliver | kPushForwarded;
+inline constexpr uint8_t kPushCompressionBits = kPushInt8 | kPushOneBit;
+inline constexpr uint8_t kKnownPushBits =
+    kPushAverage | kPushDeliver | kPushForwarded | kPushCompressionBits;
 
 // kControl opcodes used by the aggregator protocol. Values are wire format: append only.
 enum class ControlOp : uint8_t {
@@ -30,6 +34,17 @@ enum class ControlOp : uint8_t {
   kPing = 4,         // worker -> daemon: liveness probe (heartbeat)
   kPong = 5,         // daemon -> worker: answer to kPing
   kForwardAck = 6,   // backup -> primary: the forwarded contribution is applied
+  // Model store (docs/MODEL_STORE.md). Requests worker -> daemon carry key/chunk/chunkCount,
+  // dtype f32 and the chunk's elements; answers echo key/chunk.
+  kModelInit = 10,      // payload: initial value; answer kModelAck (iteration = version)
+  kModelPull = 11,      // no payload; answer kModelValue
+  kModelApply = 12,     // iteration = worker clock, payload: delta; answer kModelApplied
+  kModelElastic = 13,   // iteration = alpha's f32 bits, payload: x; answer kModelValue (d)
+  kModelAck = 14,       // daemon -> worker: init done (or already done); iteration = version
+  kModelValue = 15,     // daemon -> worker: iteration = version, payload: value (or d)
+  kModelApplied = 16,   // daemon -> worker: payload ModelApplyReply (+ reason text if dropped)
+  kModelDeferred = 17,  // daemon -> worker: the apply is held; payload text names the slow worker
+  kModelLeave = 18,     // worker -> daemon: this worker leaves the model store (no payload)
 };
 
 // Why a daemon refused a chunk (first payload byte of kReject). Append only.
@@ -44,8 +59,19 @@ enum class RejectReason : uint8_t {
   kOversized = 8,          // payload larger than the daemon's --max-chunk-bytes
   kWrongOp = 9,            // sum/average differs from the round's
   kDraining = 10,          // the daemon is shutting down
+  kUninitialized = 13,     // model store: pull/apply/elastic on a key nobody initialised
+  kWrongCompression = 14,  // compressed chunk malformed, or its codec differs from the round's
 };
-inline constexpr uint8_t kMaxRejectReason = 10;
+inline constexpr uint8_t kMaxRejectReason = 14;
+
+// Payload of kModelApplied (little-endian): outcome (0 applied, 1 dropped), 7 zero bytes,
+// version, staleness; then, for a dropped update, UTF-8 text saying why.
+struct ModelApplyReply {
+  uint8_t outcome = 0;
+  uint64_t version = 0;
+  uint64_t staleness = 0;
+};
+inline constexpr size_t kModelApplyReplyBytes = 24;
 
 // "finished_iteration", "beyond_window", ... (metric label values); "unknown" otherwise.
 std::string_view rejectReasonName(RejectReason reason);

@@ -45,6 +45,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "fabric/compress/codec.h"
 #include "fabric/rendezvous/store.h"
 
 namespace cofab::ps {
@@ -62,11 +63,18 @@ enum class Delivery : uint8_t {
 
 inline constexpr uint64_t kAutoIteration = ~0ull;
 
+// Compression of the chunks on the wire (f32 only; docs/COMPRESSION.md): kNone, kInt8 (8-bit
+// min-max per block), kOneBit (sign + per-block scale, error feedback kept per key by the client
+// and per slot by the daemon). The daemon decompresses, sums in f32 in rank order, recompresses.
+using Compression = compress::Compression;
+
 struct PushPullOptions {
   ReduceOp op = ReduceOp::kSum;
   Delivery delivery = Delivery::kPushBack;
   // The round this contribution belongs to; kAutoIteration: the client's per-key counter.
   uint64_t iteration = kAutoIteration;
+  Compression compression = Compression::kNone;       // kNone, kInt8, kOneBit (f32 tensors only)
+  size_t compressionBlock = compress::kDefaultBlock;  // elements per block (scale/min)
 };
 
 struct ClientOptions {

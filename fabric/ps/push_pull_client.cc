@@ -114,6 +114,11 @@ struct Pending {
   bool pull = false;
   int server = 0;
   bool acked = false;
+  // Compressed chunk: `in`/`bytes` are the encoding (kept for resends, so error feedback is
+  // applied once), the answer is decoded into `count` floats at `out`.
+  compress::Compression codec = compress::Compression::kNone;
+  std::shared_ptr<std::vector<uint8_t>> encoded;
+  size_t count = 0;
 };
 
 struct ServerState {
@@ -171,6 +176,13 @@ class PushPullClient::Impl {
     if (options.op == ReduceOp::kAverage) bits |= kPushAverage;
     const bool pull = options.delivery == Delivery::kPull;
     if (!pull) bits |= kPushDeliver;
+    if (options.compression == Compression::kInt8) bits |= kPushInt8;
+    if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
+    // Compress every chunk before taking mu_ (the I/O threads need it for answers).
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> encoded;
+    if (options.compression != Compression::kNone) {
+      encoded = compressChunks(key, in, layout, options);
+    }
 
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t iteration = options.iteration;
@@ -210,6 +222,13 @@ class PushPullClient::Impl {
       p.chunkCount = layout.chunkCount;
       p.pushBits = bits;
       p.pull = pull;
+      if (options.compression != Compression::kNone) {
+        p.codec = options.compression;
+        p.count = n;
+        p.encoded = encoded[c];
+        p.in = p.encoded->data();
+        p.bytes = p.encoded->size();
+      }
       int server = primaryServer(key, c, m);
       if (servers_[static_cast<size_t>(server)].dead) server = backupServer(server, m);
       if (servers_[static_cast<size_t>(server)].dead) {
@@ -322,7 +341,39 @@ class PushPullClient::Impl {
     if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
       return InvalidArgument("unknown ReduceOp");
     }
+    if (o.compression != Compression::kNone) {
+      if (o.compression != Compression::kInt8 && o.compression != Compression::kOneBit) {
+        return InvalidArgument("unknown Compression");
+      }
+      if (in.dtype != DType::kF32) {
+        return InvalidArgument("compression applies to f32 tensors only; got " +
+                               std::string(dtypeName(in.dtype)));
+      }
+      if (o.compressionBlock == 0 || o.compressionBlock > compress::kMaxBlock) {
+        return InvalidArgument("compressionBlock must be in [1, " +
+                               std::to_string(compress::kMaxBlock) + "]");
+      }
+    }
     return OkStatus();
+  }
+
+  // The encoding of each chunk of `in`; 1-bit keeps a per-key residual (error feedback).
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> compressChunks(uint64_t key, TensorView in,
+                                                                    const ChunkLayout& layout,
+                                                                    const PushPullOptions& o) {
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> out(layout.chunkCount);
+    std::lock_guard<std::mutex> lock(feedbackMu_);
+    float* residual =
+        o.compression == Compression::kOneBit ? feedback_.residual(key, in.count) : nullptr;
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, in.count - first);
+      out[c] = std::make_shared<std::vector<uint8_t>>(
+          compress::compressedBytes(o.compression, n, o.compressionBlock));
+      compress::compress(o.compression, in.as<const float>() + first, n, o.compressionBlock,
+                         residual ? residual + first : nullptr, out[c]->data());
+    }
+    return out;
   }
 
   void sendChunkLocked(const ChunkId& id, Pending& p) {
@@ -386,7 +437,17 @@ class PushPullClient::Impl {
                            " bytes for " + h.describe() + ", expected " + std::to_string(p.bytes)));
         return;
       }
-      std::memcpy(p.out, payload.data(), p.bytes);
+      if (p.codec != compress::Compression::kNone) {
+        Status st = compress::decompress(p.codec, payload.data(), payload.size(), p.count,
+                                         reinterpret_cast<float*>(p.out));
+        if (!st.ok()) {
+          failOpLocked(p.op, DataLoss(serverName(server) + " sent a bad compressed result for " +
+                                      h.describe() + ": " + st.message()));
+          return;
+        }
+      } else {
+        std::memcpy(p.out, payload.data(), p.bytes);
+      }
       bytesIn_.fetch_add(p.bytes, std::memory_order_relaxed);
       auto op = p.op;
       const int s = p.server;
@@ -533,6 +594,8 @@ class PushPullClient::Impl {
   std::shared_ptr<transport::Context> ctx_;
   std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;
   std::unordered_map<uint64_t, uint64_t> nextIteration_;
+  std::mutex feedbackMu_;             // guards feedback_ (taken before, never inside, mu_)
+  compress::ErrorFeedback feedback_;  // per key, 1-bit compression
   std::vector<std::shared_ptr<detail::OpState>> ops_;
   std::thread heartbeat_;
 };

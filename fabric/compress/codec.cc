@@ -1,0 +1,206 @@
+#include "fabric/compress/codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace cofab::compress {
+
+namespace {
+
+size_t blockBytes(Compression c, size_t n) {
+  return c == Compression::kInt8 ? 8 + n : 4 + (n + 7) / 8;
+}
+
+template <typename T>
+void put(uint8_t*& p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+  p += sizeof(T);
+}
+template <typename T>
+T get(const uint8_t*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+// Block of n values x (input + residual already added): encodes, and writes the decoded values
+// back into x so that the caller can update the residual.
+void encodeInt8(float* x, size_t n, uint8_t*& p) {
+  float lo = x[0], hi = x[0];
+  for (size_t j = 1; j < n; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float scale = (hi - lo) / 255.0f;
+  put(p, lo);
+  put(p, scale);
+  const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  for (size_t j = 0; j < n; ++j) {
+    // (x - lo) * inv is >= 0, so truncating v + 0.5 rounds to nearest (and vectorises, unlike
+    // nearbyint on the baseline x86-64 ISA).
+    const int q = std::min(static_cast<int>((x[j] - lo) * inv + 0.5f), 255);
+    p[j] = static_cast<uint8_t>(q);
+    x[j] = lo + static_cast<float>(q) * scale;
+  }
+  p += n;
+}
+
+void encodeOneBit(float* x, size_t n, uint8_t*& p) {
+  // Eight partial sums in a fixed order: vectorisable, and the same bits on every machine.
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (size_t k = 0; k < 8; ++k) part[k] += std::fabs(x[j + k]);
+  }
+  for (; j < n; ++j) part[0] += std::fabs(x[j]);
+  const float sum =
+      ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  const float scale = sum / static_cast<float>(n);
+  put(p, scale);
+  for (size_t b = 0; b < (n + 7) / 8; ++b) {
+    const size_t m = std::min<size_t>(8, n - 8 * b);
+    float* xb = x + 8 * b;
+    unsigned byte = 0;
+    for (size_t k = 0; k < m; ++k) {
+      const bool positive = xb[k] >= 0.0f;
+      byte |= static_cast<unsigned>(positive) << k;
+      xb[k] = positive ? scale : -scale;
+    }
+    p[b] = static_cast<uint8_t>(byte);
+  }
+  p += (n + 7) / 8;
+}
+
+}  // namespace
+
+std::string_view compressionName(Compression c) {
+  switch (c) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kInt8:
+      return "int8";
+    case Compression::kOneBit:
+      return "onebit";
+  }
+  return "unknown";
+}
+
+size_t compressedBytes(Compression c, size_t count, size_t block) {
+  if (c == Compression::kNone) return count * sizeof(float);
+  if (block == 0) block = kDefaultBlock;
+  const size_t full = count / block;
+  const size_t tail = count % block;
+  size_t bytes = kPrefixBytes + full * blockBytes(c, block) + (tail ? blockBytes(c, tail) : 0);
+  return (bytes + 3) / 4 * 4;
+}
+
+void compress(Compression c, const float* in, size_t count, size_t block, float* residual,
+              uint8_t* out) {
+  COFAB_CHECK(c == Compression::kInt8 || c == Compression::kOneBit) << "compress: no codec";
+  COFAB_CHECK(count <= UINT32_MAX && block > 0 && block <= kMaxBlock) << "compress: bad sizes";
+  const size_t total = compressedBytes(c, count, block);
+  uint8_t* p = out;
+  put(p, static_cast<uint32_t>(count));
+  put(p, static_cast<uint32_t>(block));
+  float x[kDefaultBlock];
+  std::vector<float> big;
+  float* buf = x;
+  if (block > kDefaultBlock) {
+    big.resize(block);
+    buf = big.data();
+  }
+  for (size_t base = 0; base < count; base += block) {
+    const size_t n = std::min(block, count - base);
+    for (size_t j = 0; j < n; ++j) buf[j] = in[base + j] + (residual ? residual[base + j] : 0.0f);
+    float* decoded = buf;
+    if (residual) {
+      // residual = (input + old residual) - decoded; keep the pre-encoding value in residual.
+      for (size_t j = 0; j < n; ++j) residual[base + j] = buf[j];
+    }
+    if (c == Compression::kInt8) {
+      encodeInt8(decoded, n, p);
+    } else {
+      encodeOneBit(decoded, n, p);
+    }
+    if (residual) {
+      for (size_t j = 0; j < n; ++j) residual[base + j] -= decoded[j];
+    }
+  }
+  while (static_cast<size_t>(p - out) < total) *p++ = 0;
+}
+
+StatusOr<EncodedInfo> inspect(Compression c, const uint8_t* in, size_t bytes) {
+  if (c != Compression::kInt8 && c != Compression::kOneBit) {
+    return InvalidArgument("compressed payload: unknown codec " +
+                           std::to_string(static_cast<int>(c)));
+  }
+  if (bytes < kPrefixBytes) {
+    return InvalidArgument("compressed payload of " + std::to_string(bytes) +
+                           " bytes is shorter than its 8-byte prefix");
+  }
+  const uint8_t* p = in;
+  EncodedInfo info;
+  info.count = get<uint32_t>(p);
+  info.block = get<uint32_t>(p);
+  if (info.block == 0 || info.block > kMaxBlock) {
+    return InvalidArgument("compressed payload: block size " + std::to_string(info.block) +
+                           " outside [1, " + std::to_string(kMaxBlock) + "]");
+  }
+  if (info.count == 0) return InvalidArgument("compressed payload: zero elements");
+  const size_t want = compressedBytes(c, info.count, info.block);
+  if (bytes != want) {
+    return InvalidArgument("compressed payload (" + std::string(compressionName(c)) + ") of " +
+                           std::to_string(bytes) + " bytes, but " + std::to_string(info.count) +
+                           " elements in blocks of " + std::to_string(info.block) + " take " +
+                           std::to_string(want));
+  }
+  return info;
+}
+
+Status decompress(Compression c, const uint8_t* in, size_t bytes, size_t expectedCount,
+                  float* out) {
+  COFAB_ASSIGN_OR_RETURN(EncodedInfo info, inspect(c, in, bytes));
+  if (info.count != expectedCount) {
+    return InvalidArgument("compressed payload holds " + std::to_string(info.count) +
+                           " elements, expected " + std::to_string(expectedCount));
+  }
+  const uint8_t* p = in + kPrefixBytes;
+  for (size_t base = 0; base < info.count; base += info.block) {
+    const size_t n = std::min(info.block, info.count - base);
+    if (c == Compression::kInt8) {
+      const float lo = get<float>(p);
+      const float scale = get<float>(p);
+      for (size_t j = 0; j < n; ++j) out[base + j] = lo + static_cast<float>(p[j]) * scale;
+      p += n;
+    } else {
+      // +scale or -scale by setting the sign bit of scale's pattern: branch-free, vectorisable.
+      uint32_t pattern;
+      const float scale = get<float>(p);
+      std::memcpy(&pattern, &scale, 4);
+      pattern &= 0x7fffffffu;
+      float* o = out + base;
+      size_t j = 0;
+      for (; j + 8 <= n; j += 8) {
+        const uint32_t byte = p[j / 8];
+        uint32_t bits[8];
+        for (uint32_t k = 0; k < 8; ++k) bits[k] = pattern | ((~byte >> k) & 1u) << 31;
+        std::memcpy(o + j, bits, sizeof(bits));
+      }
+      for (; j < n; ++j) o[j] = (p[j / 8] >> (j % 8)) & 1u ? scale : -scale;
+      p += (n + 7) / 8;
+    }
+  }
+  return OkStatus();
+}
+
+float* ErrorFeedback::residual(uint64_t key, size_t count) {
+  auto& r = residuals_[key];
+  if (r.size() != count) r.assign(count, 0.0f);
+  return r.data();
+}
+
+}  // namespace cofab::compress

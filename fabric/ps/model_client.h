@@ -1,0 +1,98 @@
+// ModelClient: a worker's connection to the aggregator daemons' model store — the asynchronous
+// parameter server used by bounded-staleness (SSP) training and by EASGD (docs/MODEL_STORE.md).
+//
+//   auto mc = ps::ModelClient::connect(*store, rank, worldSize, {});
+//   COFAB_RETURN_IF_ERROR((*mc)->init(/*key=*/7, w0, Deadline::afterMs(10000)));  // all may call
+//   for (uint64_t t = 0;; ++t) {
+//     COFAB_ASSIGN_OR_RETURN(uint64_t version, (*mc)->pull(7, w, deadline));
+//     ... compute the update `delta` (e.g. -lr * grad) on w ...
+//     COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r, (*mc)->apply(7, delta, /*clock=*/t, deadline));
+//     // r.outcome == kDropped: the daemon refused it as too stale (see r.staleness)
+//   }
+//   (*mc)->close();
+//
+// The daemons keep, per (key, chunk), an f32 vector and a version (number of updates applied).
+// A tensor is chunked and placed exactly as push-pull does (fabric/ps/placement.h, the same
+// chunkBytes on every worker); model keys are a namespace of their own (key 7 here and key 7 of
+// a pushPull are different things).
+//
+// Staleness (SSP, bound tau = the daemons' --staleness): every apply carries the worker's clock
+// (its iteration, increasing per key). A worker more than tau clocks ahead of the slowest live
+// worker is DEFERRED: the daemon holds the update, and apply() blocks, until the slowest catches
+// up. An update more than tau clocks behind the fastest worker's applied clock (possible only for
+// a worker the daemon had excluded as dead, or a clock that went backwards) is DROPPED and
+// reported in the result. A worker whose connection broke stops counting as "slowest" after the
+// daemons' --dead-worker-ms; one that close()s leaves at once.
+//
+// Ownership and threads: the client owns its transport connections (one per daemon, separate from
+// any PushPullClient's, so a worker can use both). Every method may be called from any thread and
+// blocks until the answer or the deadline; the caller's tensors are only used during the call.
+// Errors name the daemon, key and chunk: InvalidArgument / FailedPrecondition for a daemon's
+// rejection (wrong size, not initialised), DeadlineExceeded naming the daemons still to answer
+// (and, for a deferred apply, the slow worker the daemon is waiting for), Unavailable when a
+// daemon is gone (the model store has no replication). Errors are not sticky.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "fabric/ps/push_pull.h"
+#include "fabric/rendezvous/store.h"
+
+namespace cofab::ps {
+
+enum class ApplyOutcome : uint8_t { kApplied, kDropped };  // deferred = the call waits
+
+struct ApplyResult {
+  ApplyOutcome outcome = ApplyOutcome::kApplied;
+  uint64_t version = 0;    // applied: min over chunks of the version after this update
+  uint64_t staleness = 0;  // max over chunks (clocks; definition in docs/MODEL_STORE.md)
+};
+
+class ModelClient {
+ public:
+  // Discovers the daemons like PushPullClient::connect (store keys, or options.serverAddresses)
+  // and opens its own connection to each, as "worker <rank>". Uses options.transport,
+  // storePrefix, serverAddresses, chunkBytes and connectTimeoutMs.
+  static StatusOr<std::unique_ptr<ModelClient>> connect(Store& store, int rank, int worldSize,
+                                                        const ClientOptions& options = {});
+  // Same, only with options.serverAddresses (no store).
+  static StatusOr<std::unique_ptr<ModelClient>> connect(int rank, int worldSize,
+                                                        const ClientOptions& options);
+
+  ~ModelClient();  // close()
+  ModelClient(const ModelClient&) = delete;
+  ModelClient& operator=(const ModelClient&) = delete;
+
+  // Sets the initial value of `key` unless someone already did (then a no-op): every worker may
+  // call it with the same value. f32 only.
+  Status init(uint64_t key, TensorView value, Deadline deadline);
+  // Copies the current value into `out`; returns its version (min over chunks).
+  StatusOr<uint64_t> pull(uint64_t key, TensorView out, Deadline deadline);
+  // Adds `delta` (computed at this worker's iteration `clock`) to the value: version += 1.
+  // Blocks while the daemons defer it (SSP); kDropped when too stale.
+  StatusOr<ApplyResult> apply(uint64_t key, TensorView delta, uint64_t clock, Deadline deadline);
+  // EASGD elastic step: the daemon computes d = alpha * (x - center), center += d, version += 1,
+  // and returns d in `diffOut` (may alias `x`); the worker then does x -= d itself.
+  Status elastic(uint64_t key, TensorView x, float alpha, TensorView diffOut, Deadline deadline);
+
+  // Tells the daemons this worker leaves the model store (it no longer holds others back), then
+  // closes the connections; pending calls fail with Cancelled. Idempotent.
+  void close();
+
+  int rank() const;
+  int numServers() const;
+  size_t chunkBytes() const;
+  ClientStats stats() const;  // bytesOut / bytesIn: payload bytes
+
+  class Impl;
+
+ private:
+  explicit ModelClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cofab::ps
