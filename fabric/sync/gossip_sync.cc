@@ -13,6 +13,7 @@
 
 #include "fabric/comm/collectives.h"
 #include "fabric/sync/algorithm_base.h"
+#include "fabric/sync/gossip_peers.h"
 
 namespace cofab::sync::detail {
 namespace {
@@ -43,7 +44,8 @@ class GossipSync final : public AlgorithmBase {
     steps_.fetch_add(1);
     globalSamples_.fetch_add(samples * uint64_t(env_.worldSize));
     if ((step + 1) % uint64_t(options_.syncEvery) != 0) return OkStatus();
-    int p = partner(round_++);
+    int p = gossipPeer(env_.rank, env_.worldSize, round_++, options_.gossipPeers == "random",
+                       options_.seed);
     if (p < 0) return OkStatus();
     model_.read(mine_);
     TensorView mine(mine_.data(), total_, DType::kF32), theirs(peer_.data(), total_, DType::kF32);
@@ -75,30 +77,6 @@ class GossipSync final : public AlgorithmBase {
     return OkStatus();
   }
 
-  // This worker's peer in gossip round `round`, or -1 when it sits the round out.
-  int partner(uint64_t round) const {
-    const int w = env_.worldSize, r = env_.rank;
-    if (w < 2) return -1;
-    if (options_.gossipPeers == "random") {
-      std::vector<int> perm(static_cast<size_t>(w));
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937_64(options_.seed * 7919u + round));
-      size_t at = size_t(std::find(perm.begin(), perm.end(), r) - perm.begin());
-      size_t other = at ^ 1u;
-      return other < size_t(w) ? perm[other] : -1;
-    }
-    auto ringPartner = [&](int x) {
-      // Even rounds pair (0,1),(2,3)...; odd rounds (1,2),(3,4)... and (w-1, 0) for even w.
-      bool first = ((x % 2) == int(round % 2));
-      int y = first ? x + 1 : x - 1;
-      return (y + w) % w;
-    };
-    int p = ringPartner(r);
-    // Odd w: the wrap pairs a rank with one already paired; it sits out.
-    if (p == r || ringPartner(p) != r) return -1;
-    return p;
-  }
-
  private:
   comm::AllreduceOptions collective(comm::ReduceOp op) const {
     comm::AllreduceOptions o;
@@ -112,6 +90,33 @@ class GossipSync final : public AlgorithmBase {
 };
 
 }  // namespace
+}  // namespace cofab::sync::detail
+
+namespace cofab::sync {
+
+int gossipPeer(int r, int w, uint64_t round, bool random, uint64_t seed) {
+  if (w < 2 || r < 0 || r >= w) return -1;
+  if (random) {
+    std::vector<int> perm(static_cast<size_t>(w));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed * 7919u + round));
+    size_t at = size_t(std::find(perm.begin(), perm.end(), r) - perm.begin());
+    size_t other = at ^ 1u;
+    return other < size_t(w) ? perm[other] : -1;
+  }
+  auto ringPeer = [&](int x) {
+    bool pairsRight = (x % 2) == int(round % 2);
+    return ((pairsRight ? x + 1 : x - 1) + w) % w;
+  };
+  int p = ringPeer(r);
+  // Odd w: the wrap-around would pair a rank with one already paired; it sits out.
+  if (p == r || ringPeer(p) != r) return -1;
+  return p;
+}
+
+}  // namespace cofab::sync
+
+namespace cofab::sync::detail {
 
 StatusOr<AlgorithmPtr> makeGossipSync(const SyncOptions& options, const SyncEnv& env) {
   return AlgorithmPtr(new GossipSync(options, env));

@@ -199,8 +199,11 @@ TEST_P(SyncConvergenceTest, ConvergesToSerialOptimum) {
   for (int r = 1; r < kWorkers; ++r) EXPECT_EQ(finals[0], finals[size_t(r)]) << "rank " << r;
 }
 
-SyncOptions opts(float lr, int syncEvery = 1, int threads = 1) {
+SyncOptions opts(float lr, int syncEvery = 1, int threads = 1, std::string gossipPeers = "ring",
+                 std::string shadowMode = "average") {
   SyncOptions o;
+  o.gossipPeers = gossipPeers;
+  o.shadowMode = shadowMode;
   o.lr = lr;
   o.momentum = 0.9f;
   o.syncEvery = syncEvery;
@@ -212,8 +215,11 @@ INSTANTIATE_TEST_SUITE_P(
     Algorithms, SyncConvergenceTest,
     ::testing::Values(Case{"sync", "", opts(0.02f)}, Case{"int8", "", opts(0.02f)},
                       Case{"onebit", "", opts(0.02f)}, Case{"shadowsync", "", opts(0.02f)},
-                      Case{"gossip", "ring", opts(0.02f)}, Case{"ssp", "", opts(0.02f)},
-                      Case{"easgd", "", opts(0.02f, 4)}, Case{"eawild", "", opts(0.02f, 4, 4)}),
+                      Case{"gossip", "ring", opts(0.02f)},
+                      Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
+                      Case{"shadowsync", "easgd", opts(0.02f, 1, 1, "ring", "easgd")},
+                      Case{"ssp", "", opts(0.02f)}, Case{"easgd", "", opts(0.02f, 4)},
+                      Case{"eawild", "", opts(0.02f, 4, 4)}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return info.param.algorithm + info.param.variant;
     });
