@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "aggregator/model_store.h"
 #include "core/log.h"
 #include "fabric/ps/placement.h"
 #include "fabric/transport/registry.h"
@@ -221,6 +222,10 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
     case wire::MessageType::kControl:
       if (h.opcode == static_cast<uint8_t>(ps::ControlOp::kPing)) {
         peer->sendControl(ps::ControlOp::kPong, h);
+        return;
+      }
+      if (isModelRequest(h.opcode)) {
+        onModelMessage(peer, h, std::move(payload));
         return;
       }
       break;

@@ -75,6 +75,9 @@ class AggregatorServer {
   void onBackupError(const Status& st);
   void postBackupRecv(std::shared_ptr<transport::Connection> link);
   void broadcast(const Event& e);
+  // Model store requests (aggregator_server_model.cc): validated here, run on the slot's engine.
+  void onModelMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
+                      std::vector<uint8_t>&& payload);
 
   ServerOptions options_;
   Metrics metrics_;

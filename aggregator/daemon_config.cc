@@ -23,6 +23,8 @@ COFAB_PARAM_INT(kAggMaxChunk, "COFAB_AGG_MAX_CHUNK_BYTES", 64 << 20, 64, 1 << 30
                 "cofab-aggd rejects larger chunks");
 COFAB_PARAM_INT(kAggDrainMs, "COFAB_AGG_DRAIN_TIMEOUT_MS", 5000, 0, 3600000,
                 "cofab-aggd waits this long for open rounds on SIGTERM");
+COFAB_PARAM_INT(kAggStaleness, "COFAB_AGG_STALENESS", 3, 0, 1 << 30,
+                "cofab-aggd model store: SSP staleness bound in worker clocks");
 COFAB_PARAM_STRING(kAggHttp, "COFAB_AGG_HTTP", "127.0.0.1:0",
                    "cofab-aggd health/metrics endpoint host:port, or off");
 COFAB_PARAM_STRING(kAggPrefix, "COFAB_AGG_STORE_PREFIX", "cofab/agg",
@@ -49,6 +51,7 @@ std::string daemonUsage() {
          "  --dead-worker-ms X     release rounds missing a lost worker (2000)\n"
          "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
          "  --drain-timeout-ms X   on SIGTERM, wait this long for open rounds (5000)\n"
+         "  --staleness TAU        model store SSP bound in clocks (COFAB_AGG_STALENESS, 3)\n"
          "  --http HOST:PORT|off   /healthz and /metrics (COFAB_AGG_HTTP, 127.0.0.1:0)\n"
          "  --config FILE          key = value lines, '#' comments (COFAB_AGG_CONFIG)\n";
 }
@@ -137,6 +140,9 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
     s.maxChunkBytes = static_cast<size_t>(x);
   } else if (name == "drain-timeout-ms") {
     COFAB_ASSIGN_OR_RETURN(s.drainTimeoutMs, parseInt(name, v));
+  } else if (name == "staleness") {
+    COFAB_ASSIGN_OR_RETURN(s.engine.staleness, parseInt(name, v));
+    if (s.engine.staleness < 0) return InvalidArgument("--staleness must be >= 0");
   } else if (name == "http") {
     c.http = v;
   } else if (name == "connect-timeout-ms") {
@@ -162,6 +168,7 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   COFAB_ASSIGN_OR_RETURN(int64_t maxChunk, kAggMaxChunk.get());
   c.server.maxChunkBytes = static_cast<size_t>(maxChunk);
   COFAB_ASSIGN_OR_RETURN(c.server.drainTimeoutMs, kAggDrainMs.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.engine.staleness, kAggStaleness.get());
   COFAB_ASSIGN_OR_RETURN(c.http, kAggHttp.get());
   COFAB_ASSIGN_OR_RETURN(c.storePrefix, kAggPrefix.get());
   COFAB_ASSIGN_OR_RETURN(int64_t roleRank, kRoleRank.get());

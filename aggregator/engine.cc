@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "aggregator/compressed_reduce.h"
+#include "aggregator/model_store.h"
 #include "aggregator/reducer.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -36,6 +38,13 @@ struct Engine::Slot {
   std::shared_ptr<const std::vector<uint8_t>> lastResult;
   std::string lastFailure;  // non-empty: it was released without a result
 
+  // Compressed push-pull (compressed_reduce.h): codec, element count and block of every
+  // contribution; the daemon's 1-bit error feedback for the results.
+  compress::Compression codec = compress::Compression::kNone;
+  size_t logicalCount = 0;
+  size_t block = 0;
+  std::vector<float> residual;
+
   bool open() const { return present > 0 || !pullers.empty(); }
 };
 
@@ -55,7 +64,10 @@ Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn for
       metrics_(metrics),
       forward_(std::move(forward)),
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
-      goneReason_(static_cast<size_t>(options.numWorkers)) {
+      goneReason_(static_cast<size_t>(options.numWorkers)),
+      models_(std::make_unique<ModelStore>(
+          ModelStoreOptions{options.numWorkers, options.staleness, options.deadWorkerMs},
+          metrics)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -109,12 +121,17 @@ void Engine::handle(Event& e) {
       break;
     case Event::Kind::kWorkerGone:
       onWorkerGone(e);
+      models_->onWorkerGone(e.rank, e.reason);
       break;
     case Event::Kind::kBackupLost:
       onBackupLost();
       break;
     case Event::Kind::kDrain:
       failOpenRounds(e.reason);
+      models_->drain(e.reason);
+      break;
+    case Event::Kind::kModel:
+      models_->onMessage(e);
       break;
   }
 }
@@ -142,9 +159,39 @@ void Engine::onPush(Event& e) {
   const wire::Header& h = e.header;
   const bool forwarded = (h.opcode & ps::kPushForwarded) != 0;
   const int rank = static_cast<int>(h.senderRank);
+  // A compressed contribution must be well formed before it may establish a slot.
+  compress::EncodedInfo encoded;
+  auto codec = compressionOfPush(h.opcode);
+  if (codec.ok() && *codec != compress::Compression::kNone) {
+    auto info = h.dtype == DType::kF32
+                    ? compress::inspect(*codec, e.payload->data(), e.payload->size())
+                    : StatusOr<compress::EncodedInfo>(
+                          InvalidArgument("compression applies to f32 chunks only"));
+    if (!info.ok()) codec = info.status();
+    if (info.ok()) encoded = *info;
+  }
+  if (!codec.ok()) {
+    e.peer->reject(metrics_, RejectReason::kWrongCompression, h, codec.status().message());
+    return;
+  }
   bool created = false;
   Slot& s = slotFor(h, &created);
-  if (created) s.bytes = e.payload->size();
+  if (created) {
+    s.bytes = e.payload->size();
+    s.codec = *codec;
+    s.logicalCount = encoded.count;
+    s.block = encoded.block;
+  }
+  if (*codec != s.codec || encoded.count != s.logicalCount || encoded.block != s.block) {
+    e.peer->reject(metrics_, RejectReason::kWrongCompression, h,
+                   "chunk is " + std::string(compress::compressionName(s.codec)) + " (" +
+                       std::to_string(s.logicalCount) + " elements, block " +
+                       std::to_string(s.block) + "), got " +
+                       std::string(compress::compressionName(*codec)) + " (" +
+                       std::to_string(encoded.count) + " elements, block " +
+                       std::to_string(encoded.block) + ")");
+    return;
+  }
   if (s.key != h.key || s.chunk != h.chunkIndex) {
     // Two (key, chunk) pairs with one slot id: astronomically unlikely; refuse rather than mix.
     e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
@@ -224,6 +271,12 @@ void Engine::onPush(Event& e) {
   s.contribution[r] = e.payload;
   s.present++;
   metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+  if (s.codec != compress::Compression::kNone) {
+    metrics_.sync.compressedChunksIn.fetch_add(1, std::memory_order_relaxed);
+    metrics_.sync.compressedBytesIn.fetch_add(s.bytes, std::memory_order_relaxed);
+    metrics_.sync.logicalBytesIn.fetch_add(s.logicalCount * sizeof(float),
+                                           std::memory_order_relaxed);
+  }
   if (forwarded) {
     // This daemon is the backup: applied here is durable; tell the primary.
     metrics_.forwardedApplied.fetch_add(1, std::memory_order_relaxed);
@@ -234,7 +287,8 @@ void Engine::onPush(Event& e) {
   }
   s.state[r] = 1;
   wire::Header fh = h;
-  fh.opcode = static_cast<uint8_t>((h.opcode & ps::kPushAverage) | ps::kPushForwarded);
+  fh.opcode = static_cast<uint8_t>((h.opcode & (ps::kPushAverage | ps::kPushCompressionBits)) |
+                                   ps::kPushForwarded);
   if (forward_ && forward_(fh, e.payload)) {
     metrics_.chunksForwarded.fetch_add(1, std::memory_order_relaxed);
     return;  // durable when the backup acks (onForwardAck)
@@ -286,7 +340,22 @@ void Engine::complete(Slot& s) {
   // allocation, zero-fill or page faults per round. Nothing else reads it any more — with
   // replication the round completes only after the backup acked every forwarded copy.
   Payload result = s.contribution[0];
-  reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
+  if (s.codec != compress::Compression::kNone) {
+    // Decompress, fold in f32 in rank order, recompress (1-bit: with the slot's residual).
+    float* residual = nullptr;
+    if (s.codec == compress::Compression::kOneBit) {
+      s.residual.resize(s.logicalCount, 0.0f);
+      residual = s.residual.data();
+    }
+    result =
+        compressedReduce(s.codec, s.average, s.contribution, s.logicalCount, s.block, residual);
+    const uint64_t sends = s.deliverTo.size() + s.pullers.size();
+    metrics_.sync.compressedBytesOut.fetch_add(sends * result->size(), std::memory_order_relaxed);
+    metrics_.sync.logicalBytesOut.fetch_add(sends * s.logicalCount * sizeof(float),
+                                            std::memory_order_relaxed);
+  } else {
+    reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
+  }
   wire::Header about;
   about.key = s.key;
   about.chunkIndex = s.chunk;
@@ -378,6 +447,7 @@ std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) co
 }
 
 void Engine::tick() {
+  models_->tick();
   const int64_t now = nowNs();
   for (auto& [id, slot] : slots_) {
     Slot& s = *slot;

@@ -38,12 +38,21 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
+  int64_t staleness = 3;  // model store: SSP bound tau in clocks (model_store.h)
 };
 
 using Payload = std::shared_ptr<std::vector<uint8_t>>;
 
 struct Event {
-  enum class Kind : uint8_t { kPush, kPull, kForwardAck, kWorkerGone, kBackupLost, kDrain };
+  enum class Kind : uint8_t {
+    kPush,
+    kPull,
+    kForwardAck,
+    kWorkerGone,
+    kBackupLost,
+    kDrain,
+    kModel,  // a model store request (model_store.h)
+  };
   Kind kind = Kind::kPush;
   std::shared_ptr<Peer> peer;
   wire::Header header;
@@ -54,6 +63,8 @@ struct Event {
 
 // Forwards a contribution to the backup; false when there is no live backup (then the
 // contribution is durable at once).
+class ModelStore;
+
 using ForwardFn = std::function<bool(const wire::Header&, const Payload&)>;
 
 class Engine {
@@ -104,6 +115,7 @@ class Engine {
   std::vector<int64_t> goneSinceNs_;                           // 0: connected
   std::vector<std::string> goneReason_;
   std::atomic<uint64_t> openRounds_{0};
+  std::unique_ptr<ModelStore> models_;
 };
 
 }  // namespace cofab::aggregator

@@ -89,6 +89,7 @@ std::string Metrics::render(int serverId, bool draining) const {
     os << "cofab_agg_worker_lag_iterations{" << id << ",worker=\"" << w << "\"} "
        << newest - ld(workerIteration[static_cast<size_t>(w)]) << '\n';
   }
+  sync.render(os, id);
   return os.str();
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/sync_metrics.h"
 #include "fabric/ps/ps_protocol.h"
 
 namespace cofab::aggregator {
@@ -38,6 +39,7 @@ struct Metrics {
   std::unique_ptr<std::atomic<uint64_t>[]> engineQueueDepth;
   int numWorkers;
   int numEngines;
+  SyncMetrics sync;  // model store and compression
 
   void noteReject(ps::RejectReason reason) {
     rejects[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);

@@ -73,7 +73,7 @@ struct PushPullOptions {
   Delivery delivery = Delivery::kPushBack;
   // The round this contribution belongs to; kAutoIteration: the client's per-key counter.
   uint64_t iteration = kAutoIteration;
-  Compression compression = Compression::kNone;  // kNone, kInt8, kOneBit (f32 tensors only)
+  Compression compression = Compression::kNone;       // kNone, kInt8, kOneBit (f32 tensors only)
   size_t compressionBlock = compress::kDefaultBlock;  // elements per block (scale/min)
 };
 

@@ -114,6 +114,11 @@ struct Pending {
   bool pull = false;
   int server = 0;
   bool acked = false;
+  // Compressed chunk: `in`/`bytes` are the encoding (kept for resends, so error feedback is
+  // applied once), the answer is decoded into `count` floats at `out`.
+  compress::Compression codec = compress::Compression::kNone;
+  std::shared_ptr<std::vector<uint8_t>> encoded;
+  size_t count = 0;
 };
 
 struct ServerState {
@@ -171,6 +176,8 @@ class PushPullClient::Impl {
     if (options.op == ReduceOp::kAverage) bits |= kPushAverage;
     const bool pull = options.delivery == Delivery::kPull;
     if (!pull) bits |= kPushDeliver;
+    if (options.compression == Compression::kInt8) bits |= kPushInt8;
+    if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
 
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t iteration = options.iteration;
@@ -210,6 +217,20 @@ class PushPullClient::Impl {
       p.chunkCount = layout.chunkCount;
       p.pushBits = bits;
       p.pull = pull;
+      if (options.compression != Compression::kNone) {
+        // 1-bit keeps a per-key residual (error feedback) on this client.
+        float* residual = options.compression == Compression::kOneBit
+                              ? feedback_.residual(key, in.count) + first
+                              : nullptr;
+        p.codec = options.compression;
+        p.count = n;
+        p.encoded = std::make_shared<std::vector<uint8_t>>(
+            compress::compressedBytes(p.codec, n, options.compressionBlock));
+        compress::compress(p.codec, reinterpret_cast<const float*>(p.in), n,
+                           options.compressionBlock, residual, p.encoded->data());
+        p.in = p.encoded->data();
+        p.bytes = p.encoded->size();
+      }
       int server = primaryServer(key, c, m);
       if (servers_[static_cast<size_t>(server)].dead) server = backupServer(server, m);
       if (servers_[static_cast<size_t>(server)].dead) {
@@ -322,6 +343,19 @@ class PushPullClient::Impl {
     if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
       return InvalidArgument("unknown ReduceOp");
     }
+    if (o.compression != Compression::kNone) {
+      if (o.compression != Compression::kInt8 && o.compression != Compression::kOneBit) {
+        return InvalidArgument("unknown Compression");
+      }
+      if (in.dtype != DType::kF32) {
+        return InvalidArgument("compression applies to f32 tensors only; got " +
+                               std::string(dtypeName(in.dtype)));
+      }
+      if (o.compressionBlock == 0 || o.compressionBlock > compress::kMaxBlock) {
+        return InvalidArgument("compressionBlock must be in [1, " +
+                               std::to_string(compress::kMaxBlock) + "]");
+      }
+    }
     return OkStatus();
   }
 
@@ -386,7 +420,17 @@ class PushPullClient::Impl {
                            " bytes for " + h.describe() + ", expected " + std::to_string(p.bytes)));
         return;
       }
-      std::memcpy(p.out, payload.data(), p.bytes);
+      if (p.codec != compress::Compression::kNone) {
+        Status st = compress::decompress(p.codec, payload.data(), payload.size(), p.count,
+                                         reinterpret_cast<float*>(p.out));
+        if (!st.ok()) {
+          failOpLocked(p.op, DataLoss(serverName(server) + " sent a bad compressed result for " +
+                                      h.describe() + ": " + st.message()));
+          return;
+        }
+      } else {
+        std::memcpy(p.out, payload.data(), p.bytes);
+      }
       bytesIn_.fetch_add(p.bytes, std::memory_order_relaxed);
       auto op = p.op;
       const int s = p.server;
@@ -533,6 +577,7 @@ class PushPullClient::Impl {
   std::shared_ptr<transport::Context> ctx_;
   std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;
   std::unordered_map<uint64_t, uint64_t> nextIteration_;
+  compress::ErrorFeedback feedback_;  // per key, 1-bit compression
   std::vector<std::shared_ptr<detail::OpState>> ops_;
   std::thread heartbeat_;
 };

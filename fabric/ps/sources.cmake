@@ -3,3 +3,5 @@ list(APPEND COFAB_FABRIC_SOURCES
   ps/aggregator_collectives.cc
   ps/ps_protocol.cc
   ps/push_pull_client.cc)
+list(APPEND COFAB_FABRIC_SOURCES
+  ps/model_client.cc)

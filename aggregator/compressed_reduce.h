@@ -1,0 +1,30 @@
+// Compressed push-pull on the daemon (docs/COMPRESSION.md): a compressed contribution is
+// checked against its codec's exact size, every contribution of a round is decompressed into
+// f32, folded in rank order by the reducer (so results stay deterministic), optionally averaged,
+// and the result is recompressed for the way back — for 1-bit with the slot's own residual
+// (error feedback). Pure functions; called on the slot's engine thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "fabric/compress/codec.h"
+
+namespace cofab::aggregator {
+
+// The codec named by a push's opcode bits (kNone without compression bits); InvalidArgument
+// when both bits are set.
+StatusOr<compress::Compression> compressionOfPush(uint8_t opcode);
+
+// Decompress each contribution (already checked with compress::inspect: `count` elements in
+// blocks of `block`), sum (or average) in rank order in f32, recompress into a new buffer.
+// `residual`: `count` floats of error feedback, or null.
+std::shared_ptr<std::vector<uint8_t>> compressedReduce(
+    compress::Compression codec, bool average,
+    std::span<const std::shared_ptr<std::vector<uint8_t>>> contributions, size_t count,
+    size_t block, float* residual);
+
+}  // namespace cofab::aggregator

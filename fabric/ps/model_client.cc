@@ -1,0 +1,518 @@
+// ModelClient implementation. One mutex (mu_) guards the table of requests in flight (by the
+// header's sequence number, which the daemon echoes) and the daemon states; it is held to look
+// up or update an entry, never across a wait. Answers are copied into the caller's tensor on the
+// transport's I/O thread under mu_, and a call that gives up (deadline) removes its requests
+// under mu_ first, so nothing is written to the caller's memory after the call returned.
+#include "fabric/ps/model_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "core/param.h"
+#include "fabric/ps/placement.h"
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::ps {
+
+COFAB_PARAM_INT(kPsModelChunkBytes, "COFAB_PS_MODEL_CHUNK_BYTES", 4 << 20, 64, 1 << 30,
+                "model store chunk size in bytes (same on every worker)");
+
+namespace {
+
+struct Call {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  std::string what;  // "apply key=7 clock=3"
+  uint32_t remaining = 0;
+  std::vector<int> chunkServer;  // -1 once answered
+  std::vector<uint64_t> seqs;    // this call's requests (guarded by the client's mu_)
+  uint64_t minVersion = ~0ull;
+  uint64_t maxStaleness = 0;
+  bool dropped = false;
+  std::string dropText;
+  std::string deferredText;
+
+  void finish(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return;
+      done = true;
+      status = std::move(s);
+    }
+    cv.notify_all();
+  }
+};
+
+struct Request {
+  std::shared_ptr<Call> call;
+  uint64_t key = 0;
+  uint32_t chunk = 0;
+  int server = 0;
+  float* out = nullptr;  // pull / elastic: where the chunk's answer goes
+  size_t count = 0;
+};
+
+struct Server {
+  std::string address;
+  std::shared_ptr<transport::Connection> conn;
+  bool dead = false;
+  std::string why;
+};
+
+}  // namespace
+
+class ModelClient::Impl {
+ public:
+  Impl(int rank, ClientOptions options) : rank_(rank), options_(std::move(options)) {}
+  ~Impl() { close(); }
+
+  Status start(const std::vector<std::string>& addresses) {
+    transport::ContextOptions co;
+    co.localId = workerPeerId(rank_);
+    COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
+    const Deadline deadline = Deadline::afterMs(options_.connectTimeoutMs);
+    servers_.resize(addresses.size());
+    for (size_t s = 0; s < addresses.size(); ++s) {
+      transport::ConnectOptions opts;
+      opts.localId = workerPeerId(rank_);
+      auto conn = ctx_->connect(addresses[s], opts, deadline);
+      if (!conn.ok()) {
+        return conn.status().withContext("model client of worker " + std::to_string(rank_) +
+                                         " connecting to aggregator " + std::to_string(s));
+      }
+      servers_[s].address = addresses[s];
+      servers_[s].conn = std::move(conn).value();
+    }
+    for (size_t s = 0; s < servers_.size(); ++s) postRecv(static_cast<int>(s), servers_[s].conn);
+    return OkStatus();
+  }
+
+  // Sends one request per chunk of `key`. `payload`: the tensor sent (init/apply/elastic; null
+  // data for pull); `out`: where answers go (pull/elastic), else null.
+  std::shared_ptr<Call> begin(ControlOp op, uint64_t key, size_t count, const float* payload,
+                              float* out, uint64_t iteration, std::string what) {
+    auto call = std::make_shared<Call>();
+    call->what = std::move(what);
+    const ChunkLayout layout = chunkLayout(count, sizeof(float), chunkBytes_);
+    call->remaining = layout.chunkCount;
+    call->chunkServer.assign(layout.chunkCount, -1);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      call->finish(Cancelled(call->what + ": the model client is closed"));
+      return call;
+    }
+    const int m = static_cast<int>(servers_.size());
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const int server = primaryServer(key, c, m);
+      Server& s = servers_[static_cast<size_t>(server)];
+      if (s.dead) {
+        failLocked(call, Unavailable(call->what + ": " + serverName(server) + " is gone (" + s.why +
+                                     "); the model store has no replication"));
+        return call;
+      }
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, count - first);
+      const uint64_t seq = nextSeq_++;
+      Request r;
+      r.call = call;
+      r.key = key;
+      r.chunk = c;
+      r.server = server;
+      r.out = out ? out + first : nullptr;
+      r.count = n;
+      pending_.emplace(seq, r);
+      call->seqs.push_back(seq);
+      {
+        std::lock_guard<std::mutex> l(call->mu);
+        call->chunkServer[c] = server;
+      }
+      wire::Header h;
+      h.type = wire::MessageType::kControl;
+      h.opcode = static_cast<uint8_t>(op);
+      h.senderRank = static_cast<uint32_t>(rank_);
+      h.key = key;
+      h.chunkIndex = c;
+      h.chunkCount = layout.chunkCount;
+      h.dtype = DType::kF32;
+      h.iteration = iteration;
+      h.sequence = seq;
+      auto conn = s.conn;
+      auto onSent = [this, server, conn](const Status& st) {
+        if (!st.ok()) onServerError(server, conn, st);
+      };
+      if (payload) {
+        // A copy: the caller's tensor is only lent for the call, which may end first (deadline).
+        auto buf = std::make_shared<std::vector<uint8_t>>(n * sizeof(float));
+        std::memcpy(buf->data(), payload + first, buf->size());
+        bytesOut_.fetch_add(buf->size(), std::memory_order_relaxed);
+        const uint8_t* data = buf->data();
+        const size_t size = buf->size();
+        conn->send(h, data, size, [buf, onSent](const Status& st) { onSent(st); });
+      } else {
+        conn->send(h, nullptr, 0, onSent);
+      }
+    }
+    if (layout.chunkCount == 0) call->finish(OkStatus());
+    return call;
+  }
+
+  Status wait(const std::shared_ptr<Call>& call, Deadline deadline) {
+    {
+      std::unique_lock<std::mutex> lock(call->mu);
+      call->cv.wait_until(lock, deadline.when(), [&] { return call->done; });
+      if (call->done) return call->status;
+    }
+    // Give up: withdraw the requests first so no late answer touches the caller's memory.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> l(call->mu);
+    if (call->done) return call->status;
+    for (uint64_t seq : call->seqs) pending_.erase(seq);
+    std::ostringstream os;
+    os << call->what << ": " << call->remaining << " of " << call->chunkServer.size()
+       << " chunks unanswered:";
+    int shown = 0;
+    for (size_t c = 0; c < call->chunkServer.size() && shown < 8; ++c) {
+      if (call->chunkServer[c] < 0) continue;
+      os << " chunk " << c << " (" << serverName(call->chunkServer[c]) << ")";
+      ++shown;
+    }
+    if (!call->deferredText.empty()) {
+      os << "; held by the staleness bound: " << call->deferredText
+         << " (the daemon keeps the update and applies it once released)";
+    }
+    call->done = true;
+    call->status = DeadlineExceeded(os.str());
+    return call->status;
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    if (!ctx_) return;
+    // Leave the model store (the others stop waiting for this worker), then say goodbye so the
+    // daemons do not count this orderly exit as a dead worker.
+    std::vector<std::shared_ptr<std::atomic<bool>>> sent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : servers_) {
+        if (s.dead || !s.conn) continue;
+        wire::Header leave;
+        leave.type = wire::MessageType::kControl;
+        leave.opcode = static_cast<uint8_t>(ControlOp::kModelLeave);
+        leave.senderRank = static_cast<uint32_t>(rank_);
+        s.conn->send(leave, nullptr, 0, [](const Status&) {});
+        wire::Header bye;
+        bye.type = wire::MessageType::kGoodbye;
+        bye.senderRank = static_cast<uint32_t>(rank_);
+        auto flag = std::make_shared<std::atomic<bool>>(false);
+        s.conn->send(bye, nullptr, 0, [flag](const Status&) { flag->store(true); });
+        sent.push_back(flag);
+      }
+    }
+    const Deadline d = Deadline::afterMs(1000);
+    for (auto& f : sent) {
+      while (!f->load() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+    }
+    ctx_->close();
+    ctx_->join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [seq, r] : pending_) r.call->finish(Cancelled(r.call->what + ": client closed"));
+    pending_.clear();
+  }
+
+  int rank_;
+  ClientOptions options_;
+  size_t chunkBytes_ = 4 << 20;
+  std::vector<Server> servers_;
+  std::atomic<uint64_t> bytesOut_{0}, bytesIn_{0}, requests_{0};
+
+ private:
+  std::string serverName(int s) const {
+    return "aggregator " + std::to_string(s) + " (" + servers_[static_cast<size_t>(s)].address +
+           ")";
+  }
+
+  void postRecv(int server, std::shared_ptr<transport::Connection> conn) {
+    conn->recvOwned([this, server, conn](const Status& st, const wire::Header& h,
+                                         std::vector<uint8_t>&& payload) {
+      if (!st.ok()) {
+        onServerError(server, conn, st);
+        return;
+      }
+      onMessage(server, h, std::move(payload));
+      postRecv(server, conn);
+    });
+  }
+
+  // Fails `call` and withdraws its other requests.
+  void failLocked(const std::shared_ptr<Call>& call, Status st) {
+    for (uint64_t seq : call->seqs) pending_.erase(seq);
+    call->finish(std::move(st));
+  }
+
+  void chunkDoneLocked(uint64_t seq, Request& r, uint64_t version) {
+    auto call = r.call;
+    const uint32_t chunk = r.chunk;
+    pending_.erase(seq);
+    bool complete = false;
+    {
+      std::lock_guard<std::mutex> l(call->mu);
+      call->chunkServer[chunk] = -1;
+      call->minVersion = std::min(call->minVersion, version);
+      complete = --call->remaining == 0;
+    }
+    if (complete) call->finish(OkStatus());
+  }
+
+  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload) {
+    if (h.type != wire::MessageType::kControl) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(h.sequence);
+    if (it == pending_.end()) return;  // the call gave up (deadline) or failed
+    Request& r = it->second;
+    const std::string chunkName =
+        r.call->what + " chunk " + std::to_string(r.chunk) + " on " + serverName(server);
+    if (r.server != server || r.key != h.key || r.chunk != h.chunkIndex) {
+      failLocked(r.call, DataLoss(chunkName + ": answer for another request: " + h.describe()));
+      return;
+    }
+    bytesIn_.fetch_add(payload.size(), std::memory_order_relaxed);
+    switch (static_cast<ControlOp>(h.opcode)) {
+      case ControlOp::kModelAck:
+        chunkDoneLocked(h.sequence, r, h.iteration);
+        return;
+      case ControlOp::kModelValue:
+        if (!r.out || payload.size() != r.count * sizeof(float)) {
+          failLocked(r.call,
+                     DataLoss(chunkName + " sent " + std::to_string(payload.size()) +
+                              " bytes, expected " + std::to_string(r.count * sizeof(float))));
+          return;
+        }
+        std::memcpy(r.out, payload.data(), payload.size());
+        chunkDoneLocked(h.sequence, r, h.iteration);
+        return;
+      case ControlOp::kModelApplied: {
+        if (payload.size() < kModelApplyReplyBytes) {
+          failLocked(r.call, DataLoss(chunkName + ": short apply answer"));
+          return;
+        }
+        uint64_t version = 0, staleness = 0;
+        std::memcpy(&version, payload.data() + 8, 8);
+        std::memcpy(&staleness, payload.data() + 16, 8);
+        {
+          std::lock_guard<std::mutex> l(r.call->mu);
+          r.call->maxStaleness = std::max(r.call->maxStaleness, staleness);
+          if (payload[0] != 0) {
+            r.call->dropped = true;
+            if (r.call->dropText.empty()) {
+              r.call->dropText.assign(payload.begin() + kModelApplyReplyBytes, payload.end());
+            }
+          }
+        }
+        chunkDoneLocked(h.sequence, r, version);
+        return;
+      }
+      case ControlOp::kModelDeferred: {
+        std::lock_guard<std::mutex> l(r.call->mu);
+        r.call->deferredText =
+            serverName(server) + ": " + std::string(payload.begin(), payload.end());
+        return;
+      }
+      case ControlOp::kReject: {
+        RejectReason reason = RejectReason::kMalformed;
+        std::string text;
+        if (!payload.empty()) {
+          reason = static_cast<RejectReason>(payload[0]);
+          text.assign(payload.begin() + 1, payload.end());
+        }
+        std::string msg =
+            chunkName + " rejected: " + std::string(rejectReasonName(reason)) + ": " + text;
+        const bool precondition =
+            reason == RejectReason::kUninitialized || reason == RejectReason::kDraining;
+        failLocked(r.call, precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  void onServerError(int server, const std::shared_ptr<transport::Connection>& conn,
+                     const Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Server& s = servers_[static_cast<size_t>(server)];
+    if (closed_ || s.dead || s.conn != conn) return;
+    s.dead = true;
+    s.why = st.toString();
+    s.conn->close();
+    std::vector<std::shared_ptr<Call>> failed;
+    for (auto& [seq, r] : pending_) {
+      if (r.server == server) failed.push_back(r.call);
+    }
+    for (auto& call : failed) {
+      failLocked(call, Unavailable(call->what + ": " + serverName(server) + " failed (" + s.why +
+                                   "); the model store has no replication"));
+    }
+  }
+
+  std::mutex mu_;
+  bool closed_ = false;
+  uint64_t nextSeq_ = 1;
+  std::shared_ptr<transport::Context> ctx_;
+  std::unordered_map<uint64_t, Request> pending_;
+};
+
+namespace {
+
+Status checkF32(const TensorView& t, const char* what) {
+  COFAB_RETURN_IF_ERROR(t.validate(what));
+  if (!t.device.isCpu()) return InvalidArgument(std::string(what) + ": host tensors only");
+  if (t.dtype != DType::kF32) {
+    return InvalidArgument(std::string(what) + ": the model store holds f32, got " +
+                           std::string(dtypeName(t.dtype)));
+  }
+  if (t.count == 0) return InvalidArgument(std::string(what) + ": empty tensor");
+  return OkStatus();
+}
+
+std::string name(const char* op, uint64_t key) {
+  return std::string("model ") + op + " key=" + std::to_string(key);
+}
+
+StatusOr<std::unique_ptr<ModelClient::Impl>> makeImpl(int rank, int worldSize,
+                                                      ClientOptions options) {
+  if (worldSize <= 0 || rank < 0 || rank >= worldSize) {
+    return InvalidArgument("ModelClient: rank " + std::to_string(rank) +
+                           " outside a world of size " + std::to_string(worldSize));
+  }
+  if (options.transport.empty()) {
+    // COFAB_PS_TRANSPORT is declared with PushPullClient (push_pull_client.cc); same meaning.
+    if (!rawParamValue("COFAB_PS_TRANSPORT", &options.transport) || options.transport.empty()) {
+      options.transport = "tcp";
+    }
+  }
+  auto impl = std::make_unique<ModelClient::Impl>(rank, options);
+  if (options.chunkBytes == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kPsModelChunkBytes.get());
+    impl->chunkBytes_ = static_cast<size_t>(v);
+  } else {
+    impl->chunkBytes_ = options.chunkBytes;
+  }
+  return impl;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelClient>> ModelClient::connect(Store& store, int rank, int worldSize,
+                                                            const ClientOptions& options) {
+  if (!options.serverAddresses.empty()) return connect(rank, worldSize, options);
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
+  auto countBytes = store.get(serverCountKey(options.storePrefix), deadline);
+  if (!countBytes.ok()) {
+    return countBytes.status().withContext("no aggregator daemon registered under '" +
+                                           options.storePrefix + "' (start cofab-aggd)");
+  }
+  COFAB_ASSIGN_OR_RETURN(int64_t m,
+                         parseCounter(serverCountKey(options.storePrefix), countBytes.value()));
+  if (m <= 0 || m > 4096) {
+    return InvalidArgument("store key '" + serverCountKey(options.storePrefix) + "' holds " +
+                           std::to_string(m) + ", not a daemon count");
+  }
+  std::vector<std::string> keys;
+  for (int i = 0; i < m; ++i) keys.push_back(serverAddressKey(options.storePrefix, i));
+  COFAB_RETURN_IF_ERROR(store.wait(keys, deadline).withContext("waiting for aggregator daemons"));
+  std::vector<std::string> addresses;
+  for (const auto& k : keys) {
+    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(k, deadline));
+    addresses.push_back(toString(v));
+  }
+  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  return std::unique_ptr<ModelClient>(new ModelClient(std::move(impl)));
+}
+
+StatusOr<std::unique_ptr<ModelClient>> ModelClient::connect(int rank, int worldSize,
+                                                            const ClientOptions& options) {
+  if (options.serverAddresses.empty()) {
+    return InvalidArgument("ModelClient::connect without a store needs serverAddresses");
+  }
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  COFAB_RETURN_IF_ERROR(impl->start(options.serverAddresses));
+  return std::unique_ptr<ModelClient>(new ModelClient(std::move(impl)));
+}
+
+ModelClient::ModelClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ModelClient::~ModelClient() { close(); }
+
+Status ModelClient::init(uint64_t key, TensorView value, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(checkF32(value, "init value").withContext(name("init", key)));
+  auto call = impl_->begin(ControlOp::kModelInit, key, value.count, value.as<const float>(),
+                           nullptr, 0, name("init", key));
+  return impl_->wait(call, deadline);
+}
+
+StatusOr<uint64_t> ModelClient::pull(uint64_t key, TensorView out, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(checkF32(out, "pull out").withContext(name("pull", key)));
+  auto call = impl_->begin(ControlOp::kModelPull, key, out.count, nullptr, out.as<float>(), 0,
+                           name("pull", key));
+  COFAB_RETURN_IF_ERROR(impl_->wait(call, deadline));
+  std::lock_guard<std::mutex> lock(call->mu);
+  return call->minVersion;
+}
+
+StatusOr<ApplyResult> ModelClient::apply(uint64_t key, TensorView delta, uint64_t clock,
+                                         Deadline deadline) {
+  const std::string what = name("apply", key) + " clock=" + std::to_string(clock);
+  COFAB_RETURN_IF_ERROR(checkF32(delta, "apply delta").withContext(what));
+  if (clock > (1ull << 62)) return InvalidArgument(what + ": clock out of range");
+  auto call = impl_->begin(ControlOp::kModelApply, key, delta.count, delta.as<const float>(),
+                           nullptr, clock, what);
+  COFAB_RETURN_IF_ERROR(impl_->wait(call, deadline));
+  std::lock_guard<std::mutex> lock(call->mu);
+  ApplyResult r;
+  r.outcome = call->dropped ? ApplyOutcome::kDropped : ApplyOutcome::kApplied;
+  r.version = call->minVersion;
+  r.staleness = call->maxStaleness;
+  return r;
+}
+
+Status ModelClient::elastic(uint64_t key, TensorView x, float alpha, TensorView diffOut,
+                            Deadline deadline) {
+  const std::string what = name("elastic", key);
+  COFAB_RETURN_IF_ERROR(checkF32(x, "elastic x").withContext(what));
+  COFAB_RETURN_IF_ERROR(checkF32(diffOut, "elastic diffOut").withContext(what));
+  COFAB_RETURN_IF_ERROR(checkSameShape(x, diffOut, "elastic x/diffOut").withContext(what));
+  if (!(alpha > 0.0f && alpha <= 1.0f)) {
+    return InvalidArgument(what + ": alpha must be in (0, 1], got " + std::to_string(alpha));
+  }
+  uint32_t bits = 0;
+  std::memcpy(&bits, &alpha, sizeof(bits));
+  auto call = impl_->begin(ControlOp::kModelElastic, key, x.count, x.as<const float>(),
+                           diffOut.as<float>(), bits, what);
+  return impl_->wait(call, deadline);
+}
+
+void ModelClient::close() { impl_->close(); }
+int ModelClient::rank() const { return impl_->rank_; }
+int ModelClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }
+size_t ModelClient::chunkBytes() const { return impl_->chunkBytes_; }
+ClientStats ModelClient::stats() const {
+  ClientStats s;
+  s.bytesOut = impl_->bytesOut_.load();
+  s.bytesIn = impl_->bytesIn_.load();
+  return s;
+}
+
+}  // namespace cofab::ps

@@ -1,0 +1,178 @@
+// The codecs against their definitions (fabric/compress/codec.h): int8 error within half a
+// quantisation step, 1-bit keeps sign and per-block mean |x|, error feedback keeps the running
+// sum of what was sent within a bounded distance of the running sum of the inputs, and every
+// malformed encoding is refused with a reason.
+#include "fabric/compress/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace cofab::compress {
+namespace {
+
+std::vector<float> randomVector(size_t n, uint32_t seed, float spread = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, spread);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> encode(Compression c, const std::vector<float>& x, size_t block,
+                            float* residual = nullptr) {
+  std::vector<uint8_t> out(compressedBytes(c, x.size(), block));
+  compress(c, x.data(), x.size(), block, residual, out.data());
+  return out;
+}
+
+std::vector<float> decode(Compression c, const std::vector<uint8_t>& enc, size_t count) {
+  std::vector<float> out(count);
+  const Status st = decompress(c, enc.data(), enc.size(), count, out.data());
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+float readF32(const std::vector<uint8_t>& b, size_t off) {
+  float v;
+  std::memcpy(&v, b.data() + off, 4);
+  return v;
+}
+
+TEST(Codec, Int8ErrorIsAtMostHalfAStepPerElement) {
+  for (size_t count : {1u, 7u, 255u, 256u, 257u, 1000u, 4099u}) {
+    for (size_t block : {1u, 16u, 256u, 1000u}) {
+      auto x = randomVector(count, static_cast<uint32_t>(count * 31 + block), 3.0f);
+      const auto enc = encode(Compression::kInt8, x, block);
+      ASSERT_EQ(enc.size() % 4, 0u);
+      const auto y = decode(Compression::kInt8, enc, count);
+      size_t off = kPrefixBytes;
+      for (size_t base = 0; base < count; base += block) {
+        const size_t n = std::min(block, count - base);
+        const float lo = readF32(enc, off);
+        const float scale = readF32(enc, off + 4);
+        float hi = x[base];
+        for (size_t j = 0; j < n; ++j) hi = std::max(hi, x[base + j]);
+        EXPECT_NEAR(scale, (hi - lo) / 255.0f, 1e-6f * std::fabs(hi - lo));
+        for (size_t j = 0; j < n; ++j) {
+          // Half a step, plus the rounding of min + q * scale in f32.
+          const float bound = scale / 2 + 4e-7f * (std::fabs(lo) + std::fabs(hi));
+          ASSERT_LE(std::fabs(y[base + j] - x[base + j]), bound)
+              << "count " << count << " block " << block << " element " << base + j;
+        }
+        off += 8 + n;
+      }
+    }
+  }
+}
+
+TEST(Codec, Int8ConstantBlockIsExact) {
+  std::vector<float> x(300, -2.5f);
+  EXPECT_EQ(decode(Compression::kInt8, encode(Compression::kInt8, x, 256), x.size()), x);
+}
+
+TEST(Codec, OneBitKeepsSignsAndTheBlockMeanMagnitude) {
+  const size_t count = 1000, block = 256;
+  auto x = randomVector(count, 7);
+  const auto y = decode(Compression::kOneBit, encode(Compression::kOneBit, x, block), count);
+  for (size_t base = 0; base < count; base += block) {
+    const size_t n = std::min(block, count - base);
+    double mean = 0;
+    for (size_t j = 0; j < n; ++j) mean += std::fabs(x[base + j]);
+    mean /= static_cast<double>(n);
+    for (size_t j = 0; j < n; ++j) {
+      EXPECT_NEAR(std::fabs(y[base + j]), mean, 1e-5 * mean);
+      EXPECT_EQ(y[base + j] >= 0, x[base + j] >= 0) << "element " << base + j;
+    }
+  }
+}
+
+TEST(Codec, OneBitCutsBytesMoreThan20xAtTheDefaultBlock) {
+  const size_t count = 1 << 20;
+  EXPECT_GE(static_cast<double>(count * 4) /
+                static_cast<double>(compressedBytes(Compression::kOneBit, count, kDefaultBlock)),
+            28.0);
+  EXPECT_GE(static_cast<double>(count * 4) /
+                static_cast<double>(compressedBytes(Compression::kInt8, count, kDefaultBlock)),
+            3.8);
+}
+
+// Error feedback: after t steps, sum(inputs) - sum(decoded) equals the residual, which stays
+// bounded; without feedback the gap grows with t.
+TEST(Codec, ErrorFeedbackKeepsTheRunningSumOnTrack) {
+  const size_t count = 512, block = 64;
+  const int steps = 400;
+  std::vector<float> residual(count, 0.0f);
+  std::vector<double> sumIn(count, 0), sumFed(count, 0), sumPlain(count, 0);
+  double worstFed = 0;
+  float maxAbsInput = 0;
+  for (int t = 0; t < steps; ++t) {
+    // A biased gradient (mean 0.3) with noise: 1-bit without feedback loses the bias per block.
+    auto g = randomVector(count, 1000 + static_cast<uint32_t>(t));
+    for (size_t i = 0; i < count; ++i) {
+      g[i] = 0.3f * static_cast<float>(i % 7) / 7.0f + 0.5f * g[i];
+      maxAbsInput = std::max(maxAbsInput, std::fabs(g[i]));
+    }
+    const auto fed = decode(Compression::kOneBit,
+                            encode(Compression::kOneBit, g, block, residual.data()), count);
+    const auto plain = decode(Compression::kOneBit, encode(Compression::kOneBit, g, block), count);
+    for (size_t i = 0; i < count; ++i) {
+      sumIn[i] += g[i];
+      sumFed[i] += fed[i];
+      sumPlain[i] += plain[i];
+      // The identity that error feedback maintains.
+      ASSERT_NEAR(sumIn[i] - sumFed[i], residual[i], 1e-3 * (1 + std::fabs(sumIn[i])));
+      worstFed = std::max(worstFed, std::fabs(sumIn[i] - sumFed[i]));
+    }
+  }
+  double worstPlain = 0;
+  for (size_t i = 0; i < count; ++i) {
+    worstPlain = std::max(worstPlain, std::fabs(sumIn[i] - sumPlain[i]));
+  }
+  std::printf(
+      "error feedback: worst |sum(in) - sum(sent)| %.3f with feedback, %.3f without, max |g| "
+      "%.3f\n",
+      worstFed, worstPlain, maxAbsInput);
+  // Bounded: a few inputs' worth, independent of the number of steps.
+  EXPECT_LT(worstFed, 8.0 * maxAbsInput) << "residual grew over " << steps << " steps";
+  EXPECT_GT(worstPlain, 4 * worstFed) << "without feedback the sum should drift";
+}
+
+TEST(Codec, MalformedEncodingsAreRefusedWithAReason) {
+  auto x = randomVector(1000, 3);
+  for (Compression c : {Compression::kInt8, Compression::kOneBit}) {
+    auto enc = encode(c, x, 256);
+    std::vector<float> out(1000);
+    auto shorter = enc;
+    shorter.resize(enc.size() - 4);
+    Status st = decompress(c, shorter.data(), shorter.size(), 1000, out.data());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("take"), std::string::npos) << st;
+    auto longer = enc;
+    longer.resize(enc.size() + 4);
+    EXPECT_FALSE(decompress(c, longer.data(), longer.size(), 1000, out.data()).ok());
+    EXPECT_FALSE(decompress(c, enc.data(), 4, 1000, out.data()).ok());
+    EXPECT_FALSE(decompress(c, enc.data(), enc.size(), 999, out.data()).ok()) << "wrong count";
+    auto zeroBlock = enc;
+    std::memset(zeroBlock.data() + 4, 0, 4);
+    st = decompress(c, zeroBlock.data(), zeroBlock.size(), 1000, out.data());
+    EXPECT_NE(st.message().find("block size"), std::string::npos) << st;
+    EXPECT_TRUE(decompress(c, enc.data(), enc.size(), 1000, out.data()).ok());
+  }
+  EXPECT_FALSE(inspect(Compression::kNone, nullptr, 0).ok());
+}
+
+TEST(Codec, ErrorFeedbackStoreKeepsOneResidualPerKey) {
+  ErrorFeedback fb;
+  float* a = fb.residual(1, 10);
+  a[3] = 2.0f;
+  EXPECT_EQ(fb.residual(1, 10)[3], 2.0f);
+  EXPECT_EQ(fb.residual(2, 10)[3], 0.0f);
+  EXPECT_EQ(fb.residual(1, 12)[3], 0.0f) << "a new size starts a fresh residual";
+}
+
+}  // namespace
+}  // namespace cofab::compress
