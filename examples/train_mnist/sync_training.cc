@@ -72,6 +72,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.shadowMode = c.shadowMode;
   so.shadowIntervalMs = c.shadowIntervalMs;
   so.seed = c.seed;
+  so.compressionBlock = c.compressionBlock;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;

@@ -31,7 +31,8 @@ struct SyncTrainConfig {
   std::string gossipPeers = "ring";
   std::string shadowMode = "average";
   int64_t shadowIntervalMs = 0;
-  int slowRank = -1;  // this rank sleeps (slowFactor - 1) x its compute time every step
+  size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
+  int slowRank = -1;            // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };
 

@@ -53,7 +53,8 @@ void usage() {
                "                   [--sync %s]\n"
                "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
-               "                   [--shadow-interval-ms MS] [--slow-rank R --slow-factor F]\n"
+               "                   [--shadow-interval-ms MS] [--compression-block N]\n"
+               "                   [--slow-rank R --slow-factor F]\n"
                "  (ssp's staleness bound is the daemons' --staleness)\n",
                ex::syncModes().c_str());
 }
@@ -77,6 +78,7 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--sync-every") o->algo.syncEvery = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--elastic-alpha") o->algo.elasticAlpha = std::strtof(v.c_str(), &end);
     else if (a == "--shadow-interval-ms") o->algo.shadowIntervalMs = std::strtoll(v.c_str(), &end, 10);
+    else if (a == "--compression-block") o->algo.compressionBlock = std::strtoull(v.c_str(), &end, 10);
     else if (a == "--slow-rank") o->algo.slowRank = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
     else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }

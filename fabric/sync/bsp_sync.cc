@@ -4,13 +4,17 @@
 // the models stay identical. int8/onebit only change the wire format of the push-pull (the
 // daemon decompresses, accumulates in f32 and recompresses; onebit keeps an error-feedback
 // residual per worker).
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "fabric/ps/push_pull.h"
 #include "fabric/sync/algorithm_base.h"
 
 namespace cofab::sync::detail {
 namespace {
+
+constexpr uint64_t kInitialKeys = 1u << 20;
 
 class BspSync final : public AlgorithmBase {
  public:
@@ -30,9 +34,20 @@ class BspSync final : public AlgorithmBase {
 
   Status step(int thread, std::span<const float> grad, uint64_t, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
-    buf_.assign(grad.begin(), grad.end());
-    COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
-    localSgd(0, buf_);
+    if (name_ == "sync" || !velocityFirst()) {
+      buf_.assign(grad.begin(), grad.end());
+      COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
+      localSgd(0, buf_);
+    } else {
+      // Compressed: momentum first, then the velocity goes on the wire (error-feedback SGD with
+      // momentum). Without compression this is the same update (the average of the workers'
+      // velocities is the velocity of the averaged gradients); with 1-bit it converges much
+      // better, because the smooth velocity, not the noisy gradient, is quantized.
+      std::span<const float> v = momentum_[0]->update(grad);
+      buf_.assign(v.begin(), v.end());
+      COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
+      model_.add(buf_, -options_.lr);
+    }
     steps_.fetch_add(1);
     syncs_.fetch_add(1);
     globalSamples_.fetch_add(samples * uint64_t(env_.worldSize));
@@ -49,15 +64,24 @@ class BspSync final : public AlgorithmBase {
   }
 
  private:
+  static bool velocityFirst() {
+    static const bool v = std::getenv("COFAB_SYNC_VELOCITY_FIRST") == nullptr ||
+                          std::string(std::getenv("COFAB_SYNC_VELOCITY_FIRST")) != "0";
+    return v;
+  }
   Status averageInPlace(bool compressed) {
     ps::PushPullOptions options;
     options.op = ps::ReduceOp::kAverage;
+    if (compressed && options_.compressionBlock > 0)
+      options.compressionBlock = options_.compressionBlock;
     if (compressed && name_ == "int8") options.compression = ps::Compression::kInt8;
     if (compressed && name_ == "onebit") options.compression = ps::Compression::kOneBit;
     handles_.clear();
+    // A key keeps its compression on the daemons: the initial (exact) average has keys of its own.
+    const uint64_t keyBase = compressed ? 0 : kInitialKeys;
     for (size_t t = 0; t < counts_.size(); ++t) {
       TensorView view(buf_.data() + offsets_[t], counts_[t], DType::kF32);
-      handles_.push_back(client_->pushPull(t, view, view, options));
+      handles_.push_back(client_->pushPull(keyBase + t, view, view, options));
     }
     Deadline d = deadline();
     for (size_t t = 0; t < handles_.size(); ++t) {

@@ -8,7 +8,7 @@
 //   it makes the elastic move with the center held by the daemons: d = alpha (x - c),
 //   c += d, x -= d.
 // eawild: easgd with `threads` Hogwild threads per worker, all updating one SharedModel
-//   (relaxed atomic adds), thread 0 doing the elastic moves.
+//   (relaxed atomic adds) with lr / threads each, thread 0 doing the elastic moves.
 // The job's sample count goes through the store (publishSamples()); finish() waits for every
 // worker in the store, then pulls the server's model (ssp) or the center (easgd, eawild).
 #include "fabric/ps/model_client.h"
@@ -106,7 +106,9 @@ class ElasticSync final : public ModelStoreSync {
 
   Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
-    localSgd(thread, grad);  // Hogwild: concurrent with the other threads' steps
+    // Hogwild: concurrent with the other threads' steps. Each of the T threads steps with lr / T
+    // on its share of the worker's batch, so the worker moves as far per sample as easgd does.
+    model_.add(momentum_[size_t(thread)]->update(grad), -options_.lr / float(threads_));
     steps_.fetch_add(1);
     unpublishedSamples_.fetch_add(samples);
     localSamples_.fetch_add(samples);

@@ -41,6 +41,8 @@ class ShadowSync final : public AlgorithmBase {
       if (env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
       COFAB_ASSIGN_OR_RETURN(model_client_, ps::ModelClient::connect(*env_.store, env_.rank,
                                                                      env_.worldSize, env_.client));
+      // Only for the final average of the workers' models (finish()).
+      COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
       for (size_t t = 0; t < counts_.size(); ++t) {
         TensorView v(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
         COFAB_RETURN_IF_ERROR(model_client_->init(t, v, deadline()));
@@ -89,14 +91,12 @@ class ShadowSync final : public AlgorithmBase {
       s = error_;
     }
 #ifdef COFAB_SYNC_HAVE_MODEL_STORE
-    if (s.ok() && model_client_ != nullptr) {
-      // The center is the job's model once every worker has stopped.
-      s = storeBarrier("finish");
-      for (size_t t = 0; s.ok() && t < counts_.size(); ++t) {
-        TensorView v(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
-        s = model_client_->pull(t, v, deadline()).status();
-      }
-      if (s.ok()) model_.assign(snapshot_);
+    if (model_client_ != nullptr) {
+      // The job's model is the average of the workers' final models: how close the center is
+      // to it depends on how many elastic rounds the shadow threads managed.
+      bool allDone = false;
+      if (s.ok()) s = averageRound(/*initial=*/false, /*done=*/true, &allDone);
+      if (s.ok() && !allDone) s = Internal("shadowsync easgd: final round without every worker");
       model_client_->close();
     }
 #endif
@@ -130,7 +130,7 @@ class ShadowSync final : public AlgorithmBase {
       }
       Status s;
       bool allDone = false;
-      if (client_ != nullptr) {
+      if (options_.shadowMode == "average") {
         s = averageRound(/*initial=*/false, done, &allDone);
       } else {
         s = elasticRound();

