@@ -2,6 +2,7 @@
 
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/bootstrap.h"
+#include "fabric/sync/sync_algorithm.h"
 
 namespace cofab::examples {
 namespace {
@@ -71,7 +72,7 @@ class AggregatorSync final : public GradientSync {
 
 }  // namespace
 
-std::string syncModes() { return "local, aggregator"; }
+std::string syncModes() { return "local, aggregator, " + sync::syncAlgorithms(); }
 
 StatusOr<std::unique_ptr<GradientSync>> makeGradientSync(const std::string& mode) {
   if (mode == "local") return std::unique_ptr<GradientSync>(new LocalSync());

@@ -8,6 +8,10 @@
 //
 //   ./train_mnist --epochs 5                                   one process
 //   cofab-run -n 4 --role 'aggd:1:cofab-aggd' -- ./train_mnist --sync aggregator
+//   cofab-run -n 4 --role 'aggd:2:cofab-aggd' -- ./train_mnist --sync easgd --elastic-alpha 0.2
+//
+// --sync with a training-sync algorithm (docs/SYNC.md) runs examples/train_mnist/sync_training.cc
+// instead of the loop below.
 #include <cblas.h>
 
 #include <algorithm>
@@ -22,6 +26,8 @@
 #include "examples/train_mnist/fashion_mnist.h"
 #include "examples/train_mnist/gradient_sync.h"
 #include "examples/train_mnist/mlp.h"
+#include "examples/train_mnist/sync_training.h"
+#include "fabric/sync/sync_algorithm.h"
 
 namespace ex = cofab::examples;
 
@@ -37,13 +43,19 @@ struct Options {
   std::string dataDir = ex::kDefaultDataDir;
   std::string sync = "local";
   size_t limit = 0;  // use only the first N training samples (0: all)
+  ex::SyncTrainConfig algo;  // --sync <algorithm> options
 };
 
 void usage() {
   std::fprintf(stderr,
                "usage: train_mnist [--epochs N] [--batch GLOBAL] [--hidden H] [--lr LR]\n"
                "                   [--momentum M] [--seed S] [--data-dir DIR] [--limit N]\n"
-               "                   [--sync %s]\n",
+               "                   [--sync %s]\n"
+               "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
+               "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
+               "                   [--shadow-interval-ms MS] [--compression-block N]\n"
+               "                   [--slow-rank R --slow-factor F]\n"
+               "  (ssp's staleness bound is the daemons' --staleness)\n",
                ex::syncModes().c_str());
 }
 
@@ -62,6 +74,15 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--limit") o->limit = std::strtoull(v.c_str(), &end, 10);
     else if (a == "--data-dir") { o->dataDir = v; continue; }
     else if (a == "--sync") { o->sync = v; continue; }
+    else if (a == "--threads") o->algo.threads = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--sync-every") o->algo.syncEvery = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--elastic-alpha") o->algo.elasticAlpha = std::strtof(v.c_str(), &end);
+    else if (a == "--shadow-interval-ms") o->algo.shadowIntervalMs = std::strtoll(v.c_str(), &end, 10);
+    else if (a == "--compression-block") o->algo.compressionBlock = std::strtoull(v.c_str(), &end, 10);
+    else if (a == "--slow-rank") o->algo.slowRank = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
+    else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }
+    else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
     else return false;
     if (end == nullptr || *end != '\0') return false;
   }
@@ -81,6 +102,22 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     usage();
     return 2;
+  }
+  if (cofab::sync::isSyncAlgorithm(o.sync)) {
+    auto train = ex::loadFashionMnist(o.dataDir, "train");
+    if (!train.ok()) return fail(train.status());
+    auto test = ex::loadFashionMnist(o.dataDir, "t10k");
+    if (!test.ok()) return fail(test.status());
+    ex::SyncTrainConfig c = o.algo;
+    c.algorithm = o.sync;
+    c.epochs = o.epochs;
+    c.batch = o.batch;
+    c.hidden = o.hidden;
+    c.lr = o.lr;
+    c.momentum = o.momentum;
+    c.seed = o.seed;
+    c.limit = o.limit;
+    return ex::runSyncTraining(c, *train, *test);
   }
   auto sync = ex::makeGradientSync(o.sync);
   if (!sync.ok()) return fail(sync.status());

@@ -1,0 +1,76 @@
+// Internal to fabric/sync: what every SyncAlgorithm implementation shares (the model, the
+// per-thread optimizer state, the tensor layout, counters) and the factories of the
+// implementations. Not a public header.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "fabric/sync/shared_model.h"
+#include "fabric/sync/sync_algorithm.h"
+
+namespace cofab::sync::detail {
+
+class AlgorithmBase : public SyncAlgorithm {
+ public:
+  AlgorithmBase(std::string name, const SyncOptions& options, const SyncEnv& env, int threads);
+  std::string name() const override { return name_; }
+  int threads() const override { return threads_; }
+  void read(int thread, std::span<float> out) override;
+  uint64_t globalSamples() const override { return globalSamples_.load(std::memory_order_relaxed); }
+  SyncStats stats() const override;
+
+ protected:
+  // Records the layout and the initial model; call first in start().
+  Status setUp(std::span<const float> initial, const std::vector<size_t>& tensorCounts);
+  Status checkStep(int thread, std::span<const float> grad) const;
+  // The thread's SGD-with-momentum step on the shared model: model -= lr * v.
+  void localSgd(int thread, std::span<const float> grad);
+  Deadline deadline() const { return Deadline::afterMs(options_.timeoutMs); }
+  float alpha() const;
+  std::span<float> tensorOf(std::vector<float>& buf, size_t t) {
+    return std::span<float>(buf).subspan(offsets_[t], counts_[t]);
+  }
+  // Store barrier: every worker sets "<prefix>/<what>/<rank>" and waits for all of them.
+  Status storeBarrier(const std::string& what);
+  // Adds this worker's samples since the last call to the job's counter in the store and
+  // remembers the total.
+  Status publishSamples();
+  std::string storeKey(const std::string& what) const;
+
+  const std::string name_;
+  const SyncOptions options_;
+  const SyncEnv env_;
+  const int threads_;
+  SharedModel model_;
+  std::vector<std::unique_ptr<Momentum>> momentum_;  // per thread
+  std::vector<size_t> offsets_, counts_;
+  size_t total_ = 0;
+  std::chrono::steady_clock::time_point started_;
+
+  // Counters (any thread).
+  std::atomic<uint64_t> steps_{0}, syncs_{0}, bytesSent_{0}, bytesReceived_{0};
+  std::atomic<uint64_t> localSamples_{0}, unpublishedSamples_{0}, globalSamples_{0};
+  std::atomic<uint64_t> staleUpdates_{0}, maxStaleness_{0}, stalenessSum_{0}, applies_{0};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+// A push-pull client to the job's aggregators (env.store, or env.client.serverAddresses).
+StatusOr<std::unique_ptr<ps::PushPullClient>> connectPushPull(const SyncEnv& env);
+
+using AlgorithmPtr = std::unique_ptr<SyncAlgorithm>;
+// sync, int8, onebit
+StatusOr<AlgorithmPtr> makeBspSync(const SyncOptions& options, const SyncEnv& env);
+StatusOr<AlgorithmPtr> makeShadowSync(const SyncOptions& options, const SyncEnv& env);
+StatusOr<AlgorithmPtr> makeGossipSync(const SyncOptions& options, const SyncEnv& env);
+// ssp, easgd, eawild (ps::ModelClient)
+StatusOr<AlgorithmPtr> makeSspSync(const SyncOptions& options, const SyncEnv& env);
+StatusOr<AlgorithmPtr> makeElasticSync(const SyncOptions& options, const SyncEnv& env);
+
+}  // namespace cofab::sync::detail

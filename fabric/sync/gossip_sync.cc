@@ -1,0 +1,125 @@
+// gossip: decentralized SGD. Each worker takes local SGD-with-momentum steps; every syncEvery
+// steps it averages its model with one peer over the communicator (point-to-point, no
+// aggregator): x <- (x + x_peer) / 2. The peers form a perfect matching each round, the same on
+// every worker: "ring" alternates between the right and the left neighbour (even rounds pair
+// 2i with 2i+1, odd rounds 2i+1 with 2i+2, wrapping), "random" draws a random pairing from the
+// shared seed and the round number. With an odd number of workers one sits a round out.
+// Pairwise averaging keeps the sum of the models, so the mean model follows plain SGD on the
+// average gradient while the spread between workers shrinks every round. finish() allreduces
+// the final average.
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "fabric/comm/collectives.h"
+#include "fabric/sync/algorithm_base.h"
+#include "fabric/sync/gossip_peers.h"
+
+namespace cofab::sync::detail {
+namespace {
+
+class GossipSync final : public AlgorithmBase {
+ public:
+  GossipSync(const SyncOptions& options, const SyncEnv& env)
+      : AlgorithmBase("gossip", options, env, 1) {}
+
+  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+    if (env_.comm == nullptr) return InvalidArgument("sync gossip needs env.comm (a Communicator)");
+    if (options_.gossipPeers != "ring" && options_.gossipPeers != "random") {
+      return InvalidArgument("sync gossip: gossipPeers '" + options_.gossipPeers +
+                             "' is not 'ring' or 'random'");
+    }
+    COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
+    mine_.assign(initial.begin(), initial.end());
+    peer_.resize(total_);
+    COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
+                                          collective(comm::ReduceOp::kAvg)));
+    model_.assign(mine_);
+    return OkStatus();
+  }
+
+  Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
+    COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    localSgd(0, grad);
+    steps_.fetch_add(1);
+    globalSamples_.fetch_add(samples * uint64_t(env_.worldSize));
+    if ((step + 1) % uint64_t(options_.syncEvery) != 0) return OkStatus();
+    int p = gossipPeer(env_.rank, env_.worldSize, round_++, options_.gossipPeers == "random",
+                       options_.seed);
+    if (p < 0) return OkStatus();
+    model_.read(mine_);
+    TensorView mine(mine_.data(), total_, DType::kF32), theirs(peer_.data(), total_, DType::kF32);
+    comm::CollectiveOptions o;
+    o.timeout = Millis(options_.timeoutMs);
+    // The lower rank sends first so that the pair never waits on each other.
+    if (env_.rank < p) {
+      COFAB_RETURN_IF_ERROR(comm::send(*env_.comm, mine, p, o));
+      COFAB_RETURN_IF_ERROR(comm::recv(*env_.comm, theirs, p, o));
+    } else {
+      COFAB_RETURN_IF_ERROR(comm::recv(*env_.comm, theirs, p, o));
+      COFAB_RETURN_IF_ERROR(comm::send(*env_.comm, mine, p, o));
+    }
+    for (size_t i = 0; i < total_; ++i) peer_[i] -= mine_[i];
+    model_.add(peer_, 0.5f);  // x += (x_peer - x) / 2
+    syncs_.fetch_add(1);
+    bytesSent_.fetch_add(total_ * sizeof(float));
+    bytesReceived_.fetch_add(total_ * sizeof(float));
+    return OkStatus();
+  }
+
+  Status finish(std::span<float> out) override {
+    if (env_.comm == nullptr) return FailedPrecondition("sync gossip: start() not called");
+    model_.read(mine_);
+    COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
+                                          collective(comm::ReduceOp::kAvg)));
+    model_.assign(mine_);
+    model_.read(out);
+    return OkStatus();
+  }
+
+ private:
+  comm::AllreduceOptions collective(comm::ReduceOp op) const {
+    comm::AllreduceOptions o;
+    o.op = op;
+    o.timeout = Millis(options_.timeoutMs);
+    return o;
+  }
+
+  std::vector<float> mine_, peer_;
+  uint64_t round_ = 0;
+};
+
+}  // namespace
+}  // namespace cofab::sync::detail
+
+namespace cofab::sync {
+
+int gossipPeer(int r, int w, uint64_t round, bool random, uint64_t seed) {
+  if (w < 2 || r < 0 || r >= w) return -1;
+  if (random) {
+    std::vector<int> perm(static_cast<size_t>(w));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed * 7919u + round));
+    size_t at = size_t(std::find(perm.begin(), perm.end(), r) - perm.begin());
+    size_t other = at ^ 1u;
+    return other < size_t(w) ? perm[other] : -1;
+  }
+  auto ringPeer = [&](int x) {
+    bool pairsRight = (x % 2) == int(round % 2);
+    return ((pairsRight ? x + 1 : x - 1) + w) % w;
+  };
+  int p = ringPeer(r);
+  // Odd w: the wrap-around would pair a rank with one already paired; it sits out.
+  if (p == r || ringPeer(p) != r) return -1;
+  return p;
+}
+
+}  // namespace cofab::sync
+
+namespace cofab::sync::detail {
+
+StatusOr<AlgorithmPtr> makeGossipSync(const SyncOptions& options, const SyncEnv& env) {
+  return AlgorithmPtr(new GossipSync(options, env));
+}
+
+}  // namespace cofab::sync::detail

@@ -1,0 +1,138 @@
+// ssp, easgd, eawild: the algorithms on the aggregators' model store (ps::ModelClient).
+//
+// ssp: the parameter server holds the model. Each step a worker applies its SGD-with-momentum
+//   update as a delta (-lr/W * v, so that W workers' updates add up to one synchronous step),
+//   then pulls the model. The daemons bound the staleness (--staleness tau): a worker more than
+//   tau clocks ahead of the slowest waits inside apply().
+// easgd: each worker trains its local model (SGD with momentum, full lr); every syncEvery steps
+//   it makes the elastic move with the center held by the daemons: d = alpha (x - c),
+//   c += d, x -= d.
+// eawild: easgd with `threads` Hogwild threads per worker, all updating one SharedModel
+//   (relaxed atomic adds) with lr / threads each, thread 0 doing the elastic moves.
+// The job's sample count goes through the store (publishSamples()); finish() waits for every
+// worker in the store, then pulls the server's model (ssp) or the center (easgd, eawild).
+#include "fabric/ps/model_client.h"
+#include "fabric/sync/algorithm_base.h"
+
+namespace cofab::sync::detail {
+namespace {
+
+class ModelStoreSync : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+
+  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+    COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
+    if (env_.store == nullptr) return InvalidArgument("sync " + name_ + " needs env.store");
+    COFAB_ASSIGN_OR_RETURN(
+        client_, ps::ModelClient::connect(*env_.store, env_.rank, env_.worldSize, env_.client));
+    buf_.assign(initial.begin(), initial.end());
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      COFAB_RETURN_IF_ERROR(client_->init(t, view(buf_, t), deadline()));
+    }
+    COFAB_RETURN_IF_ERROR(pullAll(buf_));  // first writer won: everyone starts from its model
+    model_.assign(buf_);
+    return OkStatus();
+  }
+
+  Status finish(std::span<float> out) override {
+    if (client_ == nullptr) return FailedPrecondition("sync " + name_ + ": start() not called");
+    Status s = publishSamples();
+    if (s.ok()) s = storeBarrier("finish");
+    if (s.ok()) s = pullAll(buf_);
+    if (s.ok()) model_.assign(buf_);
+    recordBytes();
+    client_->close();
+    model_.read(out);
+    return s;
+  }
+
+ protected:
+  TensorView view(std::vector<float>& b, size_t t) {
+    return TensorView(b.data() + offsets_[t], counts_[t], DType::kF32);
+  }
+  Status pullAll(std::vector<float>& into) {
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      COFAB_RETURN_IF_ERROR(client_->pull(t, view(into, t), deadline()).status());
+    }
+    return OkStatus();
+  }
+  void recordBytes() {
+    ps::ClientStats s = client_->stats();
+    bytesSent_.store(s.bytesOut);
+    bytesReceived_.store(s.bytesIn);
+  }
+
+  std::unique_ptr<ps::ModelClient> client_;
+  std::vector<float> buf_;  // the syncing thread's scratch
+};
+
+class SspSync final : public ModelStoreSync {
+ public:
+  SspSync(const SyncOptions& options, const SyncEnv& env)
+      : ModelStoreSync("ssp", options, env, 1) {}
+
+  Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
+    COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    std::span<const float> v = momentum_[0]->update(grad);
+    const float scale = -options_.lr / float(env_.worldSize);
+    for (size_t i = 0; i < total_; ++i) buf_[i] = scale * v[i];
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r, client_->apply(t, view(buf_, t), step, deadline()));
+      applies_.fetch_add(1);
+      stalenessSum_.fetch_add(r.staleness);
+      if (r.staleness > 0) staleUpdates_.fetch_add(1);
+      if (r.outcome == ps::ApplyOutcome::kDropped) dropped_.fetch_add(1);
+      uint64_t prev = maxStaleness_.load();
+      while (r.staleness > prev && !maxStaleness_.compare_exchange_weak(prev, r.staleness)) {
+      }
+    }
+    COFAB_RETURN_IF_ERROR(pullAll(buf_));
+    model_.write(0, buf_);
+    steps_.fetch_add(1);
+    syncs_.fetch_add(1);
+    unpublishedSamples_.fetch_add(samples);
+    localSamples_.fetch_add(samples);
+    recordBytes();
+    return publishSamples();
+  }
+};
+
+class ElasticSync final : public ModelStoreSync {
+ public:
+  ElasticSync(const SyncOptions& options, const SyncEnv& env)
+      : ModelStoreSync(options.algorithm, options, env,
+                       options.algorithm == "eawild" ? options.threads : 1) {}
+
+  Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
+    COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    // Hogwild: concurrent with the other threads' steps. Each of the T threads steps with lr / T
+    // on its share of the worker's batch, so the worker moves as far per sample as easgd does.
+    model_.add(momentum_[size_t(thread)]->update(grad), -options_.lr / float(threads_));
+    steps_.fetch_add(1);
+    unpublishedSamples_.fetch_add(samples);
+    localSamples_.fetch_add(samples);
+    if (thread != 0 || (step + 1) % uint64_t(options_.syncEvery) != 0) return OkStatus();
+    // Elastic move, tensor by tensor, on a snapshot of the (still moving) shared model.
+    model_.read(buf_);
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      COFAB_RETURN_IF_ERROR(client_->elastic(t, view(buf_, t), alpha(), view(buf_, t), deadline()));
+      model_.add(offsets_[t], tensorOf(buf_, t), -1.0f);
+    }
+    syncs_.fetch_add(1);
+    recordBytes();
+    return publishSamples();
+  }
+};
+
+}  // namespace
+
+StatusOr<AlgorithmPtr> makeSspSync(const SyncOptions& options, const SyncEnv& env) {
+  return AlgorithmPtr(new SspSync(options, env));
+}
+
+StatusOr<AlgorithmPtr> makeElasticSync(const SyncOptions& options, const SyncEnv& env) {
+  return AlgorithmPtr(new ElasticSync(options, env));
+}
+
+}  // namespace cofab::sync::detail

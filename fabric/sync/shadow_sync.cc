@@ -1,0 +1,229 @@
+// shadowsync: the training thread only ever touches its local model (SGD with momentum); a
+// background "shadow" thread synchronizes that model with the other workers' at its own pace:
+//
+//   average: snapshot x_s of the model -> push-pull average a over the workers -> model += a - x_s
+//            (the local progress made while the round was in flight is kept on top of a);
+//   easgd:   elastic update with the center on the aggregators (ps::ModelClient::elastic).
+//
+// Each averaging round also carries, in a small extra key summed over the workers, each
+// worker's sample count and whether it has finished: the rounds give every worker the job's
+// progress (globalSamples()), and the shadow threads stop together after the round in which
+// every worker had finished, so all of them do the same number of rounds and end with the
+// identical average.
+#include <condition_variable>
+#include <thread>
+
+#include "fabric/ps/push_pull.h"
+#include "fabric/sync/algorithm_base.h"
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+#include "fabric/ps/model_client.h"
+#endif
+
+namespace cofab::sync::detail {
+namespace {
+
+class ShadowSync final : public AlgorithmBase {
+ public:
+  ShadowSync(const SyncOptions& options, const SyncEnv& env)
+      : AlgorithmBase("shadowsync", options, env, 1) {}
+  ~ShadowSync() override { stopThread(); }
+
+  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+    COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
+    snapshot_.assign(initial.begin(), initial.end());
+    avg_.resize(total_);
+    if (options_.shadowMode == "average") {
+      COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
+      // Round 0 (exact average of the initial models) happens here, before training.
+      COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
+    } else if (options_.shadowMode == "easgd") {
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+      if (env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
+      COFAB_ASSIGN_OR_RETURN(model_client_, ps::ModelClient::connect(*env_.store, env_.rank,
+                                                                     env_.worldSize, env_.client));
+      // Only for the final average of the workers' models (finish()).
+      COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
+      for (size_t t = 0; t < counts_.size(); ++t) {
+        TensorView v(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
+        COFAB_RETURN_IF_ERROR(model_client_->init(t, v, deadline()));
+        COFAB_RETURN_IF_ERROR(model_client_->pull(t, v, deadline()).status());
+      }
+      model_.assign(snapshot_);
+#else
+      return Unimplemented("shadowsync easgd: ps::ModelClient is not in this build");
+#endif
+    } else {
+      return InvalidArgument("shadowsync: shadowMode '" + options_.shadowMode +
+                             "' is not 'average' or 'easgd'");
+    }
+    thread_ = std::thread([this] { shadowLoop(); });
+    return OkStatus();
+  }
+
+  Status step(int thread, std::span<const float> grad, uint64_t, uint64_t samples) override {
+    COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_.ok()) return error_;
+    }
+    localSgd(0, grad);  // never waits for the network
+    steps_.fetch_add(1);
+    localSamples_.fetch_add(samples);
+    return OkStatus();
+  }
+
+  uint64_t globalSamples() const override {
+    // The last round's job total plus what this worker did since (the others' recent work is
+    // not known yet).
+    return globalSamples_.load() + localSamples_.load() - samplesAtRound_.load();
+  }
+
+  Status finish(std::span<float> out) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = error_;
+    }
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+    if (model_client_ != nullptr) {
+      // The job's model is the average of the workers' final models: how close the center is
+      // to it depends on how many elastic rounds the shadow threads managed.
+      bool allDone = false;
+      if (s.ok()) s = averageRound(/*initial=*/false, /*done=*/true, &allDone);
+      if (s.ok() && !allDone) s = Internal("shadowsync easgd: final round without every worker");
+      model_client_->close();
+    }
+#endif
+    if (client_ != nullptr) client_->close();
+    model_.read(out);
+    return s;
+  }
+
+ private:
+  void stopThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      abort_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void shadowLoop() {
+    while (true) {
+      bool done;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (options_.shadowIntervalMs > 0) {
+          cv_.wait_for(lock, std::chrono::milliseconds(options_.shadowIntervalMs),
+                       [&] { return done_; });
+        }
+        if (abort_) return;
+        done = done_;
+      }
+      Status s;
+      bool allDone = false;
+      if (options_.shadowMode == "average") {
+        s = averageRound(/*initial=*/false, done, &allDone);
+      } else {
+        s = elasticRound();
+        allDone = done;
+      }
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = s;
+        return;
+      }
+      if (allDone) return;
+    }
+  }
+
+  // One averaging round; `done`: this worker has finished (its snapshot is final).
+  Status averageRound(bool initial, bool done = false, bool* allDone = nullptr) {
+    uint64_t local = localSamples_.load();
+    if (!initial) model_.read(snapshot_);
+    ps::PushPullOptions avg;
+    avg.op = ps::ReduceOp::kAverage;
+    handles_.clear();
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      handles_.push_back(
+          client_->pushPull(t, TensorView(snapshot_.data() + offsets_[t], counts_[t], DType::kF32),
+                            TensorView(avg_.data() + offsets_[t], counts_[t], DType::kF32), avg));
+    }
+    // Progress key: [samples, done]; doubles keep sample counts exact.
+    progress_[0] = double(local);
+    progress_[1] = done ? 1.0 : 0.0;
+    handles_.push_back(client_->pushPull(counts_.size(), TensorView(progress_, 2, DType::kF64),
+                                         TensorView(progress_, 2, DType::kF64), {}));
+    Deadline d = deadline();
+    for (auto& h : handles_) COFAB_RETURN_IF_ERROR(h.wait(d).withContext("shadowsync round"));
+    const bool everyoneDone = progress_[1] >= double(env_.worldSize);
+    if (initial) {
+      model_.assign(avg_);
+    } else if (everyoneDone) {
+      model_.write(0, avg_);  // nobody trains any more: end on the exact average
+      syncs_.fetch_add(1);
+    } else {
+      for (size_t i = 0; i < total_; ++i) avg_[i] -= snapshot_[i];
+      model_.add(avg_, 1.0f);
+      syncs_.fetch_add(1);
+    }
+    samplesAtRound_.store(local);
+    globalSamples_.store(uint64_t(progress_[0]));
+    if (allDone != nullptr) *allDone = everyoneDone;
+    ps::ClientStats cs = client_->stats();
+    bytesSent_.store(cs.bytesOut);
+    bytesReceived_.store(cs.bytesIn);
+    return OkStatus();
+  }
+
+  Status elasticRound() {
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+    model_.read(snapshot_);
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      TensorView x(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
+      TensorView d(avg_.data() + offsets_[t], counts_[t], DType::kF32);
+      COFAB_RETURN_IF_ERROR(model_client_->elastic(t, x, alpha(), d, deadline()));
+      model_.add(offsets_[t], tensorOf(avg_, t), -1.0f);
+      bytesSent_.fetch_add(counts_[t] * sizeof(float));
+      bytesReceived_.fetch_add(counts_[t] * sizeof(float));
+    }
+    syncs_.fetch_add(1);
+    unpublishedSamples_.store(localSamples_.load() - samplesAtRound_.load());
+    samplesAtRound_.store(localSamples_.load());
+    return publishSamples();
+#else
+    return Unimplemented("shadowsync easgd");
+#endif
+  }
+
+  std::unique_ptr<ps::PushPullClient> client_;
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+  std::unique_ptr<ps::ModelClient> model_client_;
+#endif
+  std::vector<float> snapshot_, avg_;  // shadow thread only (after start())
+  std::vector<ps::PushPullHandle> handles_;
+  double progress_[2] = {0, 0};
+  std::atomic<uint64_t> samplesAtRound_{0};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;   // under mu_
+  bool abort_ = false;  // under mu_
+  Status error_;        // under mu_: the shadow thread's failure
+};
+
+}  // namespace
+
+StatusOr<AlgorithmPtr> makeShadowSync(const SyncOptions& options, const SyncEnv& env) {
+  return AlgorithmPtr(new ShadowSync(options, env));
+}
+
+}  // namespace cofab::sync::detail

@@ -1,0 +1,44 @@
+#include "fabric/sync/shared_model.h"
+
+#include "core/check.h"
+
+namespace cofab::sync {
+
+void SharedModel::assign(std::span<const float> values) {
+  size_ = values.size();
+  data_ = std::make_unique<std::atomic<float>[]>(size_);
+  for (size_t i = 0; i < size_; ++i) data_[i].store(values[i], std::memory_order_relaxed);
+}
+
+void SharedModel::read(std::span<float> out) const { read(0, out); }
+
+void SharedModel::read(size_t offset, std::span<float> out) const {
+  COFAB_CHECK(offset + out.size() <= size_);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = data_[offset + i].load(std::memory_order_relaxed);
+  }
+}
+
+void SharedModel::write(size_t offset, std::span<const float> values) {
+  COFAB_CHECK(offset + values.size() <= size_);
+  for (size_t i = 0; i < values.size(); ++i) {
+    data_[offset + i].store(values[i], std::memory_order_relaxed);
+  }
+}
+
+void SharedModel::add(std::span<const float> delta, float scale) { add(0, delta, scale); }
+
+void SharedModel::add(size_t offset, std::span<const float> delta, float scale) {
+  COFAB_CHECK(offset + delta.size() <= size_);
+  for (size_t i = 0; i < delta.size(); ++i) {
+    data_[offset + i].fetch_add(scale * delta[i], std::memory_order_relaxed);
+  }
+}
+
+std::span<const float> Momentum::update(std::span<const float> grad) {
+  COFAB_CHECK(grad.size() == velocity_.size());
+  for (size_t i = 0; i < grad.size(); ++i) velocity_[i] = momentum_ * velocity_[i] + grad[i];
+  return velocity_;
+}
+
+}  // namespace cofab::sync

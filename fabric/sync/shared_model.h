@@ -1,0 +1,53 @@
+// SharedModel: a worker's model as floats that several threads read and update at once
+// (Hogwild): training threads apply their SGD steps, a sync thread adds elastic or averaging
+// corrections. Every element is a std::atomic<float> accessed with relaxed ordering, so the
+// races Hogwild means (reads of a model that is being updated, interleaved updates of different
+// threads) are well-defined and TSan-clean, and no update is lost (add() is an atomic
+// read-modify-write per element). There is no consistency across elements, on purpose.
+//
+// Momentum: a thread's SGD-with-momentum state (velocity), owned by that thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace cofab::sync {
+
+class SharedModel {
+ public:
+  SharedModel() = default;
+  explicit SharedModel(std::span<const float> init) { assign(init); }
+
+  size_t size() const { return size_; }
+  // Not concurrent with anything else (setup).
+  void assign(std::span<const float> values);
+  // out[i] = model[i] (relaxed loads).
+  void read(std::span<float> out) const;
+  void read(size_t offset, std::span<float> out) const;
+  // model[offset + i] = values[i] (relaxed stores; a concurrent add() may be overwritten, which
+  // is why only single-writer algorithms use it).
+  void write(size_t offset, std::span<const float> values);
+  // model[i] += scale * delta[i] (relaxed atomic adds).
+  void add(std::span<const float> delta, float scale);
+  void add(size_t offset, std::span<const float> delta, float scale);
+
+ private:
+  std::unique_ptr<std::atomic<float>[]> data_;
+  size_t size_ = 0;
+};
+
+class Momentum {
+ public:
+  Momentum(size_t n, float momentum) : velocity_(n, 0.0f), momentum_(momentum) {}
+  // v = momentum * v + grad; returns v.
+  std::span<const float> update(std::span<const float> grad);
+
+ private:
+  std::vector<float> velocity_;
+  float momentum_;
+};
+
+}  // namespace cofab::sync

@@ -1,0 +1,151 @@
+#include "fabric/sync/sync_algorithm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+#include "fabric/sync/algorithm_base.h"
+
+namespace cofab::sync {
+namespace detail {
+
+AlgorithmBase::AlgorithmBase(std::string name, const SyncOptions& options, const SyncEnv& env,
+                             int threads)
+    : name_(std::move(name)), options_(options), env_(env), threads_(threads) {}
+
+Status AlgorithmBase::setUp(std::span<const float> initial,
+                            const std::vector<size_t>& tensorCounts) {
+  size_t total = 0;
+  offsets_.clear();
+  counts_.clear();
+  for (size_t c : tensorCounts) {
+    if (c == 0) return InvalidArgument("sync " + name_ + ": a tensor of the layout is empty");
+    offsets_.push_back(total);
+    counts_.push_back(c);
+    total += c;
+  }
+  if (tensorCounts.empty() || total != initial.size()) {
+    return InvalidArgument("sync " + name_ + ": the tensor layout covers " + std::to_string(total) +
+                           " floats, the model has " + std::to_string(initial.size()));
+  }
+  total_ = total;
+  model_.assign(initial);
+  momentum_.clear();
+  for (int t = 0; t < threads_; ++t) {
+    momentum_.push_back(std::make_unique<Momentum>(total_, options_.momentum));
+  }
+  started_ = std::chrono::steady_clock::now();
+  return OkStatus();
+}
+
+void AlgorithmBase::read(int thread, std::span<float> out) {
+  COFAB_CHECK(thread >= 0 && thread < threads_);
+  model_.read(out);
+}
+
+Status AlgorithmBase::checkStep(int thread, std::span<const float> grad) const {
+  if (thread < 0 || thread >= threads_) {
+    return InvalidArgument("sync " + name_ + ": thread " + std::to_string(thread) +
+                           " out of range (threads " + std::to_string(threads_) + ")");
+  }
+  if (grad.size() != total_) {
+    return InvalidArgument("sync " + name_ + ": gradient has " + std::to_string(grad.size()) +
+                           " floats, the model " + std::to_string(total_) +
+                           " (start() not called?)");
+  }
+  return OkStatus();
+}
+
+void AlgorithmBase::localSgd(int thread, std::span<const float> grad) {
+  model_.add(momentum_[size_t(thread)]->update(grad), -options_.lr);
+}
+
+float AlgorithmBase::alpha() const {
+  return options_.elasticAlpha > 0 ? options_.elasticAlpha : 0.9f / float(env_.worldSize);
+}
+
+std::string AlgorithmBase::storeKey(const std::string& what) const {
+  return "cofab/sync/" + name_ + "/" + what;
+}
+
+Status AlgorithmBase::storeBarrier(const std::string& what) {
+  if (env_.store == nullptr) return FailedPrecondition("sync " + name_ + ": no store");
+  COFAB_RETURN_IF_ERROR(
+      env_.store->set(storeKey(what + "/" + std::to_string(env_.rank)), Bytes{1}));
+  std::vector<std::string> keys;
+  for (int r = 0; r < env_.worldSize; ++r) keys.push_back(storeKey(what + "/" + std::to_string(r)));
+  return env_.store->wait(keys, deadline())
+      .withContext("sync " + name_ + ": waiting for every worker to reach '" + what + "'");
+}
+
+Status AlgorithmBase::publishSamples() {
+  uint64_t n = unpublishedSamples_.exchange(0, std::memory_order_relaxed);
+  COFAB_ASSIGN_OR_RETURN(int64_t total, env_.store->add(storeKey("samples"), int64_t(n)));
+  globalSamples_.store(uint64_t(total), std::memory_order_relaxed);
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<ps::PushPullClient>> connectPushPull(const SyncEnv& env) {
+  if (env.store != nullptr) {
+    return ps::PushPullClient::connect(*env.store, env.rank, env.worldSize, env.client);
+  }
+  return ps::PushPullClient::connect(env.rank, env.worldSize, env.client);
+}
+
+SyncStats AlgorithmBase::stats() const {
+  SyncStats s;
+  s.steps = steps_.load();
+  s.syncs = syncs_.load();
+  s.bytesSent = bytesSent_.load();
+  s.bytesReceived = bytesReceived_.load();
+  s.staleUpdates = staleUpdates_.load();
+  s.maxStaleness = maxStaleness_.load();
+  uint64_t applies = applies_.load();
+  s.meanStaleness = applies ? double(stalenessSum_.load()) / double(applies) : 0.0;
+  s.dropped = dropped_.load();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.syncsPerSecond = secs > 0 ? double(s.syncs) / secs : 0.0;
+  s.stepsPerSync = s.syncs ? double(s.steps) / double(s.syncs) : 0.0;
+  return s;
+}
+
+}  // namespace detail
+
+std::string syncAlgorithms() {
+  return "sync, ssp, shadowsync, easgd, eawild, gossip, int8, onebit";
+}
+
+bool isSyncAlgorithm(const std::string& a) {
+  return a == "sync" || a == "ssp" || a == "shadowsync" || a == "easgd" || a == "eawild" ||
+         a == "gossip" || a == "int8" || a == "onebit";
+}
+
+bool needsAggregators(const std::string& algorithm) { return algorithm != "gossip"; }
+
+StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& options,
+                                                           const SyncEnv& env) {
+  const std::string& a = options.algorithm;
+  if (env.worldSize < 1 || env.rank < 0 || env.rank >= env.worldSize) {
+    return InvalidArgument("sync " + a + ": rank " + std::to_string(env.rank) + " of " +
+                           std::to_string(env.worldSize));
+  }
+  if (!(options.lr > 0) || options.momentum < 0 || options.momentum >= 1) {
+    return InvalidArgument("sync " + a + ": lr must be > 0 and momentum in [0, 1)");
+  }
+  if (options.syncEvery < 1 || options.threads < 1 || options.elasticAlpha < 0 ||
+      options.elasticAlpha >= 1) {
+    return InvalidArgument("sync " + a +
+                           ": syncEvery and threads must be >= 1, elasticAlpha in [0, 1)");
+  }
+  if (needsAggregators(a) && env.store == nullptr && env.client.serverAddresses.empty()) {
+    return InvalidArgument("sync " + a + " needs aggregators: a store or client.serverAddresses");
+  }
+  if (a == "sync" || a == "int8" || a == "onebit") return detail::makeBspSync(options, env);
+  if (a == "shadowsync") return detail::makeShadowSync(options, env);
+  if (a == "gossip") return detail::makeGossipSync(options, env);
+  if (a == "ssp") return detail::makeSspSync(options, env);
+  if (a == "easgd" || a == "eawild") return detail::makeElasticSync(options, env);
+  return InvalidArgument("sync algorithm '" + a + "' is not one of: " + syncAlgorithms());
+}
+
+}  // namespace cofab::sync
