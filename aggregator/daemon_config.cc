@@ -23,6 +23,8 @@ COFAB_PARAM_INT(kAggMaxChunk, "COFAB_AGG_MAX_CHUNK_BYTES", 64 << 20, 64, 1 << 30
                 "cofab-aggd rejects larger chunks");
 COFAB_PARAM_INT(kAggDrainMs, "COFAB_AGG_DRAIN_TIMEOUT_MS", 5000, 0, 3600000,
                 "cofab-aggd waits this long for open rounds on SIGTERM");
+COFAB_PARAM_INT(kAggCreditBytes, "COFAB_AGG_CREDIT_BYTES", 0, 0, int64_t{1} << 40,
+                "cofab-aggd grants each worker this many bytes of unconsumed pushes (0: off)");
 COFAB_PARAM_STRING(kAggHttp, "COFAB_AGG_HTTP", "127.0.0.1:0",
                    "cofab-aggd health/metrics endpoint host:port, or off");
 COFAB_PARAM_STRING(kAggPrefix, "COFAB_AGG_STORE_PREFIX", "cofab/agg",
@@ -49,6 +51,7 @@ std::string daemonUsage() {
          "  --dead-worker-ms X     release rounds missing a lost worker (2000)\n"
          "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
          "  --drain-timeout-ms X   on SIGTERM, wait this long for open rounds (5000)\n"
+         "  --credit-bytes B       credit window per worker, 0 = off (COFAB_AGG_CREDIT_BYTES)\n"
          "  --http HOST:PORT|off   /healthz and /metrics (COFAB_AGG_HTTP, 127.0.0.1:0)\n"
          "  --config FILE          key = value lines, '#' comments (COFAB_AGG_CONFIG)\n";
 }
@@ -137,6 +140,10 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
     s.maxChunkBytes = static_cast<size_t>(x);
   } else if (name == "drain-timeout-ms") {
     COFAB_ASSIGN_OR_RETURN(s.drainTimeoutMs, parseInt(name, v));
+  } else if (name == "credit-bytes") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    if (x < 0) return InvalidArgument("--credit-bytes must be >= 0, got " + v);
+    s.creditBytes = static_cast<size_t>(x);
   } else if (name == "http") {
     c.http = v;
   } else if (name == "connect-timeout-ms") {
@@ -162,6 +169,8 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   COFAB_ASSIGN_OR_RETURN(int64_t maxChunk, kAggMaxChunk.get());
   c.server.maxChunkBytes = static_cast<size_t>(maxChunk);
   COFAB_ASSIGN_OR_RETURN(c.server.drainTimeoutMs, kAggDrainMs.get());
+  COFAB_ASSIGN_OR_RETURN(int64_t creditBytes, kAggCreditBytes.get());
+  c.server.creditBytes = static_cast<size_t>(creditBytes);
   COFAB_ASSIGN_OR_RETURN(c.http, kAggHttp.get());
   COFAB_ASSIGN_OR_RETURN(c.storePrefix, kAggPrefix.get());
   COFAB_ASSIGN_OR_RETURN(int64_t roleRank, kRoleRank.get());
