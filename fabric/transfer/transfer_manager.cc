@@ -22,6 +22,8 @@ COFAB_PARAM_STRING(kTransferPolicy, "COFAB_TRANSFER_POLICY", "priority",
                    "TransferManager ordering policy: fifo, priority or deadline");
 COFAB_PARAM_INT(kTransferInFlight, "COFAB_TRANSFER_INFLIGHT", 2, 1, 4096,
                 "TransferManager: units handed to the transport and not yet acknowledged");
+COFAB_PARAM_INT(kTransferOutstanding, "COFAB_TRANSFER_OUTSTANDING", 4, 1, 4096,
+                "TransferManager: units handed to the transport whose result has not arrived");
 COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
                 "TransferManager fuses updates smaller than this into buckets");
 
@@ -98,7 +100,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   std::vector<std::shared_ptr<Unit>> queue;
   std::shared_ptr<Unit> openBucket;
   std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
-  int inFlight = 0;
+  int inFlight = 0;                                        // handed over, not acknowledged
+  std::vector<std::shared_ptr<Unit>> outstanding;          // handed over, result not arrived
   uint64_t seq = 0;
   uint64_t sends = 0;
   std::deque<TransferRecord> records;
@@ -238,6 +241,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   void onAcked(const std::shared_ptr<Unit>& u, const Status& st) {
     std::lock_guard<std::mutex> lock(mu);
     inFlight--;
+    cv.notify_all();
     if (st.ok()) {
       if (TransferRecord* r = record(u->recordId)) r->ackedNs = nowNs();
     }
@@ -246,6 +250,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
 
   void onDone(const std::shared_ptr<Unit>& u, const Status& st) {
     std::lock_guard<std::mutex> lock(mu);
+    outstanding.erase(std::remove(outstanding.begin(), outstanding.end(), u), outstanding.end());
+    cv.notify_all();
     if (TransferRecord* r = record(u->recordId)) {
       r->doneNs = nowNs();
       if (r->ackedNs == 0 && st.ok()) r->ackedNs = r->doneNs;
@@ -276,12 +282,10 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
       expireDueLocked();
-      if (!paused && inFlight < options.maxInFlight && !queue.empty()) {
-        size_t best = 0;
-        for (size_t i = 1; i < queue.size(); ++i) {
-          if (policy->before(queue[i]->info, queue[best]->info)) best = i;
-        }
+      size_t best = 0;
+      if (mayDispatchLocked(&best)) {
         std::shared_ptr<Unit> u = queue[best];
+        outstanding.push_back(u);
         queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(best));
         unqueuedLocked(*u);
         inFlight++;
@@ -321,6 +325,31 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         cv.wait_until(lock, next.when());
       }
     }
+  }
+
+  // Two windows. The ack window (maxInFlight units not acknowledged) keeps the transport queue
+  // short, so that a new urgent unit waits for at most that many. The result window
+  // (maxOutstanding units whose result has not arrived) keeps the daemons' result queues short
+  // too (results come back in the order rounds complete, which the manager cannot reorder).
+  // Results depend on the other workers, so a full result window could deadlock workers that
+  // picked in different orders; hence the bypass: when every outstanding unit is acknowledged
+  // (waits only for others), a queued unit more urgent than all of them may still go. The most
+  // urgent unfinished unit of the job can then always be sent by every worker that has it
+  // queued, so no cycle of waits can form, as long as the policy's order is the same on every
+  // worker (fifo, priority; deadline when the deadlines agree — and a missed deadline ends any
+  // wait anyway).
+  bool mayDispatchLocked(size_t* best) const {
+    if (paused || queue.empty() || inFlight >= options.maxInFlight) return false;
+    *best = 0;
+    for (size_t i = 1; i < queue.size(); ++i) {
+      if (policy->before(queue[i]->info, queue[*best]->info)) *best = i;
+    }
+    if (outstanding.size() < static_cast<size_t>(options.maxOutstanding)) return true;
+    if (inFlight > 0) return false;
+    for (const auto& o : outstanding) {
+      if (!policy->before(queue[*best]->info, o->info)) return false;
+    }
+    return true;
   }
 
   TransferHandle enqueue(const GradientUpdate& g) {
@@ -527,6 +556,14 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
     COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferInFlight.get());
     o.maxInFlight = static_cast<int>(v);
   }
+  if (o.maxOutstanding < 0) {
+    return InvalidArgument("TransferOptions::maxOutstanding must be >= 1 (0: the default)");
+  }
+  if (o.maxOutstanding == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferOutstanding.get());
+    o.maxOutstanding = static_cast<int>(v);
+  }
+  o.maxOutstanding = std::max(o.maxOutstanding, o.maxInFlight);
   if (o.fuseBelowBytes == 0) {
     COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferFuseBytes.get());
     o.fuseBelowBytes = static_cast<size_t>(v);

@@ -5,9 +5,10 @@
 //     when an update of another dtype/op arrives, or at flush(),
 //   - splits large ones into chunks of chunkBytes,
 //   - keeps at most maxInFlight units (chunks or buckets) handed to the transport and not yet
-//     acknowledged by their daemon, and whenever one is acknowledged picks the next queued unit
-//     with its OrderingPolicy (FIFO, priority by layer, earliest deadline): a more urgent update
-//     enqueued later overtakes at the next chunk boundary,
+//     acknowledged by their daemon, and at most maxOutstanding without their result, and
+//     whenever a slot frees picks the next queued unit with its OrderingPolicy (FIFO, priority
+//     by layer, earliest deadline): a more urgent update enqueued later overtakes at the next
+//     chunk boundary,
 //   - hands each unit to ps::PushPullClient as one single-chunk push-pull (so the client's
 //     credits, placement, failover and in-order reduction apply unchanged) and scatters results,
 //   - records per unit queued / sent / acknowledged / done times for stats and a Chrome trace.
@@ -21,8 +22,8 @@
 // Cross-worker contract: every worker of the job enqueues the same sequence of updates (keys,
 // sizes, dtypes, ops) and calls flush() at the same points, so that every worker forms the same
 // buckets and chunks (the daemons sum unit by unit). Orders may differ between workers: the
-// window counts acknowledgements, which do not wait for the other workers, so no order can
-// deadlock.
+// result window has a bypass that keeps differing orders from deadlocking (transfer_manager.cc,
+// docs/TRANSFER.md).
 //
 // Deadlines and cancellation: an update whose deadline passes completes with DeadlineExceeded
 // (its chunks still queued are dropped, never sent); cancel() drops the queued chunks and
@@ -70,6 +71,11 @@ struct TransferOptions {
   std::string policy;
   // Units handed to the transport and not yet acknowledged; 0: COFAB_TRANSFER_INFLIGHT (2).
   int maxInFlight = 0;
+  // Units handed to the transport whose result has not arrived yet (at least maxInFlight); a
+  // unit more urgent than all of them may exceed it once they are all acknowledged (see the
+  // .cc: this is what keeps workers with different orders from deadlocking).
+  // 0: COFAB_TRANSFER_OUTSTANDING (4).
+  int maxOutstanding = 0;
   // Chunk size of large updates; 0 or above the client's chunkBytes: the client's.
   size_t chunkBytes = 0;
   // Updates smaller than this are fused; 0: COFAB_TRANSFER_FUSE_BYTES (64 KiB); -1 would be

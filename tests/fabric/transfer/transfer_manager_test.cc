@@ -248,6 +248,53 @@ TEST_P(TransferSums, ResultsEqualTheSerialSum) {
 INSTANTIATE_TEST_SUITE_P(Policies, TransferSums, ::testing::Values("fifo", "priority", "deadline"),
                          [](const auto& info) { return info.param; });
 
+// Two workers that picked in opposite orders, with room for one unit awaiting its result: worker
+// 0 sent A before B existed, worker 1 had both queued and sent B (more urgent) first. Each one's
+// outstanding unit waits for the other's; the bypass (a unit more urgent than every outstanding,
+// acknowledged one may go) lets worker 0 send B, and both finish instead of deadlocking.
+TEST(TransferWindow, OppositeOrdersOnTwoWorkersDoNotDeadlock) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    TransferOptions o;
+    o.policy = "priority";
+    o.maxInFlight = 1;
+    o.maxOutstanding = 1;
+    o.fuseBelowBytes = 1;
+    o.startPaused = rank == 1;
+    COFAB_ASSIGN_OR_RETURN(auto mgr, TransferManager::create(*client, o));
+    auto a = gradient(1, rank, 1000), b = gradient(2, rank, 1000);
+    GradientUpdate ga;
+    ga.key = 1;
+    ga.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+    ga.priority = 5;
+    GradientUpdate gb = ga;
+    gb.key = 2;
+    gb.tensor = TensorView::of(b.data(), b.size(), DType::kF32);
+    gb.priority = 0;
+    TransferHandle ha = mgr->enqueue(ga);
+    if (rank == 0) {
+      for (int i = 0; i < 20000 && mgr->stats().chunksSent < 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+    TransferHandle hb = mgr->enqueue(gb);
+    mgr->resume();
+    COFAB_RETURN_IF_ERROR(ha.wait(Deadline::afterMs(20000)));
+    COFAB_RETURN_IF_ERROR(hb.wait(Deadline::afterMs(20000)));
+    const auto order = sendOrder(mgr->records());
+    const std::vector<std::pair<uint64_t, uint32_t>> want =
+        rank == 0 ? std::vector<std::pair<uint64_t, uint32_t>>{{1, 0}, {2, 0}}
+                  : std::vector<std::pair<uint64_t, uint32_t>>{{2, 0}, {1, 0}};
+    if (order != want) return Internal("unexpected send order on worker " + std::to_string(rank));
+    return OkStatus();
+  });
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+}
+
 TEST(TransferDeadline, QueuedUpdatePastItsDeadlineIsDroppedNotHung) {
   DaemonCluster cluster(1, 1);
   ASSERT_TRUE(cluster.start().ok());
