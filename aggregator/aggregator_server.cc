@@ -15,6 +15,7 @@ AggregatorServer::AggregatorServer(const ServerOptions& options)
     : options_(options),
       metrics_(options.numWorkers, options.engineThreads),
       activeLinks_(new std::atomic<int>[static_cast<size_t>(options.numWorkers)]) {
+  metrics_.creditWindow = options.creditBytes;
   for (int i = 0; i < options.numWorkers; ++i) activeLinks_[static_cast<size_t>(i)].store(0);
 }
 
@@ -85,6 +86,19 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   const int a = ps::parseAggregatorPeerId(peer->conn->peerId());
   if (a >= 0 && a < options_.numServers) peer->aggregatorId = a;
   COFAB_LOG(kInfo, "aggd") << "accepted " << peer->describe();
+  if (options_.creditBytes > 0 && peer->workerRank >= 0) {
+    // The grant goes first, before anything else this daemon sends on the connection.
+    auto window = std::make_shared<std::vector<uint8_t>>(8);
+    for (size_t i = 0; i < 8; ++i) {
+      (*window)[i] = static_cast<uint8_t>(static_cast<uint64_t>(options_.creditBytes) >> (8 * i));
+    }
+    wire::Header h;
+    h.type = wire::MessageType::kControl;
+    h.opcode = static_cast<uint8_t>(ps::ControlOp::kCredit);
+    h.dtype = DType::kU8;
+    h.senderRank = static_cast<uint32_t>(peer->workerRank);
+    peer->conn->send(h, window->data(), window->size(), [window](const Status&) {});
+  }
   postRecv(peer);
 }
 
@@ -191,6 +205,12 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       }
       if (!validatePush(*peer, h, payload.size())) return;
       metrics_.bytesIn.fetch_add(payload.size(), std::memory_order_relaxed);
+      if (metrics_.noteReceived(peer->creditUsed, payload.size()) &&
+          !peer->creditWarned.exchange(true)) {
+        COFAB_LOG(kWarn, "aggd") << peer->describe() << " pushed beyond its credit window of "
+                                 << options_.creditBytes << " bytes (counted in "
+                                 << "cofab_agg_credit_violations_total)";
+      }
       metrics_.noteWorkerIteration(static_cast<int>(h.senderRank), h.iteration);
       if (peer->workerRank >= 0 && !peer->active.exchange(true)) {
         activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_add(1);

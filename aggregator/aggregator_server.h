@@ -34,6 +34,9 @@ struct ServerOptions {
   bool replication = false;  // forward every contribution to the backup before acking
   size_t maxChunkBytes = 64u << 20;
   int64_t drainTimeoutMs = 5000;
+  // Receiver-driven credits: grant every worker connection this many bytes of unconsumed pushes
+  // (ControlOp::kCredit); 0: off. Pushes beyond the grant are counted, not refused.
+  size_t creditBytes = 0;
   EngineOptions engine;  // numWorkers is copied from above
 };
 

@@ -102,7 +102,14 @@ void Engine::run() {
       batch.swap(queue_);
       metrics_.engineQueueDepth[static_cast<size_t>(index_)].store(0, std::memory_order_relaxed);
     }
-    for (Event& e : batch) handle(e);
+    for (Event& e : batch) {
+      // Credits: a push is consumed (its credit returns) once its engine takes it.
+      // Before handle(): the ack it may send must never overtake the credit it returns.
+      if (e.kind == Event::Kind::kPush && e.payload) {
+        metrics_.noteConsumed(e.peer ? &e.peer->creditUsed : nullptr, e.payload->size());
+      }
+      handle(e);
+    }
     batch.clear();
     tick();
   }

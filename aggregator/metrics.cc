@@ -22,6 +22,31 @@ void Metrics::noteWorkerIteration(int rank, uint64_t iteration) {
   }
 }
 
+namespace {
+void raiseTo(std::atomic<uint64_t>& max, uint64_t v) {
+  uint64_t seen = max.load(std::memory_order_relaxed);
+  while (v > seen && !max.compare_exchange_weak(seen, v, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+bool Metrics::noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes) {
+  raiseTo(backlogMaxBytes, backlogBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raiseTo(backlogMaxChunks, backlogChunks.fetch_add(1, std::memory_order_relaxed) + 1);
+  const uint64_t before = senderUsed.fetch_add(bytes, std::memory_order_relaxed);
+  raiseTo(creditOutstandingMax, before + bytes);
+  // Same rule as the client: one chunk may always go when nothing is outstanding.
+  const bool violation = creditWindow > 0 && before > 0 && before + bytes > creditWindow;
+  if (violation) creditViolations.fetch_add(1, std::memory_order_relaxed);
+  return violation;
+}
+
+void Metrics::noteConsumed(std::atomic<uint64_t>* senderUsed, uint64_t bytes) {
+  backlogBytes.fetch_sub(bytes, std::memory_order_relaxed);
+  backlogChunks.fetch_sub(1, std::memory_order_relaxed);
+  if (senderUsed) senderUsed->fetch_sub(bytes, std::memory_order_relaxed);
+}
+
 uint64_t Metrics::rejectsTotal() const {
   uint64_t n = 0;
   for (const auto& r : rejects) n += r.load(std::memory_order_relaxed);
@@ -70,6 +95,24 @@ std::string Metrics::render(int serverId, bool draining) const {
        << ps::rejectReasonName(static_cast<ps::RejectReason>(r)) << "\"} " << ld(rejects[r])
        << '\n';
   }
+  counter(os, "cofab_agg_credit_violations_total",
+          "pushes that arrived beyond the sender's credit window", ld(creditViolations), id);
+  os << "# HELP cofab_agg_credit_window_bytes credit window granted per worker (0: off)\n"
+        "# TYPE cofab_agg_credit_window_bytes gauge\ncofab_agg_credit_window_bytes{"
+     << id << "} " << creditWindow << '\n';
+  os << "# HELP cofab_agg_credit_outstanding_max_bytes most unconsumed bytes one connection had\n"
+        "# TYPE cofab_agg_credit_outstanding_max_bytes gauge\n"
+        "cofab_agg_credit_outstanding_max_bytes{"
+     << id << "} " << ld(creditOutstandingMax) << '\n';
+  os << "# HELP cofab_agg_backlog_bytes received payload bytes not yet consumed by an engine\n"
+        "# TYPE cofab_agg_backlog_bytes gauge\ncofab_agg_backlog_bytes{"
+     << id << "} " << ld(backlogBytes) << '\n';
+  os << "# HELP cofab_agg_backlog_max_bytes maximum of cofab_agg_backlog_bytes\n"
+        "# TYPE cofab_agg_backlog_max_bytes gauge\ncofab_agg_backlog_max_bytes{"
+     << id << "} " << ld(backlogMaxBytes) << '\n';
+  os << "# HELP cofab_agg_backlog_max_chunks maximum number of received, unconsumed chunks\n"
+        "# TYPE cofab_agg_backlog_max_chunks gauge\ncofab_agg_backlog_max_chunks{"
+     << id << "} " << ld(backlogMaxChunks) << '\n';
   os << "# HELP cofab_agg_open_rounds rounds with contributions waiting for the rest\n"
         "# TYPE cofab_agg_open_rounds gauge\ncofab_agg_open_rounds{"
      << id << "} " << ld(openRounds) << '\n';

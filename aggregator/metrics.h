@@ -33,6 +33,16 @@ struct Metrics {
   std::atomic<uint64_t> workersLost{0};
   std::atomic<uint64_t> backupLost{0};
   std::atomic<uint64_t> openRounds{0};
+  // Incast control (docs/TRANSFER.md): the window granted per worker connection (0: credits off),
+  // pushes that arrived beyond it, the most any one connection had outstanding, and the receive
+  // backlog (payload bytes received and not yet consumed by an engine) now and at its maximum.
+  uint64_t creditWindow = 0;
+  std::atomic<uint64_t> creditViolations{0};
+  std::atomic<uint64_t> creditOutstandingMax{0};
+  std::atomic<uint64_t> backlogBytes{0};
+  std::atomic<uint64_t> backlogMaxBytes{0};
+  std::atomic<uint64_t> backlogMaxChunks{0};
+  std::atomic<uint64_t> backlogChunks{0};
   std::array<std::atomic<uint64_t>, ps::kMaxRejectReason + 1> rejects{};
   // Highest iteration each worker has pushed (+1; 0 = nothing yet): lag = max - this.
   std::unique_ptr<std::atomic<uint64_t>[]> workerIteration;
@@ -45,6 +55,10 @@ struct Metrics {
     rejects[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   }
   void noteWorkerIteration(int rank, uint64_t iteration);
+  // A push of `bytes` arrived / was consumed by an engine (receive backlog and credit use).
+  // noteReceived returns true when it exceeded the sender's grant.
+  bool noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes);
+  void noteConsumed(std::atomic<uint64_t>* senderUsed, uint64_t bytes);
   uint64_t rejectsTotal() const;
 
   // Prometheus text exposition (version 0.0.4); `up` and `draining` describe the daemon.

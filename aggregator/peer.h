@@ -24,6 +24,10 @@ struct Peer {
   int aggregatorId = -1;  // "agg N": a primary that replicates to this daemon
   std::atomic<bool> goodbye{false};
   std::atomic<bool> active{false};  // has had a push accepted (it is that rank's live link)
+  // Credits (--credit-bytes): payload bytes received on this connection that the engines have not
+  // consumed yet. Grows on the I/O thread, shrinks on engine threads.
+  std::atomic<uint64_t> creditUsed{0};
+  std::atomic<bool> creditWarned{false};
 
   std::string describe() const { return conn ? conn->describe() : "(no connection)"; }
 

@@ -34,6 +34,11 @@ enum class ControlOp : uint8_t {
   kPing = 4,         // worker -> daemon: liveness probe (heartbeat)
   kPong = 5,         // daemon -> worker: answer to kPing
   kForwardAck = 6,   // backup -> primary: the forwarded contribution is applied
+  // daemon -> worker, first message on the connection when the daemon runs with credits
+  // (--credit-bytes): payload = the window as 8 bytes little-endian. The worker keeps at most
+  // that many unacknowledged payload bytes outstanding to this daemon; each kAck returns the
+  // credit of the chunk it acknowledges (docs/TRANSFER.md).
+  kCredit = 7,
   // Model store (docs/MODEL_STORE.md). Requests worker -> daemon carry key/chunk/chunkCount,
   // dtype f32 and the chunk's elements; answers echo key/chunk.
   kModelInit = 10,      // payload: initial value; answer kModelAck (iteration = version)

@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,15 @@ struct PushPullOptions {
   uint64_t iteration = kAutoIteration;
   Compression compression = Compression::kNone;       // kNone, kInt8, kOneBit (f32 tensors only)
   size_t compressionBlock = compress::kDefaultBlock;  // elements per block (scale/min)
+  // Optional hook for schedulers (fabric/transfer): called exactly once, with OK when every chunk
+  // of this operation has been acknowledged by its daemon (applied there, independent of the
+  // other workers), or with the failure if the operation ends before that. Runs on a transport
+  // I/O thread (or inside pushPull on an argument error) possibly under client locks: it must
+  // not block and must not call into the client.
+  std::function<void(const Status&)> onAcked;
+  // Optional, same rules: called exactly once when the operation finishes (after `out` was
+  // written), with its final Status.
+  std::function<void(const Status&)> onDone;
 };
 
 struct ClientOptions {
@@ -97,6 +107,13 @@ struct ClientOptions {
   int64_t failoverMs = 0;
   // Waiting for the daemons to register and accept.
   int64_t connectTimeoutMs = 60000;
+  // Receiver-driven credits (cofab-aggd --credit-bytes): a daemon that granted a window
+  // (ControlOp::kCredit) gets at most that many unacknowledged payload bytes from this client
+  // (one chunk always may go when nothing is outstanding); further chunks wait in a per-daemon
+  // FIFO queue until acks return credit. -1: COFAB_PS_CREDITS (default off). On: connect()
+  // waits for every daemon's grant, so even the first chunks respect it. Off: grants are
+  // honoured from the moment they arrive.
+  int credits = -1;
 };
 
 struct ClientStats {
@@ -105,6 +122,7 @@ struct ClientStats {
   uint64_t bytesOut = 0;
   uint64_t bytesIn = 0;
   uint64_t failovers = 0;
+  uint64_t creditStalls = 0;  // chunks that had to wait in a per-daemon queue for credit
 };
 
 namespace detail {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -29,6 +30,9 @@ COFAB_PARAM_BOOL(kPsReplication, "COFAB_PS_REPLICATION", false,
                  "push-pull expects backup daemons and fails over to them");
 COFAB_PARAM_INT(kPsHeartbeatMs, "COFAB_PS_HEARTBEAT_MS", 500, 1, 3600000,
                 "ping a daemon that has been silent this long while chunks are outstanding");
+COFAB_PARAM_BOOL(kPsCredits, "COFAB_PS_CREDITS", false,
+                 "push-pull waits for every daemon's credit grant at connect (cofab-aggd "
+                 "--credit-bytes) and never exceeds it");
 COFAB_PARAM_INT(kPsFailoverMs, "COFAB_PS_FAILOVER_MS", 3000, 1, 3600000,
                 "declare a silent daemon dead after this long (replication on)");
 
@@ -42,6 +46,10 @@ struct OpState {
   uint64_t iteration = 0;
   uint32_t remaining = 0;
   std::vector<int> chunkServer;  // daemon holding each chunk; -1 once its result arrived
+  // PushPullOptions::onAcked and the chunks not yet acknowledged.
+  std::function<void(const Status&)> onAcked;
+  std::function<void(const Status&)> onDone;
+  uint32_t unacked = 0;
 
   // Returns false if the op had already finished.
   bool finish(Status s) {
@@ -52,7 +60,31 @@ struct OpState {
       status = std::move(s);
     }
     cv.notify_all();
+    fireAcked(status);  // no-op if it already fired
+    std::function<void(const Status&)> cb;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cb.swap(onDone);
+    }
+    if (cb) cb(status);
     return true;
+  }
+  // One chunk acknowledged: fires onAcked(OK) with the last one.
+  void chunkAcked() {
+    bool fire = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      fire = unacked > 0 && --unacked == 0;
+    }
+    if (fire) fireAcked(OkStatus());
+  }
+  void fireAcked(const Status& s) {
+    std::function<void(const Status&)> cb;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cb.swap(onAcked);
+    }
+    if (cb) cb(s);
   }
 };
 }  // namespace detail
@@ -119,6 +151,8 @@ struct Pending {
   compress::Compression codec = compress::Compression::kNone;
   std::shared_ptr<std::vector<uint8_t>> encoded;
   size_t count = 0;
+  bool ackCounted = false;  // counted towards the op's onAcked (once, even across a failover)
+  bool creditHeld = false;  // its bytes count against its daemon's credit window
 };
 
 struct ServerState {
@@ -128,6 +162,11 @@ struct ServerState {
   size_t outstanding = 0;
   int64_t lastHeardNs = 0;
   int64_t lastPingNs = 0;
+  // Credits (ControlOp::kCredit): window 0 = no grant, unlimited.
+  bool granted = false;
+  uint64_t creditWindow = 0;
+  uint64_t creditUsed = 0;
+  std::deque<ChunkId> creditQueue;  // chunks waiting for credit, in send order
 };
 
 }  // namespace
@@ -157,6 +196,22 @@ class PushPullClient::Impl {
     }
     for (size_t s = 0; s < servers_.size(); ++s) postRecv(static_cast<int>(s), servers_[s].conn);
     heartbeat_ = std::thread([this] { heartbeatLoop(); });
+    if (credits_) {
+      // Wait for every grant so the first chunks already respect the windows.
+      std::unique_lock<std::mutex> lock(mu_);
+      for (size_t s = 0; s < servers_.size(); ++s) {
+        while (!servers_[s].granted && sticky_.ok()) {
+          if (stopCv_.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
+              !servers_[s].granted) {
+            return DeadlineExceeded("worker " + std::to_string(rank_) + ": " +
+                                    serverName(static_cast<int>(s)) +
+                                    " sent no credit grant (COFAB_PS_CREDITS is on: run "
+                                    "cofab-aggd with --credit-bytes > 0, or turn it off)");
+          }
+        }
+      }
+      if (!sticky_.ok()) return sticky_;
+    }
     return OkStatus();
   }
 
@@ -164,6 +219,8 @@ class PushPullClient::Impl {
                           const PushPullOptions& options) {
     auto op = std::make_shared<detail::OpState>();
     op->key = key;
+    op->onAcked = options.onAcked;
+    op->onDone = options.onDone;
     PushPullHandle handle(op);
     Status bad = validate(in, out, options);
     if (!bad.ok()) {
@@ -193,6 +250,7 @@ class PushPullClient::Impl {
     }
     op->iteration = iteration;
     op->remaining = layout.chunkCount;
+    op->unacked = layout.chunkCount;
     op->chunkServer.assign(layout.chunkCount, -1);
     if (!sticky_.ok()) {
       op->finish(sticky_);
@@ -309,6 +367,7 @@ class PushPullClient::Impl {
 
   size_t chunkBytes_ = 4 << 20;
   bool replication_ = false;
+  bool credits_ = false;
   int64_t heartbeatMs_ = 500;
   int64_t failoverMs_ = 3000;
 
@@ -317,7 +376,7 @@ class PushPullClient::Impl {
   ClientOptions options_;
 
   std::atomic<uint64_t> chunksPushed_{0}, chunksResent_{0}, bytesOut_{0}, bytesIn_{0},
-      failovers_{0};
+      failovers_{0}, creditStalls_{0};
   std::vector<ServerState> servers_;
 
  private:
@@ -379,6 +438,48 @@ class PushPullClient::Impl {
   void sendChunkLocked(const ChunkId& id, Pending& p) {
     ServerState& s = servers_[static_cast<size_t>(p.server)];
     if (s.outstanding++ == 0) s.lastHeardNs = nowNs();
+    if (s.creditWindow > 0) {
+      // FIFO behind earlier waiters; one chunk may always go when nothing is outstanding.
+      if (!s.creditQueue.empty() || (s.creditUsed > 0 && s.creditUsed + p.bytes > s.creditWindow)) {
+        s.creditQueue.push_back(id);
+        creditStalls_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      s.creditUsed += p.bytes;
+      p.creditHeld = true;
+    }
+    transmitLocked(id, p);
+  }
+
+  // Returns the credit `p` holds and sends what now fits from its daemon's queue.
+  void releaseCreditLocked(Pending& p, bool drain = true) {
+    if (!p.creditHeld) return;
+    p.creditHeld = false;
+    ServerState& s = servers_[static_cast<size_t>(p.server)];
+    s.creditUsed -= std::min<uint64_t>(s.creditUsed, p.bytes);
+    if (drain) drainCreditLocked(s);
+  }
+
+  void drainCreditLocked(ServerState& s) {
+    while (!s.creditQueue.empty()) {
+      auto it = pending_.find(s.creditQueue.front());
+      if (it == pending_.end()) {  // failed meanwhile
+        s.creditQueue.pop_front();
+        continue;
+      }
+      Pending& q = it->second;
+      if (s.creditWindow > 0 && s.creditUsed > 0 && s.creditUsed + q.bytes > s.creditWindow) {
+        return;
+      }
+      s.creditQueue.pop_front();
+      s.creditUsed += q.bytes;
+      q.creditHeld = s.creditWindow > 0;
+      transmitLocked(it->first, q);
+    }
+  }
+
+  void transmitLocked(const ChunkId& id, Pending& p) {
+    ServerState& s = servers_[static_cast<size_t>(p.server)];
     wire::Header h;
     h.type = wire::MessageType::kPush;
     h.senderRank = static_cast<uint32_t>(rank_);
@@ -452,7 +553,10 @@ class PushPullClient::Impl {
       auto op = p.op;
       const int s = p.server;
       servers_[static_cast<size_t>(s)].outstanding--;
+      releaseCreditLocked(p);
+      const bool ackPending = !p.ackCounted;
       pending_.erase(it);
+      if (ackPending) op->chunkAcked();  // a result implies the contribution was applied
       bool complete = false;
       {
         std::lock_guard<std::mutex> l(op->mu);
@@ -466,7 +570,26 @@ class PushPullClient::Impl {
     const auto cop = static_cast<ControlOp>(h.opcode);
     if (cop == ControlOp::kAck) {
       auto it = pending_.find(id);
-      if (it != pending_.end()) it->second.acked = true;
+      if (it == pending_.end()) return;
+      Pending& p = it->second;
+      p.acked = true;
+      releaseCreditLocked(p);
+      if (!p.ackCounted) {
+        p.ackCounted = true;
+        p.op->chunkAcked();
+      }
+      return;
+    }
+    if (cop == ControlOp::kCredit) {
+      ServerState& s = servers_[static_cast<size_t>(server)];
+      uint64_t window = 0;
+      for (size_t i = 0; i < 8 && i < payload.size(); ++i) {
+        window |= static_cast<uint64_t>(payload[i]) << (8 * i);
+      }
+      s.granted = true;
+      s.creditWindow = window;
+      stopCv_.notify_all();
+      drainCreditLocked(s);
       return;
     }
     if (cop == ControlOp::kReject) {
@@ -521,10 +644,13 @@ class PushPullClient::Impl {
       return std::tie(a.iteration, a.key, a.chunk) < std::tie(b.iteration, b.key, b.chunk);
     });
     s.outstanding = 0;
+    s.creditUsed = 0;
+    s.creditQueue.clear();
     for (const ChunkId& id : moved) {
       Pending& p = pending_[id];
       p.server = backup;
       p.acked = false;
+      p.creditHeld = false;
       {
         std::lock_guard<std::mutex> l(p.op->mu);
         p.op->chunkServer[id.chunk] = backup;
@@ -539,18 +665,24 @@ class PushPullClient::Impl {
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.op == op) {
         servers_[static_cast<size_t>(it->second.server)].outstanding--;
+        releaseCreditLocked(it->second, /*drain=*/false);
         it = pending_.erase(it);
       } else {
         ++it;
       }
     }
+    for (auto& s : servers_) drainCreditLocked(s);
   }
 
   void failAllLocked(const Status& st) {
     if (sticky_.ok()) sticky_ = st;
     for (auto& [id, p] : pending_) p.op->finish(sticky_);
     pending_.clear();
-    for (auto& s : servers_) s.outstanding = 0;
+    for (auto& s : servers_) {
+      s.outstanding = 0;
+      s.creditUsed = 0;
+      s.creditQueue.clear();
+    }
   }
 
   void heartbeatLoop() {
@@ -622,6 +754,11 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
     COFAB_ASSIGN_OR_RETURN(impl->replication_, kPsReplication.get());
   } else {
     impl->replication_ = options.replication != 0;
+  }
+  if (options.credits < 0) {
+    COFAB_ASSIGN_OR_RETURN(impl->credits_, kPsCredits.get());
+  } else {
+    impl->credits_ = options.credits != 0;
   }
   if (options.heartbeatMs > 0) {
     impl->heartbeatMs_ = options.heartbeatMs;
@@ -699,6 +836,7 @@ ClientStats PushPullClient::stats() const {
   s.bytesOut = impl_->bytesOut_.load();
   s.bytesIn = impl_->bytesIn_.load();
   s.failovers = impl_->failovers_.load();
+  s.creditStalls = impl_->creditStalls_.load();
   return s;
 }
 

@@ -1,0 +1,646 @@
+// TransferManager implementation. One mutex (ManagerCore::mu) guards the queue, the window, the
+// stats and the records; it is never held while calling into the client, because the client
+// calls back (onAcked / onDone) possibly under its own lock, and those callbacks take this one.
+// Lock order: client -> core -> update.
+#include "fabric/transfer/transfer_manager.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/param.h"
+#include "fabric/ps/placement.h"
+
+namespace cofab::transfer {
+
+COFAB_PARAM_STRING(kTransferPolicy, "COFAB_TRANSFER_POLICY", "priority",
+                   "TransferManager ordering policy: fifo, priority or deadline");
+COFAB_PARAM_INT(kTransferInFlight, "COFAB_TRANSFER_INFLIGHT", 2, 1, 4096,
+                "TransferManager: units handed to the transport and not yet acknowledged");
+COFAB_PARAM_INT(kTransferOutstanding, "COFAB_TRANSFER_OUTSTANDING", 4, 1, 4096,
+                "TransferManager: units handed to the transport whose result has not arrived");
+COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
+                "TransferManager fuses updates smaller than this into buckets");
+
+namespace detail {
+
+struct UpdateState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  // Fixed at enqueue.
+  uint64_t key = 0;
+  uint64_t iteration = 0;
+  Deadline deadline = Deadline::never();
+  TensorView out;
+  bool fused = false;
+  uint32_t unitsTotal = 0;
+  std::weak_ptr<ManagerCore> core;
+
+  // Guarded by the core's mutex.
+  uint32_t unitsDone = 0;
+  uint32_t unitsQueued = 0;
+  uint32_t unitsInFlight = 0;
+  bool cancelled = false;  // fused: keep the bucket, deliver nothing
+
+  bool finish(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return false;
+      done = true;
+      status = s;
+    }
+    cv.notify_all();
+    return true;
+  }
+};
+
+inline bool isDone(UpdateState& up) {
+  std::lock_guard<std::mutex> lock(up.mu);
+  return up.done;
+}
+
+struct Member {
+  std::shared_ptr<UpdateState> update;
+  size_t offset = 0;  // bytes into the bucket
+  size_t bytes = 0;
+};
+
+struct Unit {
+  uint64_t wireKey = 0;
+  TensorView in, out;
+  std::vector<uint8_t> fused;           // a bucket's buffer (reduced in place)
+  std::vector<Member> members;          // a bucket's updates
+  std::shared_ptr<UpdateState> update;  // a chunk's update
+  ps::ReduceOp op = ps::ReduceOp::kSum;
+  UnitInfo info;
+  uint64_t recordId = 0;
+  int destination = 0;
+  bool isBucket() const { return update == nullptr; }
+};
+
+struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
+  ps::PushPullClient* client = nullptr;
+  TransferOptions options;
+  std::shared_ptr<const OrderingPolicy> policy;
+  size_t chunkBytes = 0;
+  int numServers = 1;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool paused = false;
+  std::vector<std::shared_ptr<Unit>> queue;
+  std::shared_ptr<Unit> openBucket;
+  std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
+  int inFlight = 0;                                        // handed over, not acknowledged
+  std::vector<std::shared_ptr<Unit>> outstanding;          // handed over, result not arrived
+  uint64_t seq = 0;
+  uint64_t sends = 0;
+  std::deque<TransferRecord> records;
+  uint64_t recordBase = 0;  // id of records.front()
+  TransferStats stats;
+  std::thread dispatcher;
+
+  TransferRecord* record(uint64_t id) {
+    if (id < recordBase || id - recordBase >= records.size()) return nullptr;
+    return &records[static_cast<size_t>(id - recordBase)];
+  }
+  uint64_t addRecord(TransferRecord r) {
+    records.push_back(std::move(r));
+    while (records.size() > options.maxRecords && !records.front().outcome.empty()) {
+      records.pop_front();
+      ++recordBase;
+    }
+    return recordBase + records.size() - 1;
+  }
+
+  void enqueueUnitLocked(std::shared_ptr<Unit> u) {
+    u->destination = ps::primaryServer(u->wireKey, 0, numServers);
+    DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
+    d.maxQueued = std::max(d.maxQueued, ++d.queued);
+    if (TransferRecord* r = record(u->recordId)) r->destination = u->destination;
+    if (u->update) u->update->unitsQueued++;
+    queue.push_back(std::move(u));
+    stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
+  }
+
+  void unqueuedLocked(const Unit& u) {
+    stats.destinations[static_cast<size_t>(u.destination)].queued--;
+    if (u.update) u.update->unitsQueued--;
+  }
+
+  // Completes `up` with `st` (once) and counts it.
+  void completeLocked(const std::shared_ptr<UpdateState>& up, const Status& st) {
+    if (!up->finish(st)) return;
+    switch (st.code()) {
+      case StatusCode::kOk:
+        stats.updatesCompleted++;
+        break;
+      case StatusCode::kCancelled:
+        stats.updatesCancelled++;
+        break;
+      case StatusCode::kDeadlineExceeded:
+        stats.deadlinesMissed++;
+        break;
+      default:
+        stats.updatesFailed++;
+    }
+  }
+
+  // Removes the queued chunks of `up` (never buckets: their members' places are fixed).
+  void dropQueuedLocked(const std::shared_ptr<UpdateState>& up, const std::string& outcome) {
+    for (auto it = queue.begin(); it != queue.end();) {
+      if ((*it)->update == up) {
+        unqueuedLocked(**it);
+        if (TransferRecord* r = record((*it)->recordId)) {
+          r->outcome = outcome;
+          r->doneNs = nowNs();
+        }
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::string pendingText(const UpdateState& up) const {
+    std::ostringstream os;
+    os << "transfer key=" << up.key << " iteration=" << up.iteration << ": "
+       << (up.unitsTotal - up.unitsDone) << " of " << up.unitsTotal << " units not done ("
+       << up.unitsQueued << " queued, " << up.unitsInFlight << " handed to the transport"
+       << (up.fused && up.unitsQueued == 0 && up.unitsInFlight == 0 && up.unitsDone == 0
+               ? ", in an open fusion bucket: call flush()"
+               : "")
+       << ")";
+    return os.str();
+  }
+
+  void expireLocked(const std::shared_ptr<UpdateState>& up) {
+    {
+      std::lock_guard<std::mutex> l(up->mu);
+      if (up->done) return;
+    }
+    const std::string why = pendingText(*up);
+    if (!up->fused) dropQueuedLocked(up, "deadline_exceeded");
+    completeLocked(up, DeadlineExceeded("deadline passed: " + why));
+  }
+
+  void expireDueLocked() {
+    for (auto it = withDeadline.begin(); it != withDeadline.end();) {
+      bool done;
+      {
+        std::lock_guard<std::mutex> l((*it)->mu);
+        done = (*it)->done;
+      }
+      if (!done && (*it)->deadline.expired()) {
+        expireLocked(*it);
+        done = true;
+      }
+      it = done ? withDeadline.erase(it) : it + 1;
+    }
+  }
+
+  Deadline nextDeadlineLocked() const {
+    Deadline d = Deadline::never();
+    for (const auto& up : withDeadline) d = d.min(up->deadline);
+    return d;
+  }
+
+  void closeBucketLocked() {
+    if (!openBucket) return;
+    std::shared_ptr<Unit> b = std::move(openBucket);
+    openBucket.reset();
+    uint64_t h = 0x6275636b6574ull;  // "bucket": keeps bucket keys apart from chunk keys
+    std::ostringstream name;
+    name << "bucket keys=";
+    for (size_t i = 0; i < b->members.size(); ++i) {
+      h = ps::mix64(h ^ b->members[i].update->key);
+      name << (i ? "," : "") << b->members[i].update->key;
+    }
+    b->wireKey = ps::mix64(h + b->members.size());
+    const DType dt = b->in.dtype;
+    b->in = TensorView(b->fused.data(), b->fused.size() / dtypeSize(dt), dt);
+    b->out = b->in;
+    if (TransferRecord* r = record(b->recordId)) {
+      r->name = name.str();
+      r->bytes = b->fused.size();
+    }
+    for (auto& m : b->members) m.update->unitsQueued++;
+    enqueueUnitLocked(std::move(b));
+    cv.notify_all();
+  }
+
+  void onAcked(const std::shared_ptr<Unit>& u, const Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    inFlight--;
+    cv.notify_all();
+    if (st.ok()) {
+      if (TransferRecord* r = record(u->recordId)) r->ackedNs = nowNs();
+    }
+    cv.notify_all();
+  }
+
+  void onDone(const std::shared_ptr<Unit>& u, const Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    outstanding.erase(std::remove(outstanding.begin(), outstanding.end(), u), outstanding.end());
+    cv.notify_all();
+    if (TransferRecord* r = record(u->recordId)) {
+      r->doneNs = nowNs();
+      if (r->ackedNs == 0 && st.ok()) r->ackedNs = r->doneNs;
+      r->outcome = st.ok() ? "ok" : st.toString();
+    }
+    if (u->isBucket()) {
+      for (auto& m : u->members) {
+        m.update->unitsInFlight--;
+        m.update->unitsDone++;
+        if (st.ok() && !m.update->cancelled && !isDone(*m.update)) {
+          std::memcpy(m.update->out.data, u->fused.data() + m.offset, m.bytes);
+        }
+        completeLocked(m.update, st);
+      }
+      return;
+    }
+    UpdateState& up = *u->update;
+    up.unitsInFlight--;
+    up.unitsDone++;
+    if (!st.ok()) {
+      completeLocked(u->update, st);
+    } else if (up.unitsDone == up.unitsTotal) {
+      completeLocked(u->update, OkStatus());
+    }
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop) {
+      expireDueLocked();
+      size_t best = 0;
+      if (mayDispatchLocked(&best)) {
+        std::shared_ptr<Unit> u = queue[best];
+        outstanding.push_back(u);
+        queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(best));
+        unqueuedLocked(*u);
+        inFlight++;
+        DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
+        d.unitsSent++;
+        d.bytesSent += u->in.bytes();
+        stats.bytesSent += u->in.bytes();
+        if (u->isBucket()) {
+          stats.bucketsSent++;
+          for (auto& m : u->members) {
+            m.update->unitsQueued--;
+            m.update->unitsInFlight++;
+          }
+        } else {
+          stats.chunksSent++;
+          u->update->unitsInFlight++;
+        }
+        if (TransferRecord* r = record(u->recordId)) {
+          r->sendIndex = sends;
+          r->sentNs = nowNs();
+        }
+        sends++;
+        ps::PushPullOptions po;
+        po.op = u->op;
+        auto self = shared_from_this();
+        po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
+        po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
+        lock.unlock();
+        (void)client->pushPull(u->wireKey, u->in, u->out, po);  // completion via the callbacks
+        lock.lock();
+        continue;
+      }
+      const Deadline next = nextDeadlineLocked();
+      if (next.isNever()) {
+        cv.wait(lock);
+      } else {
+        cv.wait_until(lock, next.when());
+      }
+    }
+  }
+
+  // Two windows. The ack window (maxInFlight units not acknowledged) keeps the transport queue
+  // short, so that a new urgent unit waits for at most that many. The result window
+  // (maxOutstanding units whose result has not arrived) keeps the daemons' result queues short
+  // too (results come back in the order rounds complete, which the manager cannot reorder).
+  // Results depend on the other workers, so a full result window could deadlock workers that
+  // picked in different orders; hence the bypass: when every outstanding unit is acknowledged
+  // (waits only for others), a queued unit more urgent than all of them may still go. The most
+  // urgent unfinished unit of the job can then always be sent by every worker that has it
+  // queued, so no cycle of waits can form, as long as the policy's order is the same on every
+  // worker (fifo, priority; deadline when the deadlines agree — and a missed deadline ends any
+  // wait anyway).
+  bool mayDispatchLocked(size_t* best) const {
+    if (paused || queue.empty() || inFlight >= options.maxInFlight) return false;
+    *best = 0;
+    for (size_t i = 1; i < queue.size(); ++i) {
+      if (policy->before(queue[i]->info, queue[*best]->info)) *best = i;
+    }
+    if (outstanding.size() < static_cast<size_t>(options.maxOutstanding)) return true;
+    if (inFlight > 0) return false;
+    for (const auto& o : outstanding) {
+      if (!policy->before(queue[*best]->info, o->info)) return false;
+    }
+    return true;
+  }
+
+  TransferHandle enqueue(const GradientUpdate& g) {
+    auto up = std::make_shared<UpdateState>();
+    up->key = g.key;
+    up->iteration = g.iteration;
+    up->deadline = g.deadline;
+    up->core = weak_from_this();
+    TransferHandle handle(up);
+    const bool inPlace = g.out.data == nullptr && g.out.count == 0;
+    up->out = inPlace ? g.tensor : g.out;
+    Status bad = validate(g, up->out);
+    std::lock_guard<std::mutex> lock(mu);
+    stats.updatesEnqueued++;
+    if (!bad.ok()) {
+      completeLocked(up, bad.withContext("enqueue key=" + std::to_string(g.key)));
+      return handle;
+    }
+    if (stop) {
+      completeLocked(up, Cancelled("transfer manager is shutting down"));
+      return handle;
+    }
+    const uint64_t mySeq = seq++;
+    const size_t bytes = g.tensor.bytes();
+    const int64_t now = nowNs();
+    if (bytes == 0) {
+      completeLocked(up, OkStatus());
+      return handle;
+    }
+    if (!g.deadline.isNever()) withDeadline.push_back(up);
+    if (bytes < options.fuseBelowBytes) {
+      up->fused = true;
+      up->unitsTotal = 1;
+      if (openBucket && (openBucket->in.dtype != g.tensor.dtype || openBucket->op != g.op)) {
+        closeBucketLocked();
+      }
+      if (!openBucket) {
+        openBucket = std::make_shared<Unit>();
+        openBucket->in.dtype = g.tensor.dtype;
+        openBucket->op = g.op;
+        openBucket->info.seq = mySeq;
+        openBucket->info.priority = g.priority;
+        openBucket->info.deadline = g.deadline.when();
+        TransferRecord r;
+        r.fused = true;
+        r.priority = g.priority;
+        r.iteration = g.iteration;
+        r.sendsAtEnqueue = sends;
+        r.queuedNs = now;
+        openBucket->recordId = addRecord(std::move(r));
+      }
+      Unit& b = *openBucket;
+      Member m{up, b.fused.size(), bytes};
+      const auto* src = static_cast<const uint8_t*>(g.tensor.data);
+      b.fused.insert(b.fused.end(), src, src + bytes);  // the gradient is final at enqueue
+      b.members.push_back(m);
+      b.info.priority = std::min(b.info.priority, g.priority);
+      b.info.deadline = std::min(b.info.deadline, g.deadline.when());
+      if (TransferRecord* r = record(b.recordId)) {
+        r->keys.push_back(g.key);
+        r->priority = b.info.priority;
+      }
+      if (b.fused.size() >= options.bucketBytes) closeBucketLocked();
+      return handle;
+    }
+    const ps::ChunkLayout layout =
+        ps::chunkLayout(g.tensor.count, dtypeSize(g.tensor.dtype), chunkBytes);
+    up->unitsTotal = layout.chunkCount;
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      auto u = std::make_shared<Unit>();
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, g.tensor.count - first);
+      u->wireKey = ps::mix64(ps::mix64(g.key ^ 0x6368756e6bull /* "chunk" */) + c);
+      u->in = g.tensor.slice(first, n);
+      u->out = up->out.slice(first, n);
+      u->update = up;
+      u->op = g.op;
+      u->info = UnitInfo{mySeq, c, g.priority, g.deadline.when()};
+      TransferRecord r;
+      r.name = "key=" + std::to_string(g.key) + " chunk=" + std::to_string(c) + "/" +
+               std::to_string(layout.chunkCount);
+      r.keys = {g.key};
+      r.chunk = c;
+      r.chunks = layout.chunkCount;
+      r.priority = g.priority;
+      r.iteration = g.iteration;
+      r.bytes = u->in.bytes();
+      r.sendsAtEnqueue = sends;
+      r.queuedNs = now;
+      u->recordId = addRecord(std::move(r));
+      enqueueUnitLocked(std::move(u));
+    }
+    cv.notify_all();
+    return handle;
+  }
+
+  static Status validate(const GradientUpdate& g, const TensorView& out) {
+    COFAB_RETURN_IF_ERROR(g.tensor.validate("tensor"));
+    COFAB_RETURN_IF_ERROR(out.validate("out"));
+    COFAB_RETURN_IF_ERROR(checkSameShape(g.tensor, out, "GradientUpdate tensor/out"));
+    if (!g.tensor.device.isCpu() || !out.device.isCpu()) {
+      return InvalidArgument("the transfer manager takes host tensors; got " + g.tensor.toString());
+    }
+    switch (g.tensor.dtype) {
+      case DType::kF32:
+      case DType::kF64:
+      case DType::kF16:
+      case DType::kBF16:
+        return OkStatus();
+      default:
+        return InvalidArgument("aggregation supports f32, f64, f16 and bf16; got " +
+                               std::string(dtypeName(g.tensor.dtype)));
+    }
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stop) return;
+      stop = true;
+    }
+    cv.notify_all();
+    if (dispatcher.joinable()) dispatcher.join();
+    std::lock_guard<std::mutex> lock(mu);
+    const Status why = Cancelled("transfer manager destroyed before the update was sent");
+    if (openBucket) {
+      for (auto& m : openBucket->members) completeLocked(m.update, why);
+      openBucket.reset();
+    }
+    for (auto& u : queue) {
+      unqueuedLocked(*u);
+      if (TransferRecord* r = record(u->recordId)) r->outcome = "cancelled";
+      if (u->isBucket()) {
+        for (auto& m : u->members) completeLocked(m.update, why);
+      } else {
+        completeLocked(u->update, why);
+      }
+    }
+    queue.clear();
+  }
+};
+
+}  // namespace detail
+
+using detail::ManagerCore;
+using detail::UpdateState;
+
+bool TransferHandle::test() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+Status TransferHandle::status() const {
+  if (!state_) return FailedPrecondition("status() on an invalid TransferHandle");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done ? state_->status : Unavailable("in progress");
+}
+
+uint64_t TransferHandle::key() const { return state_ ? state_->key : 0; }
+
+Status TransferHandle::wait(Deadline deadline) const {
+  if (!state_) return FailedPrecondition("wait() on an invalid TransferHandle");
+  const Deadline until = deadline.min(state_->deadline);
+  {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (!state_->done) {
+      if (state_->cv.wait_until(lock, until.when()) == std::cv_status::timeout) break;
+    }
+    if (state_->done) return state_->status;
+  }
+  auto core = state_->core.lock();
+  if (state_->deadline.expired()) {
+    // The update's own deadline: it fails for good (even if the dispatcher has not seen it yet).
+    if (core) {
+      std::lock_guard<std::mutex> lock(core->mu);
+      core->expireLocked(state_);
+    } else {
+      state_->finish(
+          DeadlineExceeded("transfer key=" + std::to_string(state_->key) + ": deadline passed"));
+    }
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->status;
+  }
+  if (!core) return DeadlineExceeded("transfer key=" + std::to_string(state_->key));
+  std::lock_guard<std::mutex> lock(core->mu);
+  return DeadlineExceeded("waiting for " + core->pendingText(*state_));
+}
+
+StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullClient& client,
+                                                                   const TransferOptions& options) {
+  auto core = std::make_shared<ManagerCore>();
+  core->client = &client;
+  core->options = options;
+  TransferOptions& o = core->options;
+  if (o.policy.empty()) {
+    COFAB_ASSIGN_OR_RETURN(o.policy, kTransferPolicy.get());
+  }
+  COFAB_ASSIGN_OR_RETURN(core->policy, makeOrderingPolicy(o.policy));
+  if (o.maxInFlight < 0) {
+    return InvalidArgument("TransferOptions::maxInFlight must be >= 1 (0: the default)");
+  }
+  if (o.maxInFlight == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferInFlight.get());
+    o.maxInFlight = static_cast<int>(v);
+  }
+  if (o.maxOutstanding < 0) {
+    return InvalidArgument("TransferOptions::maxOutstanding must be >= 1 (0: the default)");
+  }
+  if (o.maxOutstanding == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferOutstanding.get());
+    o.maxOutstanding = static_cast<int>(v);
+  }
+  o.maxOutstanding = std::max(o.maxOutstanding, o.maxInFlight);
+  if (o.fuseBelowBytes == 0) {
+    COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferFuseBytes.get());
+    o.fuseBelowBytes = static_cast<size_t>(v);
+  }
+  // A unit must be one wire chunk of the client, so that the manager alone decides the order.
+  core->chunkBytes =
+      o.chunkBytes == 0 ? client.chunkBytes() : std::min(o.chunkBytes, client.chunkBytes());
+  if (o.bucketBytes == 0 || o.bucketBytes > core->chunkBytes) o.bucketBytes = core->chunkBytes;
+  if (o.maxRecords == 0) o.maxRecords = 1;
+  core->numServers = std::max(1, client.numServers());
+  core->stats.destinations.resize(static_cast<size_t>(core->numServers));
+  core->paused = o.startPaused;
+  ManagerCore* raw = core.get();
+  core->dispatcher = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<TransferManager>(new TransferManager(std::move(core)));
+}
+
+TransferManager::TransferManager(std::shared_ptr<ManagerCore> core) : core_(std::move(core)) {}
+TransferManager::~TransferManager() { core_->shutdown(); }
+
+TransferHandle TransferManager::enqueue(const GradientUpdate& update) {
+  return core_->enqueue(update);
+}
+
+void TransferManager::flush() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->closeBucketLocked();
+}
+
+Status TransferManager::cancel(const TransferHandle& handle) {
+  if (!handle.state_) return FailedPrecondition("cancel() of an invalid TransferHandle");
+  const auto& up = handle.state_;
+  std::lock_guard<std::mutex> lock(core_->mu);
+  {
+    std::lock_guard<std::mutex> l(up->mu);
+    if (up->done) {
+      return FailedPrecondition("transfer key=" + std::to_string(up->key) +
+                                " already finished: " + up->status.toString());
+    }
+  }
+  if (up->fused) {
+    up->cancelled = true;  // the bucket still travels; nothing is delivered to this update
+  } else {
+    core_->dropQueuedLocked(up, "cancelled");
+  }
+  core_->completeLocked(up, Cancelled("transfer key=" + std::to_string(up->key) + " cancelled"));
+  return OkStatus();
+}
+
+void TransferManager::pause() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->paused = true;
+}
+
+void TransferManager::resume() {
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->paused = false;
+  }
+  core_->cv.notify_all();
+}
+
+TransferStats TransferManager::stats() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->stats;
+}
+
+std::vector<TransferRecord> TransferManager::records() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return {core_->records.begin(), core_->records.end()};
+}
+
+Status TransferManager::writeTrace(const std::string& path) const {
+  const int rank = core_->client->rank();
+  return writeChromeTrace(path, records(), rank, "worker " + std::to_string(rank));
+}
+
+std::string TransferManager::policyName() const { return std::string(core_->policy->name()); }
+
+}  // namespace cofab::transfer

@@ -1,0 +1,441 @@
+// TransferManager against real cofab-aggd processes: the send order of every policy (observed
+// in the manager's records), preemption at a chunk boundary, results equal to the serial sum
+// (fusion and chunking included), deadlines and cancellation.
+#include "fabric/transfer/transfer_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+using transfer::GradientUpdate;
+using transfer::TransferHandle;
+using transfer::TransferManager;
+using transfer::TransferOptions;
+using transfer::TransferRecord;
+
+constexpr size_t kChunk = 4096;  // client chunk: 1024 f32 per unit
+
+std::unique_ptr<ps::PushPullClient> connectOrDie(DaemonCluster& c, int rank) {
+  ps::ClientOptions co;
+  co.chunkBytes = kChunk;
+  auto client = c.connect(rank, co);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(client).value() : nullptr;
+}
+
+std::unique_ptr<TransferManager> makeManager(ps::PushPullClient& client, TransferOptions o) {
+  auto m = TransferManager::create(client, o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// Integer-valued data: sums are exact in any order.
+std::vector<float> gradient(uint64_t key, int rank, size_t n) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = static_cast<float>(static_cast<int64_t>((key * 31 + i * 7 + rank * 13) % 41) - 20);
+  }
+  return g;
+}
+
+// Units in send order, each named by its first key and chunk.
+std::vector<std::pair<uint64_t, uint32_t>> sendOrder(const std::vector<TransferRecord>& recs) {
+  std::vector<const TransferRecord*> sent;
+  for (const auto& r : recs) {
+    if (r.sendIndex != ~0ull) sent.push_back(&r);
+  }
+  std::sort(sent.begin(), sent.end(), [](const TransferRecord* a, const TransferRecord* b) {
+    return a->sendIndex < b->sendIndex;
+  });
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  for (const auto* r : sent) out.emplace_back(r->keys.at(0), r->chunk);
+  return out;
+}
+
+struct Queued {
+  uint64_t key;
+  size_t floats;
+  int priority;
+  int deadlineMs;  // 0: none
+};
+
+// Queues `updates` on a paused manager with `policy`, releases them, and returns the send order.
+std::vector<std::pair<uint64_t, uint32_t>> runPaused(const std::string& policy,
+                                                     const std::vector<Queued>& updates) {
+  DaemonCluster cluster(1, 1);
+  EXPECT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  if (!client) return {};
+  TransferOptions o;
+  o.policy = policy;
+  o.maxInFlight = 1;
+  o.fuseBelowBytes = 1;  // no fusion: every unit is a chunk
+  o.startPaused = true;
+  auto mgr = makeManager(*client, o);
+  if (!mgr) return {};
+  std::vector<std::vector<float>> data;
+  std::vector<TransferHandle> handles;
+  for (const auto& q : updates) {
+    data.push_back(gradient(q.key, 0, q.floats));
+    GradientUpdate g;
+    g.key = q.key;
+    g.tensor = TensorView::of(data.back().data(), q.floats, DType::kF32);
+    g.priority = q.priority;
+    if (q.deadlineMs) g.deadline = Deadline::afterMs(q.deadlineMs);
+    handles.push_back(mgr->enqueue(g));
+  }
+  mgr->resume();
+  for (auto& h : handles) EXPECT_TRUE(h.wait(Deadline::afterMs(20000)).ok()) << h.status();
+  return sendOrder(mgr->records());
+}
+
+// Three updates: A (2 chunks, layer 5, no deadline), B (1 chunk, layer 0, deadline +60 s),
+// C (2 chunks, layer 2, deadline +30 s), queued in that order.
+const std::vector<Queued> kThree = {{1, 2048, 5, 0}, {2, 1024, 0, 60000}, {3, 2048, 2, 30000}};
+
+TEST(TransferOrdering, FifoSendsInEnqueueOrder) {
+  const std::vector<std::pair<uint64_t, uint32_t>> want = {{1, 0}, {1, 1}, {2, 0}, {3, 0}, {3, 1}};
+  EXPECT_EQ(runPaused("fifo", kThree), want);
+}
+
+TEST(TransferOrdering, PrioritySendsLowestLayerFirst) {
+  const std::vector<std::pair<uint64_t, uint32_t>> want = {{2, 0}, {3, 0}, {3, 1}, {1, 0}, {1, 1}};
+  EXPECT_EQ(runPaused("priority", kThree), want);
+}
+
+TEST(TransferOrdering, DeadlineSendsEarliestDeadlineFirst) {
+  const std::vector<std::pair<uint64_t, uint32_t>> want = {{3, 0}, {3, 1}, {2, 0}, {1, 0}, {1, 1}};
+  EXPECT_EQ(runPaused("deadline", kThree), want);
+}
+
+// A later, more urgent update overtakes a big one at the next chunk boundary: with a window of
+// one, its first chunk is the very next unit sent after it was queued, its chunks go back to
+// back, and the big one's remaining chunks follow. Under FIFO it waits for all of them.
+class Preemption : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Preemption, UrgentUpdateOvertakesAtTheNextChunkBoundary) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.policy = GetParam();
+  o.maxInFlight = 1;
+  o.fuseBelowBytes = 1;
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  const size_t bigChunks = 64;
+  auto big = gradient(10, 0, bigChunks * 1024);
+  auto urgent = gradient(11, 0, 4 * 1024);
+  GradientUpdate a;
+  a.key = 10;
+  a.tensor = TensorView::of(big.data(), big.size(), DType::kF32);
+  a.priority = 9;
+  a.deadline = Deadline::afterMs(60000);
+  TransferHandle ha = mgr->enqueue(a);
+  // Let a few of A's chunks go, then stop the dispatcher so B surely arrives mid-A.
+  for (int i = 0; i < 20000 && mgr->stats().chunksSent < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  mgr->pause();
+  GradientUpdate b;
+  b.key = 11;
+  b.tensor = TensorView::of(urgent.data(), urgent.size(), DType::kF32);
+  b.priority = 0;
+  b.deadline = Deadline::afterMs(30000);
+  TransferHandle hb = mgr->enqueue(b);
+  mgr->resume();
+  ASSERT_TRUE(ha.wait(Deadline::afterMs(20000)).ok()) << ha.status();
+  ASSERT_TRUE(hb.wait(Deadline::afterMs(20000)).ok()) << hb.status();
+
+  const auto recs = mgr->records();
+  uint64_t bQueuedAt = 0;
+  std::vector<uint64_t> bSent, aSent;
+  for (const auto& r : recs) {
+    if (r.keys[0] == 11) {
+      bQueuedAt = r.sendsAtEnqueue;
+      bSent.push_back(r.sendIndex);
+    } else {
+      aSent.push_back(r.sendIndex);
+    }
+  }
+  std::sort(bSent.begin(), bSent.end());
+  ASSERT_EQ(bSent.size(), 4u);
+  ASSERT_GE(bQueuedAt, 3u);
+  ASSERT_LT(bQueuedAt, bigChunks) << "A had finished before B was queued";
+  if (GetParam() == "fifo") {
+    EXPECT_EQ(bSent.front(), bigChunks) << "FIFO: B waits for all of A";
+  } else {
+    EXPECT_EQ(bSent.front(), bQueuedAt) << "B's first chunk is the next unit sent";
+    EXPECT_EQ(bSent.back(), bQueuedAt + 3) << "B's chunks go back to back";
+    EXPECT_GT(*std::max_element(aSent.begin(), aSent.end()), bSent.back());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, Preemption, ::testing::Values("fifo", "priority", "deadline"),
+                         [](const auto& info) { return info.param; });
+
+// Three workers, two daemons, a mix of fused small updates and chunked large ones over two
+// iterations, every policy: every worker's results equal the serial sum.
+class TransferSums : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TransferSums, ResultsEqualTheSerialSum) {
+  const int kWorkers = 3;
+  DaemonCluster cluster(2, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  const std::vector<size_t> sizes = {5, 300, 1000, 7000, 1, 64, 2500, 12000, 900, 33};
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    TransferOptions o;
+    o.policy = GetParam();
+    o.maxInFlight = 3;
+    o.fuseBelowBytes = 2048;  // 5, 300, 1, 64, 33 floats are fused
+    COFAB_ASSIGN_OR_RETURN(auto mgr, TransferManager::create(*client, o));
+    for (uint64_t it = 0; it < 2; ++it) {
+      std::vector<std::vector<float>> in(sizes.size()), out(sizes.size());
+      std::vector<TransferHandle> hs;
+      // Backward order: last layer first, as a training step produces them.
+      for (size_t l = sizes.size(); l-- > 0;) {
+        const uint64_t key = 100 + l;
+        in[l] = gradient(key + it, rank, sizes[l]);
+        out[l].assign(sizes[l], -1.0f);
+        GradientUpdate g;
+        g.key = key;
+        g.tensor = TensorView::of(in[l].data(), sizes[l], DType::kF32);
+        g.out = TensorView::of(out[l].data(), sizes[l], DType::kF32);
+        g.iteration = it;
+        g.priority = static_cast<int>(l);
+        g.deadline = Deadline::afterMs(60000 + static_cast<int64_t>(l));
+        hs.push_back(mgr->enqueue(g));
+      }
+      mgr->flush();
+      for (auto& h : hs) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(30000)));
+      for (size_t l = 0; l < sizes.size(); ++l) {
+        std::vector<float> want(sizes[l], 0.0f);
+        for (int r = 0; r < kWorkers; ++r) {
+          const auto g = gradient(100 + l + it, r, sizes[l]);
+          for (size_t i = 0; i < sizes[l]; ++i) want[i] += g[i];
+        }
+        for (size_t i = 0; i < sizes[l]; ++i) {
+          if (out[l][i] != want[i]) {
+            return Internal("key " + std::to_string(100 + l) + " element " + std::to_string(i) +
+                            ": got " + std::to_string(out[l][i]) + ", want " +
+                            std::to_string(want[i]));
+          }
+        }
+      }
+    }
+    const auto st = mgr->stats();
+    if (st.bucketsSent == 0 || st.chunksSent == 0) {
+      return Internal("expected both buckets and chunks to be sent");
+    }
+    if (st.updatesCompleted != 2 * sizes.size()) return Internal("not every update completed");
+    return OkStatus();
+  });
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, TransferSums, ::testing::Values("fifo", "priority", "deadline"),
+                         [](const auto& info) { return info.param; });
+
+// Two workers that picked in opposite orders, with room for one unit awaiting its result: worker
+// 0 sent A before B existed, worker 1 had both queued and sent B (more urgent) first. Each one's
+// outstanding unit waits for the other's; the bypass (a unit more urgent than every outstanding,
+// acknowledged one may go) lets worker 0 send B, and both finish instead of deadlocking.
+TEST(TransferWindow, OppositeOrdersOnTwoWorkersDoNotDeadlock) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    TransferOptions o;
+    o.policy = "priority";
+    o.maxInFlight = 1;
+    o.maxOutstanding = 1;
+    o.fuseBelowBytes = 1;
+    o.startPaused = rank == 1;
+    COFAB_ASSIGN_OR_RETURN(auto mgr, TransferManager::create(*client, o));
+    auto a = gradient(1, rank, 1000), b = gradient(2, rank, 1000);
+    GradientUpdate ga;
+    ga.key = 1;
+    ga.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+    ga.priority = 5;
+    GradientUpdate gb = ga;
+    gb.key = 2;
+    gb.tensor = TensorView::of(b.data(), b.size(), DType::kF32);
+    gb.priority = 0;
+    TransferHandle ha = mgr->enqueue(ga);
+    if (rank == 0) {
+      for (int i = 0; i < 20000 && mgr->stats().chunksSent < 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+    TransferHandle hb = mgr->enqueue(gb);
+    mgr->resume();
+    COFAB_RETURN_IF_ERROR(ha.wait(Deadline::afterMs(20000)));
+    COFAB_RETURN_IF_ERROR(hb.wait(Deadline::afterMs(20000)));
+    const auto order = sendOrder(mgr->records());
+    const std::vector<std::pair<uint64_t, uint32_t>> want =
+        rank == 0 ? std::vector<std::pair<uint64_t, uint32_t>>{{1, 0}, {2, 0}}
+                  : std::vector<std::pair<uint64_t, uint32_t>>{{2, 0}, {1, 0}};
+    if (order != want) return Internal("unexpected send order on worker " + std::to_string(rank));
+    return OkStatus();
+  });
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+}
+
+TEST(TransferDeadline, QueuedUpdatePastItsDeadlineIsDroppedNotHung) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;  // nothing can be sent before the deadline
+  o.fuseBelowBytes = 1;
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  auto data = gradient(1, 0, 3000);
+  GradientUpdate g;
+  g.key = 1;
+  g.tensor = TensorView::of(data.data(), data.size(), DType::kF32);
+  g.deadline = Deadline::afterMs(50);
+  TransferHandle h = mgr->enqueue(g);
+  const Status st = h.wait(Deadline::afterMs(20000));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("key=1"), std::string::npos) << st;
+  mgr->resume();
+  // The dropped chunks never travel; a later update still goes through.
+  auto more = gradient(2, 0, 100);
+  GradientUpdate g2;
+  g2.key = 2;
+  g2.tensor = TensorView::of(more.data(), more.size(), DType::kF32);
+  ASSERT_TRUE(mgr->enqueue(g2).wait(Deadline::afterMs(20000)).ok());
+  for (const auto& r : mgr->records()) {
+    if (r.keys[0] == 1) {
+      EXPECT_EQ(r.sendIndex, ~0ull) << r.name;
+      EXPECT_EQ(r.outcome, "deadline_exceeded");
+    }
+  }
+  EXPECT_EQ(mgr->stats().deadlinesMissed, 1u);
+}
+
+TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
+  DaemonCluster cluster(1, 2);  // worker 1 never pushes: the round cannot complete
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  auto mgr = makeManager(*client, {});
+  ASSERT_TRUE(mgr);
+  auto data = gradient(1, 0, 100);
+  GradientUpdate g;
+  g.key = 1;
+  g.tensor = TensorView::of(data.data(), data.size(), DType::kF32);
+  g.deadline = Deadline::afterMs(300);
+  TransferHandle h = mgr->enqueue(g);
+  mgr->flush();
+  // A shorter wait only ends the wait; the update keeps running.
+  const Status early = h.wait(Deadline::afterMs(20));
+  EXPECT_EQ(early.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(h.status().code(), StatusCode::kUnavailable) << "still in progress";
+  const Status st = h.wait(Deadline::afterMs(20000));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;
+  o.fuseBelowBytes = 1024;
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  auto a = gradient(1, 0, 5000), b = gradient(2, 0, 5000);
+  auto s1 = gradient(3, 0, 10), s2 = gradient(4, 0, 10);
+  auto enqueue = [&](uint64_t key, std::vector<float>& v) {
+    GradientUpdate g;
+    g.key = key;
+    g.tensor = TensorView::of(v.data(), v.size(), DType::kF32);
+    return mgr->enqueue(g);
+  };
+  TransferHandle ha = enqueue(1, a), hb = enqueue(2, b);
+  TransferHandle hs1 = enqueue(3, s1), hs2 = enqueue(4, s2);  // one bucket
+  mgr->flush();
+  ASSERT_TRUE(mgr->cancel(ha).ok());
+  ASSERT_TRUE(mgr->cancel(hs1).ok());
+  EXPECT_EQ(ha.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+  EXPECT_EQ(hs1.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+  const std::vector<float> s1Before = s1;
+  mgr->resume();
+  ASSERT_TRUE(hb.wait(Deadline::afterMs(20000)).ok()) << hb.status();
+  ASSERT_TRUE(hs2.wait(Deadline::afterMs(20000)).ok()) << hs2.status();
+  EXPECT_EQ(s1, s1Before) << "a cancelled fused update gets no result";
+  EXPECT_EQ(mgr->cancel(hb).code(), StatusCode::kFailedPrecondition);
+  for (const auto& r : mgr->records()) {
+    if (r.keys[0] == 1) {
+      EXPECT_EQ(r.sendIndex, ~0ull) << "cancelled chunks never travel";
+    }
+  }
+  EXPECT_EQ(mgr->stats().updatesCancelled, 2u);
+}
+
+TEST(TransferCancel, DestroyingTheManagerCancelsWhatIsQueued) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  auto a = gradient(1, 0, 5000), s = gradient(2, 0, 4);
+  GradientUpdate g;
+  g.key = 1;
+  g.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+  TransferHandle ha = mgr->enqueue(g);
+  g.key = 2;
+  g.tensor = TensorView::of(s.data(), s.size(), DType::kF32);
+  TransferHandle hs = mgr->enqueue(g);  // in an open bucket
+  EXPECT_EQ(hs.wait(Deadline::afterMs(30)).code(), StatusCode::kDeadlineExceeded);
+  mgr.reset();
+  EXPECT_EQ(ha.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+  EXPECT_EQ(hs.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+}
+
+TEST(TransferManagerArgs, BadInputCompletesTheHandleAtOnce) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions bad;
+  bad.policy = "random";
+  EXPECT_EQ(TransferManager::create(*client, bad).status().code(), StatusCode::kInvalidArgument);
+  auto mgr = makeManager(*client, {});
+  ASSERT_TRUE(mgr);
+  std::vector<int32_t> ints(10);
+  GradientUpdate g;
+  g.key = 1;
+  g.tensor = TensorView::of(ints.data(), ints.size(), DType::kI32);
+  const Status st = mgr->enqueue(g).wait(Deadline::afterMs(1000));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  std::vector<float> f(10), out(11);
+  g.tensor = TensorView::of(f.data(), f.size(), DType::kF32);
+  g.out = TensorView::of(out.data(), out.size(), DType::kF32);
+  EXPECT_EQ(mgr->enqueue(g).wait(Deadline::afterMs(1000)).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cofab::testing
