@@ -9,19 +9,26 @@
 // parallel: the settings make the injected delays (tens of ms) dominate the compute (well under
 // a millisecond per task), so what is measured is the straggler behaviour, not the GEMMs.
 //
+// In between, the same delays with worker 3 stopped (SIGSTOP) for pause_ms of every period_ms:
+// an intermittent real straggler, coded against uncoded.
+//
 //   dist_coded_matmul_bench [--requests=100] [--shift_ms=10] [--tail_ms=200]
+//                           [--pause_ms=300] [--period_ms=1500]
 //                           [--stopped_requests=20] [--deadline_ms=1000] [--csv=latencies.csv]
 //
 // Ends with
+//   RESULT dist_coded_matmul_intermittent n=8 k=6 coded_p50_ms=... uncoded_p99_ms=... ...
+//   RESULT dist_coded_matmul_stopped n=8 k=6 coded_ok=... coded_p50_ms=... uncoded_ok=...
 //   RESULT dist_coded_matmul n=8 k=6 coded_p50_ms=... coded_p99_ms=... uncoded_p50_ms=...
 //          uncoded_p99_ms=... replication_p50_ms=... replication_p99_ms=...
-//   RESULT dist_coded_matmul_stopped n=8 k=6 coded_ok=... coded_p50_ms=... uncoded_ok=...
 #include <cblas.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +36,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/support/result_reporter.h"
@@ -49,6 +57,8 @@ struct Flags {
   double tailMs = 200;
   int stoppedRequests = 20;
   int deadlineMs = 1000;
+  int pauseMs = 300;
+  int periodMs = 1500;
   std::string csv;
 };
 
@@ -147,12 +157,27 @@ int main(int argc, char** argv) {
   for (float& x : a) x = u(rng);
   for (float& x : b) x = u(rng);
 
-  auto requests = [&](int count) {
-    return [&, count](CodedMaster& m, const std::vector<pid_t>&, Scenario& out) {
+  // `pause`: worker 3 is stopped (SIGSTOP) for pause_ms out of every period_ms while the
+  // requests run (a real, intermittent straggler on top of the injected delays).
+  auto requests = [&](int count, bool pause = false) {
+    return [&, count, pause](CodedMaster& m, const std::vector<pid_t>& pids, Scenario& out) {
       Status s = m.load({a.data(), kRows, kCols, 0});
       if (!s.ok()) {
         out.firstError = s.toString();
         return;
+      }
+      std::atomic<bool> done{false};
+      std::thread toggler;
+      if (pause) {
+        toggler = std::thread([&] {
+          while (!done.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(flags.periodMs - flags.pauseMs));
+            if (done.load()) break;
+            kill(pids[3], SIGSTOP);
+            std::this_thread::sleep_for(std::chrono::milliseconds(flags.pauseMs));
+            kill(pids[3], SIGCONT);
+          }
+        });
       }
       for (int i = 0; i < count; ++i) {
         auto r = m.multiply({b.data(), kCols, kBCols, 0}, {c.data(), kRows, kBCols, 0});
@@ -164,6 +189,8 @@ int main(int argc, char** argv) {
           if (out.firstError.empty()) out.firstError = r.status().toString();
         }
       }
+      done = true;
+      if (toggler.joinable()) toggler.join();
     };
   };
 
@@ -197,6 +224,19 @@ int main(int argc, char** argv) {
                 sc->ok, sc->failed, percentile(sc->latencies, 50), percentile(sc->latencies, 90),
                 percentile(sc->latencies, 99), percentile(sc->latencies, 100),
                 sc->firstError.c_str());
+  }
+  Scenario codedPaused =
+      runScenario(dir, withMode(CodedMode::kCoded), requests(flags.requests, true));
+  Scenario uncodedPaused =
+      runScenario(dir, withMode(CodedMode::kUncoded), requests(flags.requests, true));
+  std::printf("same delays + worker 3 stopped %d ms of every %d ms:\n", flags.pauseMs,
+              flags.periodMs);
+  for (auto [name, sc] : {std::pair<const char*, Scenario*>{"coded(8,6)", &codedPaused},
+                          {"uncoded(8)", &uncodedPaused}}) {
+    std::printf("  %-16s ok=%d failed=%d p50=%.2f ms p90=%.2f ms p99=%.2f ms max=%.2f ms %s\n",
+                name, sc->ok, sc->failed, percentile(sc->latencies, 50),
+                percentile(sc->latencies, 90), percentile(sc->latencies, 99),
+                percentile(sc->latencies, 100), sc->firstError.c_str());
   }
   if (!flags.csv.empty()) {
     std::ofstream f(flags.csv);
@@ -248,6 +288,29 @@ int main(int argc, char** argv) {
 
   using bench::num;
   bench::printResult(
+      "dist_coded_matmul_intermittent",
+      {{"n", std::to_string(kN)},
+       {"k", std::to_string(kK)},
+       {"coded_p50_ms", num(percentile(codedPaused.latencies, 50))},
+       {"coded_p99_ms", num(percentile(codedPaused.latencies, 99))},
+       {"uncoded_p50_ms", num(percentile(uncodedPaused.latencies, 50))},
+       {"uncoded_p99_ms", num(percentile(uncodedPaused.latencies, 99))},
+       {"p50_speedup",
+        num(percentile(uncodedPaused.latencies, 50) / percentile(codedPaused.latencies, 50))},
+       {"p99_speedup",
+        num(percentile(uncodedPaused.latencies, 99) / percentile(codedPaused.latencies, 99))},
+       {"pause_ms", std::to_string(flags.pauseMs)},
+       {"period_ms", std::to_string(flags.periodMs)}});
+  bench::printResult("dist_coded_matmul_stopped",
+                     {{"n", std::to_string(kN)},
+                      {"k", std::to_string(kK)},
+                      {"coded_ok", std::to_string(codedStopped.ok)},
+                      {"coded_p50_ms", num(percentile(codedStopped.latencies, 50))},
+                      {"uncoded_ok", std::to_string(uncodedStopped.ok)},
+                      {"uncoded_failed", std::to_string(uncodedStopped.failed)},
+                      {"requests", std::to_string(flags.stoppedRequests)},
+                      {"deadline_ms", std::to_string(flags.deadlineMs)}});
+  bench::printResult(
       "dist_coded_matmul",
       {{"n", std::to_string(kN)},
        {"k", std::to_string(kK)},
@@ -262,15 +325,6 @@ int main(int argc, char** argv) {
        {"requests", std::to_string(flags.requests)},
        {"shift_ms", num(flags.shiftMs)},
        {"tail_ms", num(flags.tailMs)}});
-  bench::printResult("dist_coded_matmul_stopped",
-                     {{"n", std::to_string(kN)},
-                      {"k", std::to_string(kK)},
-                      {"coded_ok", std::to_string(codedStopped.ok)},
-                      {"coded_p50_ms", num(percentile(codedStopped.latencies, 50))},
-                      {"uncoded_ok", std::to_string(uncodedStopped.ok)},
-                      {"uncoded_failed", std::to_string(uncodedStopped.failed)},
-                      {"requests", std::to_string(flags.stoppedRequests)},
-                      {"deadline_ms", std::to_string(flags.deadlineMs)}});
   const bool ok = coded.failed == 0 && uncoded.failed == 0 && repl.failed == 0 &&
                   codedStopped.ok == flags.stoppedRequests;
   return ok ? 0 : 1;
