@@ -54,6 +54,7 @@ Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn for
       options_(options),
       metrics_(metrics),
       forward_(std::move(forward)),
+      groups_(GradientGroups::create(options.numWorkers, options.gradientStragglers).value()),
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
       goneReason_(static_cast<size_t>(options.numWorkers)) {
   thread_ = std::thread([this] { run(); });
@@ -192,6 +193,12 @@ void Engine::onPush(Event& e) {
     return;
   }
   const bool average = (h.opcode & ps::kPushAverage) != 0;
+  if (average && groups_.enabled()) {
+    // The reducer would divide by the number of groups, not of data partitions.
+    e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                   "gradient-coded rounds are sums (divide by the number of workers yourself)");
+    return;
+  }
   if (s.present > 0 && average != s.average) {
     e.peer->reject(metrics_, RejectReason::kWrongOp, h,
                    std::string("the round is a ") + (s.average ? "average" : "sum"));
@@ -276,16 +283,22 @@ void Engine::onBackupLost() {
 }
 
 void Engine::maybeComplete(Slot& s) {
-  if (s.durable == options_.numWorkers) complete(s);
+  if (groups_.enabled() ? groups_.covered(s.state) : s.durable == options_.numWorkers) complete(s);
 }
 
 void Engine::complete(Slot& s) {
-  std::vector<const uint8_t*> inputs(static_cast<size_t>(options_.numWorkers));
-  for (size_t r = 0; r < inputs.size(); ++r) inputs[r] = s.contribution[r]->data();
-  // The result overwrites worker 0's buffer (the reducer allows exactly that alias): no
+  // Gradient coding: one contribution per group, in group order; else every rank in order.
+  std::vector<int> ranks = groups_.chosen(s.state);
+  if (!groups_.enabled()) {
+    ranks.resize(static_cast<size_t>(options_.numWorkers));
+    for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  }
+  std::vector<const uint8_t*> inputs(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) inputs[i] = s.contribution[ranks[i]]->data();
+  // The result overwrites the first input's buffer (the reducer allows exactly that alias): no
   // allocation, zero-fill or page faults per round. Nothing else reads it any more — with
   // replication the round completes only after the backup acked every forwarded copy.
-  Payload result = s.contribution[0];
+  Payload result = s.contribution[ranks[0]];
   reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
   wire::Header about;
   about.key = s.key;
@@ -385,7 +398,9 @@ void Engine::tick() {
     bool gone = false;
     int64_t goneFor = -1;
     for (size_t r = 0; r < s.state.size(); ++r) {
-      if (s.state[r] == 0 && goneSinceNs_[r] != 0) {
+      // A lost worker whose group is covered (gradient coding) is not waited for.
+      if (s.state[r] == 0 && goneSinceNs_[r] != 0 &&
+          !(groups_.enabled() && groups_.groupCovered(s.state, static_cast<int>(r)))) {
         gone = true;
         goneFor = std::max(goneFor, (now - goneSinceNs_[r]) / 1000000);
       }

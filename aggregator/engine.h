@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/gradient_groups.h"
 #include "aggregator/metrics.h"
 #include "aggregator/peer.h"
 #include "core/status.h"
@@ -38,6 +39,9 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
+  // Gradient coding (gradient_groups.h): a round completes once every group of s+1 workers has
+  // one contribution. -1: off (every worker needed). Validated by AggregatorServer::create.
+  int gradientStragglers = -1;
 };
 
 using Payload = std::shared_ptr<std::vector<uint8_t>>;
@@ -92,6 +96,7 @@ class Engine {
   const EngineOptions options_;
   Metrics& metrics_;
   ForwardFn forward_;
+  const GradientGroups groups_;
 
   std::mutex mu_;
   std::condition_variable cv_;
