@@ -192,6 +192,19 @@ void Engine::onPush(Event& e) {
                        " and the window is 0 (one round at a time per chunk)");
     return;
   }
+  if ((h.opcode & ps::kPushFanOut) != 0 && !forwarded) {
+    // Fan-out: this upload is the result, for every puller of the round (coded shuffling).
+    if (s.present > 0) {
+      e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                     "a fan-out push into a round that already has contributions");
+      return;
+    }
+    metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+    e.peer->sendControl(ps::ControlOp::kAck, h);
+    if (deliver) s.deliverTo.push_back(e.peer);
+    finishRound(s, e.payload);
+    return;
+  }
   const bool average = (h.opcode & ps::kPushAverage) != 0;
   if (average && groups_.enabled()) {
     // The reducer would divide by the number of groups, not of data partitions.
@@ -300,6 +313,10 @@ void Engine::complete(Slot& s) {
   // replication the round completes only after the backup acked every forwarded copy.
   Payload result = s.contribution[ranks[0]];
   reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
+  finishRound(s, std::move(result));
+}
+
+void Engine::finishRound(Slot& s, Payload result) {
   wire::Header about;
   about.key = s.key;
   about.chunkIndex = s.chunk;

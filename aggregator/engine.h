@@ -88,6 +88,8 @@ class Engine {
   void markDurable(Slot& slot, int rank);
   void maybeComplete(Slot& slot);
   void complete(Slot& slot);
+  // Answers everyone waiting on the open round with `result` and moves to the next round.
+  void finishRound(Slot& slot, Payload result);
   void failRound(Slot& slot, const std::string& why);
   void resetRound(Slot& slot);
   std::string missingWorkers(const Slot& slot, int64_t now, bool* anyGone) const;

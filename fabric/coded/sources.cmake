@@ -3,4 +3,5 @@ list(APPEND COFAB_FABRIC_SOURCES
   coded/coded_master.cc
   coded/coded_protocol.cc
   coded/coded_worker.cc
-  coded/gradient_coding_client.cc)
+  coded/gradient_coding_client.cc
+  coded/shuffle_relay.cc)

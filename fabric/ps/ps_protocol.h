@@ -19,8 +19,12 @@ enum PushBits : uint8_t {
   kPushAverage = 1u << 0,    // reduce op: average (else sum)
   kPushDeliver = 1u << 1,    // send the result back to this pusher when the round completes
   kPushForwarded = 1u << 2,  // a primary replicating a worker's contribution to its backup
+  // Fan-out (coded shuffling's multicast, fabric/coded/shuffle_relay.h): this one push is the
+  // round's result as it is, delivered to every puller; no other contribution is waited for.
+  kPushFanOut = 1u << 6,
 };
-inline constexpr uint8_t kKnownPushBits = kPushAverage | kPushDeliver | kPushForwarded;
+inline constexpr uint8_t kKnownPushBits =
+    kPushAverage | kPushDeliver | kPushForwarded | kPushFanOut;
 
 // kControl opcodes used by the aggregator protocol. Values are wire format: append only.
 enum class ControlOp : uint8_t {
