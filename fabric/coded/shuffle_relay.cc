@@ -1,7 +1,9 @@
 #include "fabric/coded/shuffle_relay.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "fabric/ps/ps_protocol.h"
@@ -30,7 +32,19 @@ StatusOr<std::unique_ptr<ShuffleEndpoint>> ShuffleEndpoint::connect(const std::s
 }
 
 ShuffleEndpoint::~ShuffleEndpoint() {
-  if (ctx_) ctx_->join();
+  if (!ctx_) return;
+  if (conn_ && conn_->status().ok()) {
+    // Say goodbye so the daemon does not take this orderly exit for a lost worker.
+    wire::Header h;
+    h.type = wire::MessageType::kGoodbye;
+    h.senderRank = static_cast<uint32_t>(rank_);
+    auto sent = std::make_shared<std::atomic<bool>>(false);
+    conn_->send(h, nullptr, 0, [sent](const Status&) { sent->store(true); });
+    const Deadline d = Deadline::afterMs(1000);
+    while (!sent->load() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+  }
+  ctx_->close();
+  ctx_->join();
 }
 
 void ShuffleEndpoint::postRecv() {
