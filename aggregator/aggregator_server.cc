@@ -28,6 +28,9 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
     return InvalidArgument("aggregator: id " + std::to_string(options.id) + " outside " +
                            std::to_string(options.numServers) + " daemons");
   }
+  // Gradient coding: the group rule must fit the workers before any engine is built.
+  COFAB_RETURN_IF_ERROR(
+      GradientGroups::create(options.numWorkers, options.engine.gradientStragglers).status());
   if (options.engineThreads <= 0 || options.engineThreads > 256) {
     return InvalidArgument("aggregator: engine threads must be in [1, 256]");
   }

@@ -51,6 +51,8 @@ std::string daemonUsage() {
          "  --first-iteration T    iteration every chunk's first round has (0)\n"
          "  --round-timeout-ms X   release rounds missing live workers (120000)\n"
          "  --dead-worker-ms X     release rounds missing a lost worker (2000)\n"
+         "  --gradient-stragglers S  gradient coding: a round completes once every group of\n"
+         "                         S+1 consecutive workers has one contribution (off)\n"
          "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
          "  --drain-timeout-ms X   on SIGTERM, wait this long for open rounds (5000)\n"
          "  --staleness TAU        model store SSP bound in clocks (COFAB_AGG_STALENESS, 3)\n"
@@ -136,6 +138,9 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
     s.engine.firstIteration = static_cast<uint64_t>(x);
   } else if (name == "round-timeout-ms") {
     COFAB_ASSIGN_OR_RETURN(s.engine.roundTimeoutMs, parseInt(name, v));
+  } else if (name == "gradient-stragglers") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
+    s.engine.gradientStragglers = static_cast<int>(x);
   } else if (name == "dead-worker-ms") {
     COFAB_ASSIGN_OR_RETURN(s.engine.deadWorkerMs, parseInt(name, v));
   } else if (name == "max-chunk-bytes") {

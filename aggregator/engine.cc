@@ -63,6 +63,7 @@ Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn for
       options_(options),
       metrics_(metrics),
       forward_(std::move(forward)),
+      groups_(GradientGroups::create(options.numWorkers, options.gradientStragglers).value()),
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
       goneReason_(static_cast<size_t>(options.numWorkers)),
       models_(std::make_unique<ModelStore>(
@@ -245,7 +246,26 @@ void Engine::onPush(Event& e) {
                        " and the window is 0 (one round at a time per chunk)");
     return;
   }
+  if ((h.opcode & ps::kPushFanOut) != 0 && !forwarded) {
+    // Fan-out: this upload is the result, for every puller of the round (coded shuffling).
+    if (s.present > 0) {
+      e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                     "a fan-out push into a round that already has contributions");
+      return;
+    }
+    metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+    e.peer->sendControl(ps::ControlOp::kAck, h);
+    if (deliver) s.deliverTo.push_back(e.peer);
+    finishRound(s, e.payload);
+    return;
+  }
   const bool average = (h.opcode & ps::kPushAverage) != 0;
+  if (average && groups_.enabled()) {
+    // The reducer would divide by the number of groups, not of data partitions.
+    e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                   "gradient-coded rounds are sums (divide by the number of workers yourself)");
+    return;
+  }
   if (s.present > 0 && average != s.average) {
     e.peer->reject(metrics_, RejectReason::kWrongOp, h,
                    std::string("the round is a ") + (s.average ? "average" : "sum"));
@@ -337,16 +357,22 @@ void Engine::onBackupLost() {
 }
 
 void Engine::maybeComplete(Slot& s) {
-  if (s.durable == options_.numWorkers) complete(s);
+  if (groups_.enabled() ? groups_.covered(s.state) : s.durable == options_.numWorkers) complete(s);
 }
 
 void Engine::complete(Slot& s) {
-  std::vector<const uint8_t*> inputs(static_cast<size_t>(options_.numWorkers));
-  for (size_t r = 0; r < inputs.size(); ++r) inputs[r] = s.contribution[r]->data();
-  // The result overwrites worker 0's buffer (the reducer allows exactly that alias): no
+  // Gradient coding: one contribution per group, in group order; else every rank in order.
+  std::vector<int> ranks = groups_.chosen(s.state);
+  if (!groups_.enabled()) {
+    ranks.resize(static_cast<size_t>(options_.numWorkers));
+    for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  }
+  std::vector<const uint8_t*> inputs(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) inputs[i] = s.contribution[ranks[i]]->data();
+  // The result overwrites the first input's buffer (the reducer allows exactly that alias): no
   // allocation, zero-fill or page faults per round. Nothing else reads it any more — with
   // replication the round completes only after the backup acked every forwarded copy.
-  Payload result = s.contribution[0];
+  Payload result = s.contribution[static_cast<size_t>(ranks[0])];
   if (s.codec != compress::Compression::kNone) {
     // Decompress, fold in f32 in rank order, recompress (1-bit: with the slot's residual).
     float* residual = nullptr;
@@ -354,8 +380,9 @@ void Engine::complete(Slot& s) {
       s.residual.resize(s.logicalCount, 0.0f);
       residual = s.residual.data();
     }
-    result =
-        compressedReduce(s.codec, s.average, s.contribution, s.logicalCount, s.block, residual);
+    std::vector<Payload> chosen;
+    for (int r : ranks) chosen.push_back(s.contribution[static_cast<size_t>(r)]);
+    result = compressedReduce(s.codec, s.average, chosen, s.logicalCount, s.block, residual);
     const uint64_t sends = s.deliverTo.size() + s.pullers.size();
     metrics_.sync.compressedBytesOut.fetch_add(sends * result->size(), std::memory_order_relaxed);
     metrics_.sync.logicalBytesOut.fetch_add(sends * s.logicalCount * sizeof(float),
@@ -363,6 +390,10 @@ void Engine::complete(Slot& s) {
   } else {
     reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
   }
+  finishRound(s, std::move(result));
+}
+
+void Engine::finishRound(Slot& s, Payload result) {
   wire::Header about;
   about.key = s.key;
   about.chunkIndex = s.chunk;
@@ -462,7 +493,9 @@ void Engine::tick() {
     bool gone = false;
     int64_t goneFor = -1;
     for (size_t r = 0; r < s.state.size(); ++r) {
-      if (s.state[r] == 0 && goneSinceNs_[r] != 0) {
+      // A lost worker whose group is covered (gradient coding) is not waited for.
+      if (s.state[r] == 0 && goneSinceNs_[r] != 0 &&
+          !(groups_.enabled() && groups_.groupCovered(s.state, static_cast<int>(r)))) {
         gone = true;
         goneFor = std::max(goneFor, (now - goneSinceNs_[r]) / 1000000);
       }

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/gradient_groups.h"
 #include "aggregator/metrics.h"
 #include "aggregator/peer.h"
 #include "core/status.h"
@@ -39,6 +40,9 @@ struct EngineOptions {
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
   int64_t staleness = 3;  // model store: SSP bound tau in clocks (model_store.h)
+  // Gradient coding (gradient_groups.h): a round completes once every group of s+1 workers has
+  // one contribution. -1: off (every worker needed). Validated by AggregatorServer::create.
+  int gradientStragglers = -1;
 };
 
 using Payload = std::shared_ptr<std::vector<uint8_t>>;
@@ -95,6 +99,8 @@ class Engine {
   void markDurable(Slot& slot, int rank);
   void maybeComplete(Slot& slot);
   void complete(Slot& slot);
+  // Answers everyone waiting on the open round with `result` and moves to the next round.
+  void finishRound(Slot& slot, Payload result);
   void failRound(Slot& slot, const std::string& why);
   void resetRound(Slot& slot);
   std::string missingWorkers(const Slot& slot, int64_t now, bool* anyGone) const;
@@ -103,6 +109,7 @@ class Engine {
   const EngineOptions options_;
   Metrics& metrics_;
   ForwardFn forward_;
+  const GradientGroups groups_;
 
   std::mutex mu_;
   std::condition_variable cv_;

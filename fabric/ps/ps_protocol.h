@@ -19,12 +19,15 @@ enum PushBits : uint8_t {
   kPushAverage = 1u << 0,    // reduce op: average (else sum)
   kPushDeliver = 1u << 1,    // send the result back to this pusher when the round completes
   kPushForwarded = 1u << 2,  // a primary replicating a worker's contribution to its backup
-  kPushInt8 = 1u << 3,       // payload is compress::Compression::kInt8 of f32 (also on the reply)
-  kPushOneBit = 1u << 4,     // payload is compress::Compression::kOneBit of f32 (also on the reply)
+  kPushInt8 = 1u << 3,    // payload is compress::Compression::kInt8 of f32 (also on the reply)
+  kPushOneBit = 1u << 4,  // payload is compress::Compression::kOneBit of f32 (also on the reply)
+  // Fan-out (coded shuffling's multicast, fabric/coded/shuffle_relay.h): this one push is the
+  // round's result as it is, delivered to every puller; no other contribution is waited for.
+  kPushFanOut = 1u << 6,
 };
 inline constexpr uint8_t kPushCompressionBits = kPushInt8 | kPushOneBit;
 inline constexpr uint8_t kKnownPushBits =
-    kPushAverage | kPushDeliver | kPushForwarded | kPushCompressionBits;
+    kPushAverage | kPushDeliver | kPushForwarded | kPushCompressionBits | kPushFanOut;
 
 // kControl opcodes used by the aggregator protocol. Values are wire format: append only.
 enum class ControlOp : uint8_t {

@@ -1,0 +1,537 @@
+#include "fabric/coded/coded_master.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/param.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::coded {
+
+COFAB_PARAM_INT(kCodedRequestTimeoutMs, "COFAB_CODED_REQUEST_TIMEOUT_MS", 10000, 1, 3600000,
+                "coded task service: deadline of one multiply request on the master");
+namespace {
+
+std::string workerList(const std::vector<int>& ws) {
+  std::string s;
+  for (int w : ws) s += (s.empty() ? "" : ", ") + std::to_string(w);
+  return s.empty() ? "none" : s;
+}
+
+double msSince(int64_t t0) { return (nowNs() - t0) / 1e6; }
+}  // namespace
+
+const char* codedModeName(CodedMode mode) {
+  switch (mode) {
+    case CodedMode::kCoded:
+      return "coded";
+    case CodedMode::kUncoded:
+      return "uncoded";
+    case CodedMode::kReplicated:
+      return "replicated";
+  }
+  return "unknown";
+}
+
+StatusOr<CodedMode> parseCodedMode(const std::string& name) {
+  if (name == "coded") return CodedMode::kCoded;
+  if (name == "uncoded") return CodedMode::kUncoded;
+  if (name == "replicated") return CodedMode::kReplicated;
+  return InvalidArgument("coded mode '" + name + "': expected coded, uncoded or replicated");
+}
+
+struct CodedMaster::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  int n = 0;
+  std::vector<std::shared_ptr<transport::Connection>> conns;  // by worker; null until registered
+  std::vector<std::string> dead;                              // "" while alive
+  std::vector<bool> loaded;
+  std::string registerError;  // a connection that registered badly
+  // The running request.
+  uint64_t current = 0;
+  size_t expectBytes = 0;
+  std::vector<int> arrivalOrder;
+  std::vector<std::vector<uint8_t>> results;  // by worker
+  std::vector<bool> hasResult;
+  std::vector<std::string> taskError;  // by worker, "" when none
+  std::vector<CancelReport> cancels;
+
+  void markDead(int w, const std::string& why) {
+    if (dead[w].empty()) dead[w] = "worker " + std::to_string(w) + ": " + why;
+    cv.notify_all();
+  }
+
+  void onMessage(int w, const Status& st, const wire::Header& h, std::vector<uint8_t>&& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!st.ok()) {
+      markDead(w, st.toString());
+      return;
+    }
+    switch (static_cast<CodedOp>(h.opcode)) {
+      case CodedOp::kLoaded:
+        loaded[w] = true;
+        break;
+      case CodedOp::kResult:
+        if (h.sequence != current || hasResult[w]) break;  // late: that request is over
+        if (p.size() != expectBytes) {
+          taskError[w] = "worker " + std::to_string(w) + " sent a result of " +
+                         std::to_string(p.size()) + " bytes, expected " +
+                         std::to_string(expectBytes);
+          break;
+        }
+        results[w] = std::move(p);
+        hasResult[w] = true;
+        arrivalOrder.push_back(w);
+        break;
+      case CodedOp::kCancelReport: {
+        StatusOr<CancelRecord> r = parseCancel(p);
+        if (!r.ok()) {
+          markDead(w, r.status().toString());
+          conns[w]->close();
+          return;
+        }
+        cancels.push_back({w, h.sequence, static_cast<CancelStage>(r->stage), r->rowBlocksDone,
+                           r->rowBlocksTotal});
+        break;
+      }
+      case CodedOp::kTaskError:
+        if (h.sequence == current) taskError[w] = std::string(p.begin(), p.end());
+        break;
+      default:
+        markDead(w, std::string("unexpected message '") + codedOpName(h.opcode) + "'");
+        conns[w]->close();
+        return;
+    }
+    cv.notify_all();
+  }
+};
+
+namespace {
+void postRecv(const std::shared_ptr<CodedMaster::State>& s, int w) {
+  std::shared_ptr<transport::Connection> c;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    c = s->conns[w];
+  }
+  c->recvOwned([s, w](const Status& st, const wire::Header& h, std::vector<uint8_t>&& p) {
+    s->onMessage(w, st, h, std::move(p));
+    if (st.ok()) postRecv(s, w);
+  });
+}
+
+void sendTo(const std::shared_ptr<transport::Connection>& c, const wire::Header& h,
+            std::shared_ptr<const std::vector<uint8_t>> buf) {
+  wire::Header hh = h;
+  hh.payloadLength = buf ? buf->size() : 0;
+  const void* data = buf ? buf->data() : nullptr;
+  c->send(hh, data, hh.payloadLength, [buf](const Status&) {});
+}
+}  // namespace
+
+CodedMaster::CodedMaster(const CodedServiceOptions& options)
+    : options_(options), state_(std::make_shared<State>()) {}
+
+int CodedMaster::needed() const {
+  switch (options_.mode) {
+    case CodedMode::kCoded:
+      return options_.k;
+    case CodedMode::kUncoded:
+      return options_.n;
+    case CodedMode::kReplicated:
+      return options_.n / options_.replicas;
+  }
+  return options_.n;
+}
+
+StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
+                                                           const CodedServiceOptions& options) {
+  if (store == nullptr) return InvalidArgument("coded master: store is null");
+  if (options.n < 1 || options.n > 64) {
+    return InvalidArgument("coded master: n=" + std::to_string(options.n) + " outside [1, 64]");
+  }
+  if (options.mode == CodedMode::kCoded && (options.k < 1 || options.k >= options.n)) {
+    return InvalidArgument("coded master: coded mode needs 1 <= k < n, got n=" +
+                           std::to_string(options.n) + " k=" + std::to_string(options.k));
+  }
+  if (options.mode == CodedMode::kReplicated &&
+      (options.replicas < 1 || options.n % options.replicas != 0)) {
+    return InvalidArgument("coded master: replicas=" + std::to_string(options.replicas) +
+                           " must divide n=" + std::to_string(options.n));
+  }
+  if (options.rowBlock < 1) return InvalidArgument("coded master: rowBlock must be >= 1");
+  if (options.shiftMs < 0 || options.tailMeanMs < 0) {
+    return InvalidArgument("coded master: injected delays must be >= 0");
+  }
+  for (const auto& [w, ms] : options.rowBlockDelayMs) {
+    if (w < 0 || w >= options.n || ms < 0) {
+      return InvalidArgument("coded master: rowBlockDelayMs for worker " + std::to_string(w) +
+                             " (" + std::to_string(ms) + " ms) is out of range");
+    }
+  }
+  std::unique_ptr<CodedMaster> m(new CodedMaster(options));
+  COFAB_ASSIGN_OR_RETURN(m->options_.setupTimeout, codedSetupTimeout(options.setupTimeout));
+  if (options.requestTimeout == Duration{0}) {
+    COFAB_ASSIGN_OR_RETURN(int64_t ms, kCodedRequestTimeoutMs.get());
+    m->options_.requestTimeout = Millis(ms);
+  }
+  const int n = options.n;
+  State& s = *m->state_;
+  s.n = n;
+  s.conns.assign(n, nullptr);
+  s.dead.assign(n, "");
+  s.loaded.assign(n, false);
+  s.results.assign(n, {});
+  s.hasResult.assign(n, false);
+  s.taskError.assign(n, "");
+
+  const Deadline deadline = Deadline::after(m->options_.setupTimeout);
+  COFAB_ASSIGN_OR_RETURN(
+      m->ctx_, transport::Registry::create(options.transport, {.localId = "coded master"}));
+  COFAB_ASSIGN_OR_RETURN(m->listener_, m->ctx_->listen({.address = options.listenAddress}));
+  COFAB_RETURN_IF_ERROR(store->set(options.name + "/master", toBytes(m->listener_->address())));
+
+  // Each accepted connection's first message says which worker it is.
+  auto state = m->state_;
+  for (int accepted = 0; accepted < n; ++accepted) {
+    StatusOr<std::shared_ptr<transport::Connection>> c = m->listener_->accept(deadline);
+    if (!c.ok()) break;  // reported below, naming the workers that did not register
+    std::shared_ptr<transport::Connection> conn = *c;
+    conn->recvOwned([state, conn](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
+      bool ok = false;
+      int w = static_cast<int>(h.senderRank);
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (!st.ok()) {
+          state->registerError = conn->describe() + ": " + st.toString();
+        } else if (h.opcode != static_cast<uint8_t>(CodedOp::kRegister) || w < 0 || w >= state->n ||
+                   state->conns[w] != nullptr) {
+          state->registerError = conn->describe() + ": bad registration (" + h.describe() +
+                                 "; worker index must be new and in [0, " +
+                                 std::to_string(state->n) + "))";
+        } else {
+          state->conns[w] = conn;
+          ok = true;
+        }
+        state->cv.notify_all();
+      }
+      if (ok) {
+        postRecv(state, w);
+      } else {
+        conn->close();
+      }
+    });
+  }
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait_until(lock, deadline.when(), [&] {
+    return std::all_of(s.conns.begin(), s.conns.end(), [](const auto& c) { return c != nullptr; });
+  });
+  std::vector<int> missing;
+  for (int w = 0; w < n; ++w) {
+    if (s.conns[w] == nullptr) missing.push_back(w);
+  }
+  if (!missing.empty()) {
+    std::string msg = "coded master '" + options.name + "' at " + m->listener_->address() +
+                      ": workers " + workerList(missing) + " did not register in time";
+    if (!s.registerError.empty()) msg += " (also: " + s.registerError + ")";
+    lock.unlock();
+    return DeadlineExceeded(msg);
+  }
+  return m;
+}
+
+CodedMaster::~CodedMaster() {
+  if (ctx_ == nullptr) return;
+  std::vector<std::shared_ptr<transport::Connection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    conns = state_->conns;
+  }
+  // Tell the live workers to leave, and give the messages a moment to reach the sockets before
+  // the context closes the connections.
+  auto pending = std::make_shared<std::atomic<int>>(0);
+  for (auto& c : conns) {
+    if (c == nullptr || !c->status().ok()) continue;
+    pending->fetch_add(1);
+    c->send(codedHeader(CodedOp::kShutdown, 0, 0), nullptr, 0,
+            [pending](const Status&) { pending->fetch_sub(1); });
+  }
+  const Deadline d = Deadline::afterMs(2000);
+  while (pending->load() > 0 && !d.expired()) std::this_thread::sleep_for(Millis(1));
+  ctx_->join();
+}
+
+Status CodedMaster::checkLive(const char* what) const {
+  State& s = *state_;
+  const int need = needed();
+  const int groups = options_.mode == CodedMode::kReplicated ? need : options_.n;
+  std::vector<bool> groupLive(groups, false);
+  std::vector<int> deadList;
+  std::string reasons;
+  for (int w = 0; w < options_.n; ++w) {
+    if (s.dead[w].empty()) {
+      groupLive[w % groups] = true;
+    } else {
+      deadList.push_back(w);
+      reasons += "; " + s.dead[w];
+    }
+  }
+  const int live = static_cast<int>(std::count(groupLive.begin(), groupLive.end(), true));
+  if (live >= need) return OkStatus();
+  return FailedPrecondition(std::string(what) + ": " + codedModeName(options_.mode) + " (n=" +
+                            std::to_string(options_.n) + ") needs " + std::to_string(need) +
+                            " live block groups, only " + std::to_string(live) +
+                            " remain; dead workers: " + workerList(deadList) + reasons);
+}
+
+Status CodedMaster::load(coding::ConstMatrixView a) {
+  COFAB_RETURN_IF_ERROR(a.validate("coded load A"));
+  if (a.rows <= 0 || a.cols <= 0) return InvalidArgument("coded load: A is empty");
+  const int n = options_.n;
+  const int m = needed();
+  // blocks[w] = the floats worker w holds.
+  std::vector<const float*> blockOf(n);
+  std::vector<float> split;
+  if (options_.mode == CodedMode::kCoded) {
+    COFAB_ASSIGN_OR_RETURN(
+        coding::CodedMatmul cm,
+        coding::CodedMatmul::create(
+            {.n = n, .k = options_.k, .family = options_.family, .seed = options_.codeSeed}));
+    code_.emplace(std::move(cm));
+    COFAB_ASSIGN_OR_RETURN(coding::EncodedMatrix e, code_->encode(a));
+    encoded_.emplace(std::move(e));
+    blockRows_ = encoded_->blockRows();
+    for (int w = 0; w < n; ++w) blockOf[w] = encoded_->block(w).data;
+  } else {
+    blockRows_ = (a.rows + m - 1) / m;
+    split.assign(static_cast<size_t>(blockRows_ * m * a.cols), 0.0f);  // padding rows stay 0
+    for (int64_t r = 0; r < a.rows; ++r) {
+      std::memcpy(split.data() + r * a.cols, a.row(r), sizeof(float) * a.cols);
+    }
+    for (int w = 0; w < n; ++w) blockOf[w] = split.data() + (w % m) * blockRows_ * a.cols;
+  }
+  aRows_ = a.rows;
+  aCols_ = a.cols;
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  COFAB_RETURN_IF_ERROR(checkLive("coded load"));
+  for (int w = 0; w < n; ++w) {
+    s.loaded[w] = false;
+    if (!s.dead[w].empty()) continue;
+    LoadRecord rec{.rows = blockRows_,
+                   .cols = a.cols,
+                   .tasks = n,
+                   .rowBlock = options_.rowBlock,
+                   .load = 1.0 / m,
+                   .shiftMs = options_.shiftMs,
+                   .tailMeanMs = options_.tailMeanMs,
+                   .seed = options_.delaySeed,
+                   .rowBlockDelayMs = 0};
+    if (auto it = options_.rowBlockDelayMs.find(w); it != options_.rowBlockDelayMs.end()) {
+      rec.rowBlockDelayMs = it->second;
+    }
+    auto buf = std::make_shared<const std::vector<uint8_t>>(packRecord(
+        rec, std::span<const float>(blockOf[w], static_cast<size_t>(blockRows_ * a.cols))));
+    sendTo(s.conns[w], codedHeader(CodedOp::kLoad, 0, 0), buf);
+  }
+  const Deadline deadline = Deadline::after(options_.setupTimeout);
+  auto allLoaded = [&] {
+    for (int w = 0; w < n; ++w) {
+      if (s.dead[w].empty() && !s.loaded[w]) return false;
+    }
+    return true;
+  };
+  s.cv.wait_until(lock, deadline.when(), allLoaded);
+  if (!allLoaded()) {
+    std::vector<int> late;
+    for (int w = 0; w < n; ++w) {
+      if (s.dead[w].empty() && !s.loaded[w]) late.push_back(w);
+    }
+    return DeadlineExceeded("coded load: workers " + workerList(late) +
+                            " did not acknowledge their block in time");
+  }
+  return checkLive("coded load");
+}
+
+StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding::MatrixView c) {
+  COFAB_RETURN_IF_ERROR(b.validate("coded multiply B"));
+  COFAB_RETURN_IF_ERROR(c.validate("coded multiply C"));
+  if (aRows_ == 0) return FailedPrecondition("coded multiply: load(A) first");
+  if (b.rows != aCols_ || c.rows != aRows_ || c.cols != b.cols || b.cols <= 0) {
+    return InvalidArgument("coded multiply: A is " + std::to_string(aRows_) + "x" +
+                           std::to_string(aCols_) + ", B " + std::to_string(b.rows) + "x" +
+                           std::to_string(b.cols) + ", C " + std::to_string(c.rows) + "x" +
+                           std::to_string(c.cols));
+  }
+  const int n = options_.n;
+  const int need = needed();
+  const int groups = options_.mode == CodedMode::kReplicated ? need : n;
+  State& s = *state_;
+  RequestReport report;
+  report.request = nextRequest_++;
+
+  // B contiguous behind its record: one buffer shared by all the sends.
+  std::vector<float> bDense(static_cast<size_t>(b.rows * b.cols));
+  for (int64_t r = 0; r < b.rows; ++r) {
+    std::memcpy(bDense.data() + r * b.cols, b.row(r), sizeof(float) * b.cols);
+  }
+  auto buf = std::make_shared<const std::vector<uint8_t>>(
+      packRecord(ComputeRecord{b.rows, b.cols}, bDense));
+
+  std::unique_lock<std::mutex> lock(s.mu);
+  COFAB_RETURN_IF_ERROR(checkLive("coded multiply"));
+  s.current = report.request;
+  s.expectBytes = static_cast<size_t>(blockRows_ * b.cols) * sizeof(float);
+  s.arrivalOrder.clear();
+  for (int w = 0; w < n; ++w) {
+    s.results[w].clear();
+    s.hasResult[w] = false;
+    s.taskError[w].clear();
+  }
+  const int64_t t0 = nowNs();
+  for (int w = 0; w < n; ++w) {
+    if (s.dead[w].empty())
+      sendTo(s.conns[w], codedHeader(CodedOp::kCompute, 0, report.request), buf);
+  }
+  const Deadline deadline = Deadline::after(options_.requestTimeout);
+
+  // used = the arrivals that each completed a new group, up to `need`.
+  auto chooseUsed = [&] {
+    std::vector<int> used;
+    std::vector<bool> covered(groups, false);
+    for (int w : s.arrivalOrder) {
+      if (static_cast<int>(used.size()) == need) break;
+      if (!covered[w % groups]) {
+        covered[w % groups] = true;
+        used.push_back(w);
+      }
+    }
+    return used;
+  };
+  // Can the groups not yet covered still be covered by workers that may answer?
+  auto stillPossible = [&](int covered) {
+    std::vector<bool> coverable(groups, false);
+    for (int w = 0; w < n; ++w) {
+      if (!s.hasResult[w] && s.dead[w].empty() && s.taskError[w].empty()) {
+        coverable[w % groups] = true;
+      }
+    }
+    for (int w : s.arrivalOrder) coverable[w % groups] = false;
+    return covered + std::count(coverable.begin(), coverable.end(), true) >= need;
+  };
+  std::vector<int> used;
+  bool timedOut = false;
+  while (true) {
+    used = chooseUsed();
+    if (static_cast<int>(used.size()) == need) break;
+    if (!stillPossible(static_cast<int>(used.size()))) break;
+    if (s.cv.wait_until(lock, deadline.when()) == std::cv_status::timeout) {
+      used = chooseUsed();
+      timedOut = static_cast<int>(used.size()) < need;
+      break;
+    }
+  }
+  report.completionMs = msSince(t0);
+  // Cancel every live worker that has not answered: it abandons the task at once.
+  std::vector<int> silent;
+  std::string failures;
+  for (int w = 0; w < n; ++w) {
+    if (s.hasResult[w]) continue;
+    if (!s.dead[w].empty()) {
+      failures += "; " + s.dead[w];
+      continue;
+    }
+    if (!s.taskError[w].empty()) {
+      failures += "; " + s.taskError[w];
+      continue;
+    }
+    silent.push_back(w);
+    report.cancelled.push_back(w);
+    sendTo(s.conns[w], codedHeader(CodedOp::kCancel, 0, report.request), nullptr);
+  }
+  if (static_cast<int>(used.size()) < need) {
+    s.current = 0;
+    const std::string what = "coded request " + std::to_string(report.request) + " (" +
+                             codedModeName(options_.mode) + ", needs " + std::to_string(need) +
+                             " of " + std::to_string(groups) + " block groups, got " +
+                             std::to_string(used.size()) + ")";
+    if (timedOut) {
+      return DeadlineExceeded(what + ": no result within " +
+                              std::to_string(options_.requestTimeout.count() / 1000000) +
+                              " ms from workers " + workerList(silent) + failures);
+    }
+    return Unavailable(what + ": too many workers failed" + failures);
+  }
+  // The results stay in s.results until the next request; decoding reads them in place.
+  std::vector<std::vector<uint8_t>> taken(n);
+  for (int w : used) taken[w] = std::move(s.results[w]);
+  s.current = 0;
+  lock.unlock();
+
+  const int64_t t1 = nowNs();
+  report.used = used;
+  if (options_.mode == CodedMode::kCoded) {
+    std::vector<coding::TaskResult> results;
+    for (int w : used) results.push_back({w, reinterpret_cast<const float*>(taken[w].data())});
+    COFAB_ASSIGN_OR_RETURN(coding::DecodeReport d, code_->decode(*encoded_, results, b.cols, c));
+    report.decoded = d.decoded;
+  } else {
+    for (int w : used) {
+      const int blk = w % groups;
+      const int64_t first = blk * blockRows_;
+      const int64_t rows = std::min(blockRows_, aRows_ - first);
+      const float* src = reinterpret_cast<const float*>(taken[w].data());
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(c.row(first + r), src + r * b.cols, sizeof(float) * b.cols);
+      }
+    }
+  }
+  report.decodeMs = msSince(t1);
+  report.totalMs = msSince(t0);
+  return report;
+}
+
+StatusOr<std::vector<CancelReport>> CodedMaster::waitCancelReports(uint64_t request,
+                                                                   const std::vector<int>& workers,
+                                                                   Deadline deadline) {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto missing = [&] {
+    std::vector<int> out;
+    for (int w : workers) {
+      const bool have = std::any_of(s.cancels.begin(), s.cancels.end(), [&](const CancelReport& r) {
+        return r.worker == w && r.request == request;
+      });
+      if (!have) out.push_back(w);
+    }
+    return out;
+  };
+  s.cv.wait_until(lock, deadline.when(), [&] { return missing().empty(); });
+  if (std::vector<int> m = missing(); !m.empty()) {
+    return DeadlineExceeded("cancel reports for request " + std::to_string(request) +
+                            ": none from workers " + workerList(m));
+  }
+  std::vector<CancelReport> out;
+  for (const CancelReport& r : s.cancels) {
+    if (r.request == request &&
+        std::find(workers.begin(), workers.end(), r.worker) != workers.end()) {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::map<int, std::string> CodedMaster::deadWorkers() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  std::map<int, std::string> out;
+  for (int w = 0; w < options_.n; ++w) {
+    if (!state_->dead[w].empty()) out[w] = state_->dead[w];
+  }
+  return out;
+}
+
+}  // namespace cofab::coded

@@ -1,0 +1,128 @@
+// CodedMaster: the master of the coded task service. It places A, as n blocks, on n worker
+// processes (fabric/coded/coded_worker.h) once; each multiply(B) sends B to every live worker,
+// takes the first results that suffice, cancels the rest and assembles C = A x B.
+//
+//   kCoded       A encoded by coding::CodedMatmul into n blocks, any k of which suffice (decode
+//                as the local CodedMatmul does, so results equal the local ones)
+//   kUncoded     A split into n row blocks, every worker needed (k = n)
+//   kReplicated  A split into n / r row blocks, worker w holds block w mod (n / r): every block
+//                needs one of its r copies
+//
+// A worker whose connection fails (killed, crashed) is dead for good: a permanent straggler.
+// multiply() fails fast with FailedPrecondition naming the dead workers when the live ones
+// cannot suffice, and with DeadlineExceeded naming the workers that did not answer when the
+// request deadline passes (a stopped worker). Transport: fabric/transport directly (not the
+// Communicator, whose first failure is sticky for the whole group), one connection per worker.
+//
+// Threads: create(), load(), multiply() and the accessors from one thread at a time (the
+// owner's); the transport's I/O threads deliver messages into the master's state under its
+// mutex. The destructor tells the workers to shut down and joins the I/O threads. The Store is
+// borrowed for create() only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coding/matmul/coded_matmul.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "fabric/coded/coded_protocol.h"
+#include "fabric/rendezvous/store.h"
+#include "fabric/transport/context.h"
+
+namespace cofab::coded {
+
+enum class CodedMode : uint8_t { kCoded, kUncoded, kReplicated };
+const char* codedModeName(CodedMode mode);
+StatusOr<CodedMode> parseCodedMode(const std::string& name);
+
+struct CodedServiceOptions {
+  CodedMode mode = CodedMode::kCoded;
+  int n = 0;         // workers
+  int k = 0;         // kCoded: results needed, 1 <= k < n
+  int replicas = 2;  // kReplicated: copies of each block, divides n
+  coding::MdsFamily family = coding::MdsFamily::kRandomGaussian;  // kCoded
+  uint64_t codeSeed = 1;
+  // Worker-side injected delay, load x (shift + Exp(tail)) per task (coding's
+  // ShiftedExponentialDelay, drawn from (request, worker)); both 0: none.
+  double shiftMs = 0;
+  double tailMeanMs = 0;
+  uint64_t delaySeed = 1;
+  // Artificial extra time per row block on some workers (slow workers; tests of cancellation).
+  std::map<int, double> rowBlockDelayMs;
+  int64_t rowBlock = 16;             // rows between cancellation checks on the workers
+  std::string name = "cofab-coded";  // store key prefix; several services need distinct names
+  std::string transport = "tcp";
+  std::string listenAddress;   // empty: the transport's default
+  Duration setupTimeout{0};    // 0: COFAB_CODED_SETUP_TIMEOUT_MS
+  Duration requestTimeout{0};  // 0: COFAB_CODED_REQUEST_TIMEOUT_MS
+};
+
+struct RequestReport {
+  uint64_t request = 0;
+  std::vector<int> used;       // workers whose results built C, in arrival order
+  std::vector<int> cancelled;  // live workers sent a cancel
+  bool decoded = false;        // kCoded: parity results were decoded
+  double completionMs = 0;     // from sending B until the last needed result arrived
+  double decodeMs = 0;         // decode or block assembly
+  double totalMs = 0;
+};
+
+struct CancelReport {
+  int worker = -1;
+  uint64_t request = 0;
+  CancelStage stage = CancelStage::kQueued;
+  int64_t rowBlocksDone = 0;
+  int64_t rowBlocksTotal = 0;
+};
+
+class CodedMaster {
+ public:
+  // Listens, publishes the address in `store` under "<name>/master" and waits until all n
+  // workers registered (DeadlineExceeded naming the missing ones otherwise).
+  static StatusOr<std::unique_ptr<CodedMaster>> create(Store* store,
+                                                       const CodedServiceOptions& options);
+  ~CodedMaster();
+  CodedMaster(const CodedMaster&) = delete;
+  CodedMaster& operator=(const CodedMaster&) = delete;
+
+  const CodedServiceOptions& options() const { return options_; }
+  // Results needed per request: k, n or n / r.
+  int needed() const;
+
+  // Encodes (kCoded) or splits A and places one block on every live worker; waits for their
+  // acknowledgements (a worker that dies meanwhile is marked dead, not an error).
+  Status load(coding::ConstMatrixView a);
+
+  // c (A.rows x B.cols) = A x B. See the header comment for the errors.
+  StatusOr<RequestReport> multiply(coding::ConstMatrixView b, coding::MatrixView c);
+
+  // Waits until cancel reports for `request` came from `workers`; returns what they said.
+  StatusOr<std::vector<CancelReport>> waitCancelReports(uint64_t request,
+                                                        const std::vector<int>& workers,
+                                                        Deadline deadline);
+
+  // Dead workers with the reason ("worker 3: RemoteError: ...").
+  std::map<int, std::string> deadWorkers() const;
+
+  struct State;  // shared with the I/O callbacks
+
+ private:
+  explicit CodedMaster(const CodedServiceOptions& options);
+  Status checkLive(const char* what) const;
+
+  CodedServiceOptions options_;
+  std::optional<coding::CodedMatmul> code_;
+  std::optional<coding::EncodedMatrix> encoded_;
+  int64_t aRows_ = 0, aCols_ = 0, blockRows_ = 0;
+  std::shared_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Listener> listener_;
+  std::shared_ptr<State> state_;
+  uint64_t nextRequest_ = 1;
+};
+
+}  // namespace cofab::coded

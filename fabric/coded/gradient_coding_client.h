@@ -1,0 +1,50 @@
+// GradientCodingClient: the worker side of gradient coding through the aggregator daemons
+// (cofab-aggd --gradient-stragglers s; aggregator/gradient_groups.h). Worker `rank` computes the
+// gradients of its s+1 data partitions (partitions(): the fractional-repetition assignment of
+// coding/gradient/fractional_repetition.h), and pushPull() sends their sum; the daemons complete
+// the round from one contribution per group, so the result — the full gradient sum over all n
+// partitions — arrives without waiting for up to s stragglers. A straggler that pushes for the
+// round just finished gets that round's result (a late resend); one further behind is rejected
+// as a finished iteration and should skip ahead (PushPullOptions::iteration) instead.
+//
+// Ownership: borrows the client; owns one encoded buffer per key, lent to the operation until
+// the next pushPull() on that key (so wait for a handle before reusing its key). Threads: one
+// thread at a time (like the trainer loop that calls it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "coding/gradient/fractional_repetition.h"
+#include "fabric/ps/push_pull.h"
+
+namespace cofab::coded {
+
+class GradientCodingClient {
+ public:
+  // InvalidArgument unless the client's world size matches the code's workers.
+  static StatusOr<GradientCodingClient> create(ps::PushPullClient* client, int stragglers);
+
+  const coding::FractionalRepetitionCode& code() const { return code_; }
+  // The data partitions (of n) whose gradients this worker computes, in the order pushPull()
+  // takes them.
+  std::vector<int> partitions() const { return code_.partitionsOf(client_->rank()); }
+
+  // Encodes the partition gradients (f32, equal lengths = out.size()) and push-pulls the coded
+  // sum as a plain f32 sum; `out` receives the full gradient sum over all partitions.
+  // InvalidArgument for the wrong number or length of gradients, or a non-sum op.
+  StatusOr<ps::PushPullHandle> pushPull(uint64_t key,
+                                        std::span<const std::span<const float>> gradients,
+                                        std::span<float> out, ps::PushPullOptions options = {});
+
+ private:
+  GradientCodingClient(ps::PushPullClient* c, coding::FractionalRepetitionCode code)
+      : client_(c), code_(std::move(code)) {}
+  ps::PushPullClient* client_;
+  coding::FractionalRepetitionCode code_;
+  std::map<uint64_t, std::vector<float>> encoded_;
+};
+
+}  // namespace cofab::coded

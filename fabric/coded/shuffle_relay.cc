@@ -1,0 +1,250 @@
+#include "fabric/coded/shuffle_relay.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::coded {
+
+struct ShuffleEndpoint::Reply {
+  wire::Header header;
+  std::vector<uint8_t> payload;
+};
+
+StatusOr<std::unique_ptr<ShuffleEndpoint>> ShuffleEndpoint::connect(const std::string& address,
+                                                                    int rank, Deadline deadline,
+                                                                    const std::string& transport) {
+  std::unique_ptr<ShuffleEndpoint> e(new ShuffleEndpoint);
+  e->rank_ = rank;
+  const std::string id = ps::workerPeerId(rank);
+  COFAB_ASSIGN_OR_RETURN(e->ctx_, transport::Registry::create(transport, {.localId = id}));
+  StatusOr<std::shared_ptr<transport::Connection>> c =
+      e->ctx_->connect(address, {.localId = id}, deadline);
+  if (!c.ok()) return c.status().withContext("shuffle " + id);
+  e->conn_ = *c;
+  e->postRecv();
+  return e;
+}
+
+ShuffleEndpoint::~ShuffleEndpoint() {
+  if (!ctx_) return;
+  if (conn_ && conn_->status().ok()) {
+    // Say goodbye so the daemon does not take this orderly exit for a lost worker.
+    wire::Header h;
+    h.type = wire::MessageType::kGoodbye;
+    h.senderRank = static_cast<uint32_t>(rank_);
+    auto sent = std::make_shared<std::atomic<bool>>(false);
+    conn_->send(h, nullptr, 0, [sent](const Status&) { sent->store(true); });
+    const Deadline d = Deadline::afterMs(1000);
+    while (!sent->load() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+  }
+  ctx_->close();
+  ctx_->join();
+}
+
+void ShuffleEndpoint::postRecv() {
+  conn_->recvOwned([this](const Status& st, const wire::Header& h, std::vector<uint8_t>&& p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok()) {
+      if (error_.ok()) error_ = st.withContext("shuffle connection to the daemon");
+    } else {
+      replies_.push_back({h, std::move(p)});
+    }
+    cv_.notify_all();
+    if (st.ok()) postRecv();
+  });
+}
+
+StatusOr<ShuffleEndpoint::Reply> ShuffleEndpoint::next(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, deadline.when(), [&] { return !replies_.empty() || !error_.ok(); });
+  if (!replies_.empty()) {
+    Reply r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+  if (!error_.ok()) return error_;
+  return DeadlineExceeded("shuffle: no answer from the daemon in time");
+}
+
+namespace {
+Status replyError(const wire::Header& h, const std::vector<uint8_t>& p) {
+  if (h.type == wire::MessageType::kControl &&
+      (h.opcode == static_cast<uint8_t>(ps::ControlOp::kReject) ||
+       h.opcode == static_cast<uint8_t>(ps::ControlOp::kRoundFailed))) {
+    return RemoteError("shuffle: the daemon refused key " + std::to_string(h.key) + " iteration " +
+                       std::to_string(h.iteration) + ": " +
+                       (p.size() > 1 ? std::string(p.begin() + 1, p.end()) : "no reason"));
+  }
+  return OkStatus();
+}
+}  // namespace
+
+StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
+                                           std::span<const uint8_t> messages, size_t rowBytes,
+                                           Deadline deadline) {
+  if (rowBytes == 0 || rowBytes % 4 != 0 || messages.size() % rowBytes != 0) {
+    return InvalidArgument("shuffle upload: rowBytes must be a positive multiple of 4 dividing " +
+                           std::to_string(messages.size()));
+  }
+  const size_t count = messages.size() / rowBytes;
+  uint64_t sent = 0;
+  for (size_t m = 0; m < count; ++m) {
+    wire::Header h;
+    h.type = wire::MessageType::kPush;
+    h.opcode = ps::kPushFanOut;
+    h.senderRank = static_cast<uint32_t>(rank_);
+    h.key = keyBase + m;
+    h.chunkCount = 1;
+    h.iteration = epoch;
+    h.dtype = DType::kF32;
+    // The message memory is the caller's until the acks below (the send is complete by then).
+    conn_->send(h, messages.data() + m * rowBytes, rowBytes, [](const Status&) {});
+    sent += wire::kHeaderSize + rowBytes;
+  }
+  for (size_t acked = 0; acked < count;) {
+    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
+    if (r.header.type == wire::MessageType::kControl &&
+        r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck)) {
+      ++acked;
+    }
+  }
+  return sent;
+}
+
+Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets,
+                             size_t rowBytes, std::span<uint8_t> out, Deadline deadline) {
+  if (out.size() != offsets.size() * rowBytes) {
+    return InvalidArgument("shuffle pull: out must hold " + std::to_string(offsets.size()) +
+                           " rows of " + std::to_string(rowBytes) + " bytes");
+  }
+  std::unordered_map<uint64_t, size_t> slot;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    wire::Header h;
+    h.type = wire::MessageType::kPull;
+    h.senderRank = static_cast<uint32_t>(rank_);
+    h.key = keyBase + static_cast<uint64_t>(offsets[i]);
+    h.chunkCount = 1;
+    h.iteration = epoch;
+    h.dtype = DType::kF32;
+    slot[h.key] = i;
+    conn_->send(h, nullptr, 0, [](const Status&) {});
+  }
+  // Replies come from several engine threads: match them by key.
+  for (size_t got = 0; got < offsets.size();) {
+    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
+    if (r.header.type != wire::MessageType::kPullReply) continue;
+    auto it = slot.find(r.header.key);
+    if (it == slot.end() || r.payload.size() != rowBytes) {
+      return DataLoss("shuffle pull: unexpected reply for key " + std::to_string(r.header.key) +
+                      " (" + std::to_string(r.payload.size()) + " bytes)");
+    }
+    std::memcpy(out.data() + it->second * rowBytes, r.payload.data(), rowBytes);
+    ++got;
+  }
+  return OkStatus();
+}
+
+namespace {
+// Every epoch has its own keys (iteration 0): the number of messages varies between epochs, and
+// a key skipping an epoch would fall out of the daemon's one-round window.
+uint64_t epochKeyBase(int64_t epoch, bool coded) {
+  return (coded ? 0 : 1ull << 62) + (static_cast<uint64_t>(epoch) << 32);
+}
+}  // namespace
+
+std::vector<int64_t> shuffleOffsetsFor(const coding::ShufflePlan& plan, int worker, bool coded) {
+  std::vector<int64_t> out;
+  if (coded) {
+    for (size_t m = 0; m < plan.messages.size(); ++m) {
+      const auto& ws = plan.messages[m].workers;
+      if (std::find(ws.begin(), ws.end(), worker) != ws.end()) {
+        out.push_back(static_cast<int64_t>(m));
+      }
+    }
+    return out;
+  }
+  int64_t next = 0;
+  for (int w = 0; w < static_cast<int>(plan.batch.size()); ++w) {
+    for (size_t i = 0; i < plan.batch[w].size(); ++i) {
+      if (plan.source[w][i] < 0) continue;  // cached there: nothing sent
+      if (w == worker) out.push_back(next);
+      ++next;
+    }
+  }
+  return out;
+}
+
+StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
+                                               const coding::CodedShuffle& shuffle,
+                                               const coding::ShufflePlan& plan, bool coded,
+                                               std::span<const uint8_t> data, size_t rowBytes,
+                                               Deadline deadline) {
+  std::vector<uint8_t> messages;
+  if (coded) {
+    messages.resize(plan.messages.size() * rowBytes);
+    COFAB_RETURN_IF_ERROR(shuffle.encode(plan, data, rowBytes, messages));
+  } else {
+    for (size_t w = 0; w < plan.batch.size(); ++w) {
+      for (size_t i = 0; i < plan.batch[w].size(); ++i) {
+        if (plan.source[w][i] < 0) continue;
+        const uint8_t* row = data.data() + plan.batch[w][i] * rowBytes;
+        messages.insert(messages.end(), row, row + rowBytes);
+      }
+    }
+  }
+  ShuffleEpochStats stats;
+  stats.messages = static_cast<int64_t>(messages.size() / rowBytes);
+  stats.payloadBytes = messages.size();
+  if (messages.empty()) return stats;
+  COFAB_ASSIGN_OR_RETURN(stats.masterEgressBytes, master.upload(0, epochKeyBase(plan.epoch, coded),
+                                                                messages, rowBytes, deadline));
+  return stats;
+}
+
+Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& shuffle,
+                           const coding::ShufflePlan& plan, bool coded,
+                           const coding::WorkerCache& cache, size_t rowBytes,
+                           std::span<uint8_t> batchOut, Deadline deadline) {
+  const int w = cache.worker();
+  const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, w, coded);
+  std::vector<uint8_t> pulled(offsets.size() * rowBytes);
+  COFAB_RETURN_IF_ERROR(
+      worker.pull(0, epochKeyBase(plan.epoch, coded), offsets, rowBytes, pulled, deadline));
+  if (coded) {
+    // decode() indexes messages by their plan index: place the pulled ones there.
+    std::vector<uint8_t> all(plan.messages.size() * rowBytes, 0);
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      std::memcpy(all.data() + offsets[i] * rowBytes, pulled.data() + i * rowBytes, rowBytes);
+    }
+    return shuffle.decode(plan, cache, all, batchOut);
+  }
+  const auto& batch = plan.batch[w];
+  if (batchOut.size() != batch.size() * rowBytes) {
+    return InvalidArgument("shuffle receive: batchOut must hold the worker's batch");
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const uint8_t* src = nullptr;
+    if (plan.source[w][i] < 0) {
+      src = cache.row(batch[i]);
+      if (src == nullptr) {
+        return FailedPrecondition("shuffle receive: row " + std::to_string(batch[i]) +
+                                  " is not in worker " + std::to_string(w) + "'s cache");
+      }
+    } else {
+      src = pulled.data() + (next++) * rowBytes;
+    }
+    std::memcpy(batchOut.data() + i * rowBytes, src, rowBytes);
+  }
+  return OkStatus();
+}
+
+}  // namespace cofab::coded

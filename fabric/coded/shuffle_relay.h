@@ -1,0 +1,100 @@
+// Coded shuffling over the network through an aggregator daemon's fan-out.
+//
+// coding/shuffle/coded_shuffle.h plans an epoch: multicast messages, each the XOR of rows wanted
+// by t+1 workers. Unicast would make the master send each message t+1 times and lose the gain;
+// here the master uploads every message once to a cofab-aggd (a push with ps::kPushFanOut: the
+// upload is the round's result as it is) and every worker that needs it pulls it from the daemon,
+// so the master's egress is messages x rowBytes (coded) instead of neededRows x rowBytes
+// (uncoded: one fan-out per needed row, pulled by its one worker).
+//
+// Addressing: message m of epoch e is key base(e) + m (a key range per epoch and per mode), chunk
+// 0 of 1, iteration 0, dtype f32 (rowBytes must be a multiple of 4). The master connects as
+// worker rank n of a daemon started with --workers n+1; worker w as rank w. Order: the master's
+// upload() returns once the daemon acknowledged every message; workers pull afterwards (a daemon
+// answers a pull for a finished round from its result), so the caller sequences epochs (e.g.
+// through the store). Limitation: the daemon keeps the last result of every key it saw (slots
+// are never freed), so it holds every epoch's messages: fine for benchmarks and tests, a leak
+// for long jobs until daemons expire idle slots. Fan-out pushes are not replicated.
+//
+// Ownership: each endpoint owns its transport context and connection. Threads: one thread at a
+// time per endpoint; replies arrive on the transport's I/O thread into the endpoint's queue.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coding/shuffle/coded_shuffle.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "fabric/transport/context.h"
+
+namespace cofab::coded {
+
+class ShuffleEndpoint {
+ public:
+  // Connects to the daemon at `address` as "worker <rank>".
+  static StatusOr<std::unique_ptr<ShuffleEndpoint>> connect(const std::string& address, int rank,
+                                                            Deadline deadline,
+                                                            const std::string& transport = "tcp");
+  ~ShuffleEndpoint();
+  ShuffleEndpoint(const ShuffleEndpoint&) = delete;
+  ShuffleEndpoint& operator=(const ShuffleEndpoint&) = delete;
+
+  // Master: uploads `count` messages (rows of `messages`, rowBytes each) as keys keyBase.. of
+  // iteration `epoch`, each once; waits for every acknowledgement (a rejection is an error naming
+  // the daemon's reason). Returns the bytes this endpoint sent (headers + payloads).
+  StatusOr<uint64_t> upload(uint64_t epoch, uint64_t keyBase, std::span<const uint8_t> messages,
+                            size_t rowBytes, Deadline deadline);
+
+  // Worker: pulls keys keyBase + offsets[i] of iteration `epoch` into row i of `out`.
+  Status pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets, size_t rowBytes,
+              std::span<uint8_t> out, Deadline deadline);
+
+  struct Reply;
+
+ private:
+  ShuffleEndpoint() = default;
+  void postRecv();
+  StatusOr<Reply> next(Deadline deadline);
+
+  int rank_ = -1;
+  std::shared_ptr<transport::Context> ctx_;
+  std::shared_ptr<transport::Connection> conn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Reply> replies_;  // under mu_
+  Status error_;               // under mu_
+};
+
+struct ShuffleEpochStats {
+  uint64_t masterEgressBytes = 0;  // headers + payloads the master sent
+  uint64_t payloadBytes = 0;       // payloads only
+  int64_t messages = 0;            // uploads
+};
+
+// What each worker pulls in an epoch (message offsets), coded or uncoded, and how its batch is
+// rebuilt; the same functions on the master and the workers, so their numbering agrees.
+//   coded:   the plan's messages; worker w pulls those naming w, decodes with its cache
+//   uncoded: one message per (worker, needed row), in worker-then-batch order
+std::vector<int64_t> shuffleOffsetsFor(const coding::ShufflePlan& plan, int worker, bool coded);
+
+// Master side of one epoch: the uploads (coded: encode the plan; uncoded: the needed rows).
+StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
+                                               const coding::CodedShuffle& shuffle,
+                                               const coding::ShufflePlan& plan, bool coded,
+                                               std::span<const uint8_t> data, size_t rowBytes,
+                                               Deadline deadline);
+
+// Worker side of one epoch: pulls what it needs and fills batchOut (plan.batch[worker] order).
+Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& shuffle,
+                           const coding::ShufflePlan& plan, bool coded,
+                           const coding::WorkerCache& cache, size_t rowBytes,
+                           std::span<uint8_t> batchOut, Deadline deadline);
+
+}  // namespace cofab::coded

@@ -1,0 +1,292 @@
+// The coded task service with real worker processes (forked, meeting the master through a
+// FileStore over tcp): distributed results equal the local CodedMatmul's for several (n, k) and
+// the uncoded / replicated modes; a SIGSTOPped worker does not hold up a coded request (it
+// completes while the worker is still stopped) but makes an uncoded one fail at its deadline
+// naming the worker; a cancelled slow worker reports that it stopped mid-product; killed
+// workers are permanent stragglers, and fewer than k live ones is an error naming them.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coding/matmul/coded_matmul.h"
+#include "fabric/coded/coded_master.h"
+#include "fabric/coded/coded_worker.h"
+#include "fabric/rendezvous/file_store.h"
+#include "tests/support/process_group.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::coded {
+namespace {
+
+using coding::ConstMatrixView;
+using coding::MatrixView;
+using cofab::testing::childFail;
+using cofab::testing::ProcessGroup;
+using cofab::testing::TempDir;
+
+std::vector<float> randomMatrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> m(static_cast<size_t>(rows * cols));
+  for (float& x : m) x = u(rng);
+  return m;
+}
+
+// Linux process state letter from /proc ('T' = stopped).
+char processState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+// n worker processes and a master in this process.
+class Service {
+ public:
+  explicit Service(CodedServiceOptions o) : options_(std::move(o)) {
+    options_.name = "coded-test";
+    if (options_.setupTimeout == Duration{0}) options_.setupTimeout = Millis(20000);
+    const std::string dir = dir_.path();
+    const std::string name = options_.name;
+    // Fork before the master creates any thread.
+    procs_.start(options_.n, [dir, name](int w) {
+      auto store = FileStore::open(dir);
+      if (!store.ok()) return childFail(w, store.status().toString());
+      Status s = runCodedWorker({.store = store->get(), .name = name, .index = w});
+      // A worker whose master vanished or killed it is not a test failure by itself; the
+      // master-side assertions decide. Report errors for the log.
+      if (!s.ok()) return childFail(w, s.toString());
+      return 0;
+    });
+    auto store = FileStore::open(dir);
+    EXPECT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    auto m = CodedMaster::create(store_.get(), options_);
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) master_ = std::move(*m);
+  }
+  ~Service() {
+    master_.reset();  // shuts the workers down
+    procs_.waitAll(Deadline::afterMs(10000));
+  }
+  CodedMaster& master() { return *master_; }
+  ProcessGroup& procs() { return procs_; }
+  bool ok() const { return master_ != nullptr; }
+
+ private:
+  CodedServiceOptions options_;
+  TempDir dir_;
+  ProcessGroup procs_;
+  std::unique_ptr<FileStore> store_;
+  std::unique_ptr<CodedMaster> master_;
+};
+
+// What the local library computes from the same results: CodedMatmul (coded) or sgemm.
+std::vector<float> localReference(const CodedServiceOptions& o, const std::vector<float>& a,
+                                  int64_t rows, int64_t cols, const std::vector<float>& b,
+                                  int64_t bCols, const std::vector<int>& used) {
+  std::vector<float> c(static_cast<size_t>(rows * bCols));
+  if (o.mode != CodedMode::kCoded) {
+    EXPECT_TRUE(coding::gemmF32({a.data(), rows, cols, 0}, {b.data(), cols, bCols, 0},
+                                {c.data(), rows, bCols, 0})
+                    .ok());
+    return c;
+  }
+  auto cm =
+      coding::CodedMatmul::create({.n = o.n, .k = o.k, .family = o.family, .seed = o.codeSeed});
+  EXPECT_TRUE(cm.ok()) << cm.status();
+  auto enc = cm->encode({a.data(), rows, cols, 0});
+  EXPECT_TRUE(enc.ok()) << enc.status();
+  std::vector<std::vector<float>> outs;
+  std::vector<coding::TaskResult> results;
+  outs.reserve(used.size());
+  for (int w : used) {
+    outs.emplace_back(static_cast<size_t>(enc->blockRows() * bCols));
+    EXPECT_TRUE(cm->multiplyTask(*enc, w, {b.data(), cols, bCols, 0},
+                                 {outs.back().data(), enc->blockRows(), bCols, 0})
+                    .ok());
+    results.push_back({w, outs.back().data()});
+  }
+  auto d = cm->decode(*enc, results, bCols, {c.data(), rows, bCols, 0});
+  EXPECT_TRUE(d.ok()) << d.status();
+  return c;
+}
+
+// Matches within the accuracy docs/CODING.md promises for decoded blocks (exact otherwise).
+void expectNear(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
+  }
+}
+
+struct Case {
+  CodedMode mode;
+  int n, k, replicas;
+};
+
+TEST(CodedService, DistributedResultsEqualLocalOnes) {
+  const int64_t rows = 50, cols = 24;  // 50 rows: padding for every k tried
+  const std::vector<float> a = randomMatrix(rows, cols, 7);
+  for (const Case& tc : {Case{CodedMode::kCoded, 3, 2, 0}, Case{CodedMode::kCoded, 5, 3, 0},
+                         Case{CodedMode::kCoded, 8, 6, 0}, Case{CodedMode::kUncoded, 4, 4, 0},
+                         Case{CodedMode::kReplicated, 4, 0, 2}}) {
+    SCOPED_TRACE(std::string(codedModeName(tc.mode)) + " n=" + std::to_string(tc.n) +
+                 " k=" + std::to_string(tc.k));
+    CodedServiceOptions o{.mode = tc.mode, .n = tc.n, .k = tc.k, .replicas = tc.replicas};
+    // Worker 0 slowed on every row block: the coded requests decode from parity results (a
+    // systematic block is missing) instead of only reassembling the systematic ones.
+    o.rowBlock = 4;
+    if (tc.mode == CodedMode::kCoded) o.rowBlockDelayMs[0] = 200;
+    Service svc(o);
+    ASSERT_TRUE(svc.ok());
+    ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+    for (int64_t bCols : {int64_t{1}, int64_t{9}}) {  // a vector x, then a matrix
+      const std::vector<float> b = randomMatrix(cols, bCols, 100 + bCols);
+      std::vector<float> c(static_cast<size_t>(rows * bCols), -1.0f);
+      auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(static_cast<int>(r->used.size()), svc.master().needed());
+      const std::vector<float> want = localReference(o, a, rows, cols, b, bCols, r->used);
+      if (tc.mode == CodedMode::kCoded) {
+        EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
+        EXPECT_TRUE(r->decoded);
+      }
+      expectNear(c, want, 0);
+    }
+  }
+}
+
+TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
+  const int64_t rows = 40, cols = 16, bCols = 5;
+  const std::vector<float> a = randomMatrix(rows, cols, 1);
+  const std::vector<float> b = randomMatrix(cols, bCols, 2);
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 5, .k = 3};
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  const int stopped = 1;  // a systematic worker: the request must decode around it
+  svc.procs().signal(stopped, SIGSTOP);
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  // The request completed while the worker is still stopped: it did not wait for it.
+  EXPECT_EQ(processState(svc.procs().pid(stopped)), 'T');
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), stopped) == r->used.end());
+  EXPECT_TRUE(r->decoded);
+  expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
+  svc.procs().signal(stopped, SIGCONT);
+  // Once resumed, the worker finds the cancel and says so; the service keeps serving.
+  auto reports = svc.master().waitCancelReports(r->request, {stopped}, Deadline::afterMs(15000));
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 1u);
+  auto r2 = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_TRUE(r2.ok()) << r2.status();
+}
+
+TEST(CodedService, UncodedFailsAtDeadlineNamingStoppedWorker) {
+  const int64_t rows = 16, cols = 8, bCols = 2;
+  const std::vector<float> a = randomMatrix(rows, cols, 3);
+  const std::vector<float> b = randomMatrix(cols, bCols, 4);
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 3};
+  o.requestTimeout = Millis(1500);
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  svc.procs().signal(2, SIGSTOP);
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  svc.procs().signal(2, SIGCONT);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("from workers 2"), std::string::npos) << r.status();
+}
+
+TEST(CodedService, CancelledWorkerReportsItStoppedMidProduct) {
+  const int64_t rows = 192, cols = 16, bCols = 4;  // (4, 3): 64 rows a block = 16 row blocks
+  const std::vector<float> a = randomMatrix(rows, cols, 5);
+  const std::vector<float> b = randomMatrix(cols, bCols, 6);
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 4, .k = 3};
+  o.rowBlock = 4;
+  o.rowBlockDelayMs[3] = 500;  // 8 s for the whole block: far longer than the others take
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cancelled, std::vector<int>{3});
+  auto reports = svc.master().waitCancelReports(r->request, {3}, Deadline::afterMs(15000));
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 1u);
+  const CancelReport& rep = (*reports)[0];
+  EXPECT_NE(rep.stage, CancelStage::kFinished) << cancelStageName(rep.stage);
+  EXPECT_EQ(rep.rowBlocksTotal, 16);
+  EXPECT_LT(rep.rowBlocksDone, rep.rowBlocksTotal);
+  // The worker dropped the task and serves again (and is cancelled again, not stuck).
+  auto r2 = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_TRUE(svc.master().waitCancelReports(r2->request, {3}, Deadline::afterMs(15000)).ok());
+}
+
+// Waits (bounded) until the master has noticed `worker`'s death.
+bool waitDead(CodedMaster& m, int worker) {
+  const Deadline d = Deadline::afterMs(10000);
+  while (!d.expired()) {
+    if (m.deadWorkers().count(worker) != 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
+  const int64_t rows = 30, cols = 8, bCols = 3;
+  const std::vector<float> a = randomMatrix(rows, cols, 8);
+  const std::vector<float> b = randomMatrix(cols, bCols, 9);
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 4, .k = 3};
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  svc.procs().signal(0, SIGKILL);
+  ASSERT_TRUE(waitDead(svc.master(), 0));
+  std::vector<float> c(rows * bCols);
+  for (int i = 0; i < 2; ++i) {  // dead for good: every later request goes around it
+    auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->used.size(), 3u);
+    EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
+    expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
+  }
+  svc.procs().signal(2, SIGKILL);
+  ASSERT_TRUE(waitDead(svc.master(), 2));
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("dead workers: 0, 2"), std::string::npos) << r.status();
+}
+
+TEST(CodedService, UncodedFailsNamingKilledWorker) {
+  const int64_t rows = 12, cols = 4, bCols = 2;
+  const std::vector<float> a = randomMatrix(rows, cols, 10);
+  const std::vector<float> b = randomMatrix(cols, bCols, 11);
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 3};
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  svc.procs().signal(1, SIGKILL);
+  ASSERT_TRUE(waitDead(svc.master(), 1));
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dead workers: 1"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace cofab::coded
