@@ -16,6 +16,7 @@
 
 #include "core/param.h"
 #include "fabric/ps/placement.h"
+#include "fabric/ps/daemon_directory.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
 
@@ -419,26 +420,9 @@ StatusOr<std::unique_ptr<ModelClient>> ModelClient::connect(Store& store, int ra
                                                             const ClientOptions& options) {
   if (!options.serverAddresses.empty()) return connect(rank, worldSize, options);
   COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
-  auto countBytes = store.get(serverCountKey(options.storePrefix), deadline);
-  if (!countBytes.ok()) {
-    return countBytes.status().withContext("no aggregator daemon registered under '" +
-                                           options.storePrefix + "' (start cofab-aggd)");
-  }
-  COFAB_ASSIGN_OR_RETURN(int64_t m,
-                         parseCounter(serverCountKey(options.storePrefix), countBytes.value()));
-  if (m <= 0 || m > 4096) {
-    return InvalidArgument("store key '" + serverCountKey(options.storePrefix) + "' holds " +
-                           std::to_string(m) + ", not a daemon count");
-  }
-  std::vector<std::string> keys;
-  for (int i = 0; i < m; ++i) keys.push_back(serverAddressKey(options.storePrefix, i));
-  COFAB_RETURN_IF_ERROR(store.wait(keys, deadline).withContext("waiting for aggregator daemons"));
-  std::vector<std::string> addresses;
-  for (const auto& k : keys) {
-    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(k, deadline));
-    addresses.push_back(toString(v));
-  }
+  COFAB_ASSIGN_OR_RETURN(
+      std::vector<std::string> addresses,
+      discoverDaemons(store, options.storePrefix, Deadline::afterMs(options.connectTimeoutMs)));
   COFAB_RETURN_IF_ERROR(impl->start(addresses));
   return std::unique_ptr<ModelClient>(new ModelClient(std::move(impl)));
 }

@@ -1,0 +1,32 @@
+#include "fabric/ps/daemon_directory.h"
+
+#include "fabric/ps/ps_protocol.h"
+
+namespace cofab::ps {
+
+StatusOr<std::vector<std::string>> discoverDaemons(Store& store, const std::string& prefix,
+                                                   Deadline deadline) {
+  const std::string countKey = serverCountKey(prefix);
+  auto countBytes = store.get(countKey, deadline);
+  if (!countBytes.ok()) {
+    return countBytes.status().withContext(
+        "no aggregator daemon registered under '" + prefix +
+        "' (start cofab-aggd, e.g. cofab-run --role agg:1:cofab-aggd)");
+  }
+  COFAB_ASSIGN_OR_RETURN(int64_t m, parseCounter(countKey, countBytes.value()));
+  if (m <= 0 || m > 4096) {
+    return InvalidArgument("store key '" + countKey + "' holds " + std::to_string(m) +
+                           ", not a daemon count");
+  }
+  std::vector<std::string> keys;
+  for (int i = 0; i < m; ++i) keys.push_back(serverAddressKey(prefix, i));
+  COFAB_RETURN_IF_ERROR(store.wait(keys, deadline).withContext("waiting for aggregator daemons"));
+  std::vector<std::string> addresses;
+  for (const auto& k : keys) {
+    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(k, deadline));
+    addresses.push_back(toString(v));
+  }
+  return addresses;
+}
+
+}  // namespace cofab::ps

@@ -1,0 +1,21 @@
+// Where the aggregator daemons of a job are: cofab-aggd instance i of M writes its transport
+// address under "<prefix>/server/<i>" and M under "<prefix>/count" in the job's Store
+// (ps_protocol.h names the keys); every client (push-pull, model store, ...) reads them here.
+// Blocking on the store until `deadline`; any thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "fabric/rendezvous/store.h"
+
+namespace cofab::ps {
+
+// The daemons' addresses, index = daemon id. DeadlineExceeded (with the hint to start cofab-aggd)
+// when none registered in time; InvalidArgument when the count key holds nonsense.
+StatusOr<std::vector<std::string>> discoverDaemons(Store& store, const std::string& prefix,
+                                                   Deadline deadline);
+
+}  // namespace cofab::ps
