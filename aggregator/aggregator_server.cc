@@ -208,7 +208,7 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       }
       if (!validatePush(*peer, h, payload.size())) return;
       metrics_.bytesIn.fetch_add(payload.size(), std::memory_order_relaxed);
-      if (metrics_.noteReceived(peer->creditUsed, payload.size()) &&
+      if (metrics_.noteReceived(peer->creditUsed, payload.size(), peer->workerRank >= 0) &&
           !peer->creditWarned.exchange(true)) {
         COFAB_LOG(kWarn, "aggd") << peer->describe() << " pushed beyond its credit window of "
                                  << options_.creditBytes << " bytes (counted in "

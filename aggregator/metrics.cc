@@ -30,10 +30,11 @@ void raiseTo(std::atomic<uint64_t>& max, uint64_t v) {
 }
 }  // namespace
 
-bool Metrics::noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes) {
+bool Metrics::noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes, bool granted) {
   raiseTo(backlogMaxBytes, backlogBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
   raiseTo(backlogMaxChunks, backlogChunks.fetch_add(1, std::memory_order_relaxed) + 1);
   const uint64_t before = senderUsed.fetch_add(bytes, std::memory_order_relaxed);
+  if (!granted) return false;
   raiseTo(creditOutstandingMax, before + bytes);
   // Same rule as the client: one chunk may always go when nothing is outstanding.
   const bool violation = creditWindow > 0 && before > 0 && before + bytes > creditWindow;

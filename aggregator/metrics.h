@@ -56,8 +56,9 @@ struct Metrics {
   }
   void noteWorkerIteration(int rank, uint64_t iteration);
   // A push of `bytes` arrived / was consumed by an engine (receive backlog and credit use).
-  // noteReceived returns true when it exceeded the sender's grant.
-  bool noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes);
+  // noteReceived returns true when it exceeded the sender's grant; only workers have grants
+  // (`granted`), a primary forwarding to its backup does not.
+  bool noteReceived(std::atomic<uint64_t>& senderUsed, uint64_t bytes, bool granted);
   void noteConsumed(std::atomic<uint64_t>* senderUsed, uint64_t bytes);
   uint64_t rejectsTotal() const;
 

@@ -69,6 +69,38 @@ TEST(Credits, GrantsAreNeverExceededAndResultsStayExact) {
   EXPECT_LE(*backlog, static_cast<double>(kWorkers * kWindow));
 }
 
+// With replication a primary forwards every contribution to its backup; that link has no grant
+// and must not be counted against one.
+TEST(Credits, ForwardingToTheBackupIsNotAViolation) {
+  const int kWorkers = 2;
+  DaemonCluster cluster(2, kWorkers,
+                        {"--replication", "on", "--credit-bytes", std::to_string(kWindow)});
+  ASSERT_TRUE(cluster.start().ok());
+  const size_t n = (512 << 10) / sizeof(float);
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    co.credits = 1;
+    co.replication = 1;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    std::vector<float> x(n, static_cast<float>(rank + 1));
+    const TensorView v = TensorView::of(x.data(), n, DType::kF32);
+    COFAB_RETURN_IF_ERROR(client->pushPull(1, v, v).wait(Deadline::afterMs(30000)));
+    for (float f : x) {
+      if (f != 3.0f) return Internal("wrong sum");
+    }
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  for (int d = 0; d < 2; ++d) {
+    auto violations = cluster.metric(d, "cofab_agg_credit_violations_total");
+    auto forwarded = cluster.metric(d, "cofab_agg_forwarded_applied_total");
+    ASSERT_TRUE(violations.ok() && forwarded.ok());
+    EXPECT_EQ(*violations, 0) << "daemon " << d;
+    EXPECT_GT(*forwarded, 0) << "daemon " << d;
+  }
+}
+
 TEST(Credits, SenderIgnoringItsGrantIsCounted) {
   const size_t window = 4096;
   DaemonCluster cluster(1, 2, {"--credit-bytes", std::to_string(window)});

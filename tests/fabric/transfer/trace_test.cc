@@ -42,6 +42,23 @@ TEST(TransferTrace, ExportIsValidTraceEventJson) {
   (*mgr)->flush();
   for (auto& h : hs) ASSERT_TRUE(h.wait(Deadline::afterMs(20000)).ok()) << h.status();
 
+  // Stats: per destination bytes add up, every unit was sent and none is still queued.
+  const auto st = (*mgr)->stats();
+  ASSERT_EQ(st.destinations.size(), 2u);
+  uint64_t bytes = 0, units = 0;
+  for (const auto& d : st.destinations) {
+    bytes += d.bytesSent;
+    units += d.unitsSent;
+    EXPECT_EQ(d.queued, 0u);
+    EXPECT_LE(d.maxQueued, 6u);
+  }
+  EXPECT_EQ(bytes, st.bytesSent);
+  EXPECT_EQ(bytes, (5000 + 10 + 20) * sizeof(float));
+  EXPECT_EQ(units, st.chunksSent + st.bucketsSent);
+  EXPECT_EQ(st.chunksSent, 5u);
+  EXPECT_EQ(st.bucketsSent, 1u);
+  EXPECT_EQ(st.updatesCompleted, 3u);
+
   TempDir dir;
   const std::string path = dir.path() + "/transfer.json";
   ASSERT_TRUE((*mgr)->writeTrace(path).ok());
