@@ -47,6 +47,17 @@ char processState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
 }
 
+// SIGSTOP is asynchronous: wait (bounded) until the kernel shows the process stopped.
+bool stopAndWait(ProcessGroup& procs, int rank) {
+  procs.signal(rank, SIGSTOP);
+  const Deadline d = Deadline::afterMs(10000);
+  while (!d.expired()) {
+    if (processState(procs.pid(rank)) == 'T') return true;
+    usleep(1000);
+  }
+  return false;
+}
+
 // n worker processes and a master in this process.
 class Service {
  public:
@@ -173,7 +184,7 @@ TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
   const int stopped = 1;  // a systematic worker: the request must decode around it
-  svc.procs().signal(stopped, SIGSTOP);
+  ASSERT_TRUE(stopAndWait(svc.procs(), stopped));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   // The request completed while the worker is still stopped: it did not wait for it.
@@ -200,7 +211,7 @@ TEST(CodedService, UncodedFailsAtDeadlineNamingStoppedWorker) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(2, SIGSTOP);
+  ASSERT_TRUE(stopAndWait(svc.procs(), 2));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   svc.procs().signal(2, SIGCONT);
