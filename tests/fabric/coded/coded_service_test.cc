@@ -247,6 +247,33 @@ TEST(CodedService, CancelledWorkerReportsItStoppedMidProduct) {
   EXPECT_TRUE(svc.master().waitCancelReports(r2->request, {3}, Deadline::afterMs(15000)).ok());
 }
 
+TEST(CodedService, InjectedDelayRunsOnTheWorkersAndCancelInterruptsIt) {
+  const int64_t rows = 8, cols = 4, bCols = 2;
+  const std::vector<float> a = randomMatrix(rows, cols, 12);
+  const std::vector<float> b = randomMatrix(cols, bCols, 13);
+  // Every task waits load x 60 s (load 1/2) before computing: far past the request deadline.
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 3, .k = 2};
+  o.shiftMs = 60000;
+  o.requestTimeout = Millis(300);
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("from workers 0, 1, 2"), std::string::npos) << r.status();
+  // All three were cancelled inside their 30 s delay (request 1: this master's first); the
+  // reports arrive long before the delay would have ended.
+  auto reports = svc.master().waitCancelReports(1, {0, 1, 2}, Deadline::afterMs(15000));
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  for (const CancelReport& rep : *reports) {
+    EXPECT_EQ(rep.stage, CancelStage::kDelaying)
+        << "worker " << rep.worker << ": " << cancelStageName(rep.stage);
+    EXPECT_EQ(rep.rowBlocksDone, 0);
+  }
+}
+
 // Waits (bounded) until the master has noticed `worker`'s death.
 bool waitDead(CodedMaster& m, int worker) {
   const Deadline d = Deadline::afterMs(10000);
