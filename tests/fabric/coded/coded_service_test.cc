@@ -85,7 +85,15 @@ class Service {
   }
   ~Service() {
     master_.reset();  // shuts the workers down
-    procs_.waitAll(Deadline::afterMs(10000));
+    const auto exits = procs_.waitAll(Deadline::afterMs(10000));
+    // Workers that were not killed on purpose must leave cleanly when told to.
+    if (!killedOnPurpose_) {
+      EXPECT_EQ(cofab::testing::failures(exits), "");
+    }
+  }
+  void kill(int worker) {
+    killedOnPurpose_ = true;
+    procs_.signal(worker, SIGKILL);
   }
   CodedMaster& master() { return *master_; }
   ProcessGroup& procs() { return procs_; }
@@ -97,6 +105,7 @@ class Service {
   ProcessGroup procs_;
   std::unique_ptr<FileStore> store_;
   std::unique_ptr<CodedMaster> master_;
+  bool killedOnPurpose_ = false;
 };
 
 // What the local library computes from the same results: CodedMatmul (coded) or sgemm.
@@ -292,7 +301,7 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(0, SIGKILL);
+  svc.kill(0);
   ASSERT_TRUE(waitDead(svc.master(), 0));
   std::vector<float> c(rows * bCols);
   for (int i = 0; i < 2; ++i) {  // dead for good: every later request goes around it
@@ -302,7 +311,7 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
     EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
     expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
   }
-  svc.procs().signal(2, SIGKILL);
+  svc.kill(2);
   ASSERT_TRUE(waitDead(svc.master(), 2));
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   ASSERT_FALSE(r.ok());
@@ -318,7 +327,7 @@ TEST(CodedService, UncodedFailsNamingKilledWorker) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(1, SIGKILL);
+  svc.kill(1);
   ASSERT_TRUE(waitDead(svc.master(), 1));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
