@@ -44,6 +44,8 @@ StatusOr<CodedMode> parseCodedMode(const std::string& name) {
   return InvalidArgument("coded mode '" + name + "': expected coded, uncoded or replicated");
 }
 
+constexpr size_t kKeptCancelReports = 4096;
+
 struct CodedMaster::State {
   std::mutex mu;
   std::condition_variable cv;
@@ -97,6 +99,10 @@ struct CodedMaster::State {
         }
         cancels.push_back({w, h.sequence, static_cast<CancelStage>(r->stage), r->rowBlocksDone,
                            r->rowBlocksTotal});
+        // Bounded: a long-running service keeps only the recent reports.
+        if (cancels.size() > kKeptCancelReports) {
+          cancels.erase(cancels.begin(), cancels.begin() + cancels.size() / 2);
+        }
         break;
       }
       case CodedOp::kTaskError:

@@ -101,7 +101,8 @@ class CodedMaster {
   // c (A.rows x B.cols) = A x B. See the header comment for the errors.
   StatusOr<RequestReport> multiply(coding::ConstMatrixView b, coding::MatrixView c);
 
-  // Waits until cancel reports for `request` came from `workers`; returns what they said.
+  // Waits until cancel reports for `request` came from `workers`; returns what they said. The
+  // master keeps the most recent few thousand reports.
   StatusOr<std::vector<CancelReport>> waitCancelReports(uint64_t request,
                                                         const std::vector<int>& workers,
                                                         Deadline deadline);

@@ -47,6 +47,17 @@ char processState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
 }
 
+// SIGSTOP is asynchronous: wait (bounded) until the kernel shows the process stopped.
+bool stopAndWait(ProcessGroup& procs, int rank) {
+  procs.signal(rank, SIGSTOP);
+  const Deadline d = Deadline::afterMs(10000);
+  while (!d.expired()) {
+    if (processState(procs.pid(rank)) == 'T') return true;
+    usleep(1000);
+  }
+  return false;
+}
+
 // n worker processes and a master in this process.
 class Service {
  public:
@@ -74,7 +85,15 @@ class Service {
   }
   ~Service() {
     master_.reset();  // shuts the workers down
-    procs_.waitAll(Deadline::afterMs(10000));
+    const auto exits = procs_.waitAll(Deadline::afterMs(10000));
+    // Workers that were not killed on purpose must leave cleanly when told to.
+    if (!killedOnPurpose_) {
+      EXPECT_EQ(cofab::testing::failures(exits), "");
+    }
+  }
+  void kill(int worker) {
+    killedOnPurpose_ = true;
+    procs_.signal(worker, SIGKILL);
   }
   CodedMaster& master() { return *master_; }
   ProcessGroup& procs() { return procs_; }
@@ -86,6 +105,7 @@ class Service {
   ProcessGroup procs_;
   std::unique_ptr<FileStore> store_;
   std::unique_ptr<CodedMaster> master_;
+  bool killedOnPurpose_ = false;
 };
 
 // What the local library computes from the same results: CodedMatmul (coded) or sgemm.
@@ -173,7 +193,7 @@ TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
   const int stopped = 1;  // a systematic worker: the request must decode around it
-  svc.procs().signal(stopped, SIGSTOP);
+  ASSERT_TRUE(stopAndWait(svc.procs(), stopped));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   // The request completed while the worker is still stopped: it did not wait for it.
@@ -200,7 +220,7 @@ TEST(CodedService, UncodedFailsAtDeadlineNamingStoppedWorker) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(2, SIGSTOP);
+  ASSERT_TRUE(stopAndWait(svc.procs(), 2));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   svc.procs().signal(2, SIGCONT);
@@ -236,6 +256,33 @@ TEST(CodedService, CancelledWorkerReportsItStoppedMidProduct) {
   EXPECT_TRUE(svc.master().waitCancelReports(r2->request, {3}, Deadline::afterMs(15000)).ok());
 }
 
+TEST(CodedService, InjectedDelayRunsOnTheWorkersAndCancelInterruptsIt) {
+  const int64_t rows = 8, cols = 4, bCols = 2;
+  const std::vector<float> a = randomMatrix(rows, cols, 12);
+  const std::vector<float> b = randomMatrix(cols, bCols, 13);
+  // Every task waits load x 60 s (load 1/2) before computing: far past the request deadline.
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 3, .k = 2};
+  o.shiftMs = 60000;
+  o.requestTimeout = Millis(300);
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("from workers 0, 1, 2"), std::string::npos) << r.status();
+  // All three were cancelled inside their 30 s delay (request 1: this master's first); the
+  // reports arrive long before the delay would have ended.
+  auto reports = svc.master().waitCancelReports(1, {0, 1, 2}, Deadline::afterMs(15000));
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  for (const CancelReport& rep : *reports) {
+    EXPECT_EQ(rep.stage, CancelStage::kDelaying)
+        << "worker " << rep.worker << ": " << cancelStageName(rep.stage);
+    EXPECT_EQ(rep.rowBlocksDone, 0);
+  }
+}
+
 // Waits (bounded) until the master has noticed `worker`'s death.
 bool waitDead(CodedMaster& m, int worker) {
   const Deadline d = Deadline::afterMs(10000);
@@ -254,7 +301,7 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(0, SIGKILL);
+  svc.kill(0);
   ASSERT_TRUE(waitDead(svc.master(), 0));
   std::vector<float> c(rows * bCols);
   for (int i = 0; i < 2; ++i) {  // dead for good: every later request goes around it
@@ -264,7 +311,7 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
     EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
     expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
   }
-  svc.procs().signal(2, SIGKILL);
+  svc.kill(2);
   ASSERT_TRUE(waitDead(svc.master(), 2));
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   ASSERT_FALSE(r.ok());
@@ -280,7 +327,7 @@ TEST(CodedService, UncodedFailsNamingKilledWorker) {
   Service svc(o);
   ASSERT_TRUE(svc.ok());
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  svc.procs().signal(1, SIGKILL);
+  svc.kill(1);
   ASSERT_TRUE(waitDead(svc.master(), 1));
   std::vector<float> c(rows * bCols);
   auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
