@@ -24,6 +24,8 @@ COFAB_PARAM_INT(kTransferInFlight, "COFAB_TRANSFER_INFLIGHT", 2, 1, 4096,
                 "TransferManager: units handed to the transport and not yet acknowledged");
 COFAB_PARAM_INT(kTransferOutstanding, "COFAB_TRANSFER_OUTSTANDING", 4, 1, 4096,
                 "TransferManager: units handed to the transport whose result has not arrived");
+COFAB_PARAM_INT(kTransferGrantTimeoutMs, "COFAB_TRANSFER_GRANT_TIMEOUT_MS", 30000, 1, 3600000,
+                "TransferManager with a central scheduler: how long a unit waits for its grant");
 COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
                 "TransferManager fuses updates smaller than this into buckets");
 
@@ -311,9 +313,28 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         ps::PushPullOptions po;
         po.op = u->op;
         auto self = shared_from_this();
-        po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
         po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
         lock.unlock();
+        if (SchedClient* sched = options.scheduler) {
+          // Central mode: wait for the grant (and its pacing delay) before the unit travels;
+          // the window slot is held meanwhile, so the order the policy chose is kept.
+          Deadline d = Deadline::afterMs(options.grantTimeoutMs);
+          if (u->update && u->update->deadline.when() < d.when()) d = u->update->deadline;
+          auto grant = sched->acquire(u->destination, u->in.bytes(), d);
+          if (!grant.ok()) {
+            onAcked(u, grant.status());
+            onDone(u, grant.status());
+            lock.lock();
+            continue;
+          }
+          const SchedGrant g = *grant;
+          po.onAcked = [self, u, sched, g](const Status& st) {
+            sched->delivered(g);  // also on failure: the bytes are no longer on their way
+            self->onAcked(u, st);
+          };
+        } else {
+          po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
+        }
         (void)client->pushPull(u->wireKey, u->in, u->out, po);  // completion via the callbacks
         lock.lock();
         continue;
@@ -564,6 +585,10 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
     o.maxOutstanding = static_cast<int>(v);
   }
   o.maxOutstanding = std::max(o.maxOutstanding, o.maxInFlight);
+  if (o.grantTimeoutMs < 0) return InvalidArgument("TransferOptions::grantTimeoutMs must be >= 0");
+  if (o.grantTimeoutMs == 0) {
+    COFAB_ASSIGN_OR_RETURN(o.grantTimeoutMs, kTransferGrantTimeoutMs.get());
+  }
   if (o.fuseBelowBytes == 0) {
     COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferFuseBytes.get());
     o.fuseBelowBytes = static_cast<size_t>(v);

@@ -1,0 +1,261 @@
+// Central scheduling (MLfabric's request -> grant -> delivered, cofab-sched): TransferManagers
+// on threads-as-workers, real cofab-aggd daemons, and the scheduler in process (to read its
+// counters) or as a real cofab-sched process (to kill it). Checks: a destination's granted and
+// undelivered bytes never exceed the configured budget (on the scheduler) and the daemons'
+// receive backlog stays within it (on the aggregators); every unit is granted and delivered
+// exactly once; results equal the serial sum; pacing spaces the grants; a killed scheduler is a
+// clear error naming it, and a stopped one a DeadlineExceeded, never a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "fabric/transfer/central_scheduler.h"
+#include "fabric/transfer/sched_client.h"
+#include "fabric/transfer/transfer_manager.h"
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+constexpr size_t kChunk = 16 << 10;
+constexpr uint64_t kDestBytes = 32 << 10;  // two chunks per daemon at a time, job-wide
+
+float valueOf(size_t i, int rank, int it, uint64_t key) {
+  return static_cast<float>((i + static_cast<size_t>(rank) * 3 + static_cast<size_t>(it) + key) %
+                            13);
+}
+
+// One iteration of `keys` updates (sizes from 1 KiB, fused, to 80 KiB, 5 chunks) through a
+// manager in central mode; checks every result against the serial sum.
+Status runIteration(transfer::TransferManager& mgr, int rank, int workers, int it) {
+  const std::vector<size_t> counts = {256, 20480, 1024, 12288, 4096, 20000};
+  std::vector<std::vector<float>> grads(counts.size());
+  std::vector<transfer::TransferHandle> hs;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    grads[k].resize(counts[k]);
+    for (size_t i = 0; i < counts[k]; ++i) grads[k][i] = valueOf(i, rank, it, k);
+    transfer::GradientUpdate g;
+    g.key = 100 + k;
+    g.tensor = TensorView::of(grads[k].data(), counts[k], DType::kF32);
+    g.iteration = static_cast<uint64_t>(it);
+    g.priority = static_cast<int>(k);
+    hs.push_back(mgr.enqueue(g));
+  }
+  mgr.flush();
+  for (size_t k = 0; k < counts.size(); ++k) {
+    COFAB_RETURN_IF_ERROR(hs[k].wait(Deadline::afterMs(20000)));
+    for (size_t i = 0; i < counts[k]; ++i) {
+      float want = 0;
+      for (int r = 0; r < workers; ++r) want += valueOf(i, r, it, k);
+      if (grads[k][i] != want) {
+        return Internal("key " + std::to_string(100 + k) + " element " + std::to_string(i) +
+                        " differs from the serial sum");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+TEST(CentralScheduler, GrantsAreNeverExceededEveryUnitOnceResultsExact) {
+  const int kWorkers = 4, kServers = 2;
+  DaemonCluster cluster(kServers, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  transfer::SchedulerOptions so;
+  so.numDestinations = kServers;
+  so.destBytes = kDestBytes;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  ASSERT_TRUE(cluster.store()
+                  .set(transfer::schedulerAddressKey("cofab/sched"),
+                       Bytes((*sched)->address().begin(), (*sched)->address().end()))
+                  .ok());
+
+  std::vector<transfer::TransferStats> mstats(kWorkers);
+  std::vector<transfer::SchedClientStats> cstats(kWorkers);
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    COFAB_ASSIGN_OR_RETURN(auto sc, transfer::SchedClient::connect(cluster.store(), rank));
+    transfer::TransferOptions o;
+    o.scheduler = sc.get();
+    o.fuseBelowBytes = 8 << 10;
+    o.maxInFlight = 3;
+    o.policy = "priority";
+    COFAB_ASSIGN_OR_RETURN(auto mgr, transfer::TransferManager::create(*client, o));
+    for (int it = 0; it < 2; ++it) COFAB_RETURN_IF_ERROR(runIteration(*mgr, rank, kWorkers, it));
+    mstats[static_cast<size_t>(rank)] = mgr->stats();
+    mgr.reset();
+    cstats[static_cast<size_t>(rank)] = sc->stats();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+
+  // Deliveries travel asynchronously after the results: wait (bounded) until all arrived.
+  uint64_t units = 0;
+  std::vector<uint64_t> unitsTo(kServers, 0);
+  for (const auto& m : mstats) {
+    units += m.chunksSent + m.bucketsSent;
+    for (int d = 0; d < kServers; ++d) unitsTo[d] += m.destinations[d].unitsSent;
+  }
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  for (;;) {
+    st = (*sched)->stats();
+    uint64_t delivered = 0;
+    for (const auto& d : st.destinations) delivered += d.delivered;
+    if (delivered >= units || settle.expired()) break;
+    std::this_thread::sleep_for(Millis(10));
+  }
+  EXPECT_EQ(st.protocolErrors, 0u);
+  for (int d = 0; d < kServers; ++d) {
+    const auto& ds = st.destinations[static_cast<size_t>(d)];
+    EXPECT_GT(ds.granted, 0u) << "daemon " << d;
+    EXPECT_EQ(ds.granted, unitsTo[d]) << "daemon " << d << ": one grant per unit sent to it";
+    EXPECT_EQ(ds.delivered, ds.granted) << "daemon " << d;
+    EXPECT_EQ(ds.released, 0u) << "daemon " << d;
+    EXPECT_EQ(ds.load, 0u) << "daemon " << d;
+    EXPECT_LE(ds.maxGrant, kDestBytes);
+    EXPECT_LE(ds.maxLoad, kDestBytes) << "daemon " << d << ": budget exceeded on the scheduler";
+    // 4 workers x 3 in flight = 12 chunks wanted, 2 allowed: requests had to queue.
+    EXPECT_GT(ds.maxQueued, 0u) << "daemon " << d;
+    // The aggregator's side: what it received and had not consumed yet never exceeded the
+    // budget (a grant is returned only after the daemon acknowledged, i.e. consumed, the unit).
+    auto backlog = cluster.metric(d, "cofab_agg_backlog_max_bytes");
+    ASSERT_TRUE(backlog.ok()) << backlog.status();
+    EXPECT_GT(*backlog, 0.0);
+    EXPECT_LE(*backlog, static_cast<double>(kDestBytes)) << "daemon " << d;
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    const auto& c = cstats[static_cast<size_t>(r)];
+    const auto& m = mstats[static_cast<size_t>(r)];
+    EXPECT_EQ(c.requests, m.chunksSent + m.bucketsSent) << "worker " << r;
+    EXPECT_EQ(c.grants, c.requests) << "worker " << r;
+    EXPECT_EQ(c.delivered, c.grants) << "worker " << r;
+  }
+}
+
+TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 1;
+  so.destBytes = 1 << 20;
+  so.rateBytesPerSec = 1000000;  // 100 kB take 100 ms
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto sc = transfer::SchedClient::connect(0, co);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  const auto start = Clock::now();
+  for (int i = 0; i < 4; ++i) {
+    auto g = (*sc)->acquire(0, 100000, Deadline::afterMs(10000));
+    ASSERT_TRUE(g.ok()) << g.status();
+    (*sc)->delivered(*g);
+  }
+  // Not a performance threshold: the 4th grant may start no earlier than 3 x 100 kB at 1 MB/s
+  // after the first, whatever the machine's speed.
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_GT((*sc)->stats().pacedUs, 0);
+  // A request for a destination that does not exist is refused, not queued forever.
+  auto bad = (*sc)->acquire(5, 100, Deadline::afterMs(10000));
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+}
+
+// A real cofab-sched process: registers in the store, serves; SIGSTOP makes grants time out
+// (DeadlineExceeded naming the scheduler), SIGKILL fails waiting units at once (Unavailable).
+class SchedProcess {
+ public:
+  explicit SchedProcess(const std::string& storeUrl) {
+    std::vector<std::string> args = {
+        COFAB_SCHED_PATH, "--store", storeUrl, "--destinations", "1", "--listen", "127.0.0.1:0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::execv(COFAB_SCHED_PATH, argv.data());
+      ::_exit(127);
+    }
+  }
+  ~SchedProcess() { kill(); }
+  void signal(int sig) { ::kill(pid_, sig); }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
+  const int kWorkers = 2;
+  DaemonCluster cluster(1, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  SchedProcess proc(cluster.storeUrl());
+  std::atomic<int> phase{0};
+  std::atomic<int> ready{0};
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    transfer::SchedClientOptions sco;
+    sco.connectTimeoutMs = 20000;
+    COFAB_ASSIGN_OR_RETURN(auto sc, transfer::SchedClient::connect(cluster.store(), rank, sco));
+    transfer::TransferOptions o;
+    o.scheduler = sc.get();
+    o.grantTimeoutMs = 500;
+    COFAB_ASSIGN_OR_RETURN(auto mgr, transfer::TransferManager::create(*client, o));
+    COFAB_RETURN_IF_ERROR(runIteration(*mgr, rank, kWorkers, 0));  // works while it serves
+    auto sync = [&](int want) {  // both workers done with the phase; rank 0 flips the process
+      ready++;
+      const Deadline d = Deadline::afterMs(20000);
+      while (phase.load() < want && !d.expired()) {
+        if (rank == 0 && ready.load() == kWorkers * want) {
+          proc.signal(want == 1 ? SIGSTOP : SIGKILL);
+          if (want == 2) proc.kill();  // reaped: it is gone for sure
+          phase = want;
+        }
+        std::this_thread::sleep_for(Millis(2));
+      }
+    };
+    sync(1);  // stopped: no grant comes
+    std::vector<float> g(4096, 1.0f);
+    transfer::GradientUpdate u;
+    u.key = 7;
+    u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
+    Status st = mgr->enqueue(u).wait(Deadline::afterMs(20000));
+    if (st.code() != StatusCode::kDeadlineExceeded ||
+        st.message().find("cofab-sched at") == std::string::npos) {
+      return Internal("stopped scheduler: want DeadlineExceeded naming it, got " + st.toString());
+    }
+    sync(2);  // killed: the connection breaks
+    std::vector<float> g2(4096, 1.0f);
+    u.key = 8;
+    u.tensor = TensorView::of(g2.data(), g2.size(), DType::kF32);
+    st = mgr->enqueue(u).wait(Deadline::afterMs(20000));
+    if (st.code() != StatusCode::kUnavailable ||
+        st.message().find("cofab-sched at") == std::string::npos) {
+      return Internal("killed scheduler: want Unavailable naming it, got " + st.toString());
+    }
+    return OkStatus();
+  });
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+}
+
+}  // namespace
+}  // namespace cofab::testing
