@@ -28,10 +28,13 @@ struct Conn {
   bool closed = false;
 };
 
+// Queued in the queue of each of its candidate destinations; the first grant wins and the other
+// entries go stale (skipped when they reach the head).
 struct Request {
   std::shared_ptr<Conn> from;
   uint64_t id = 0;
   uint64_t bytes = 0;
+  bool granted = false;
 };
 
 struct Grant {
@@ -50,7 +53,7 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
 
   mutable std::mutex mu;
   bool stopped = false;
-  std::vector<std::deque<Request>> queues;
+  std::vector<std::deque<std::shared_ptr<Request>>> queues;
   std::vector<int64_t> nextFreeNs;                           // per destination: pacing clock
   std::map<std::pair<const Conn*, uint64_t>, Grant> grants;  // (connection, request id)
   std::vector<std::shared_ptr<Conn>> conns;
@@ -77,14 +80,15 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
 
   void postRecv(const std::shared_ptr<Conn>& c) {
     auto self = shared_from_this();
-    c->conn->recvOwned([self, c](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
-      if (!st.ok()) {
-        self->onClosed(c);
-        return;
-      }
-      self->onMessage(c, h);
-      self->postRecv(c);
-    });
+    c->conn->recvOwned(
+        [self, c](const Status& st, const wire::Header& h, std::vector<uint8_t>&& payload) {
+          if (!st.ok()) {
+            self->onClosed(c);
+            return;
+          }
+          self->onMessage(c, h, payload);
+          self->postRecv(c);
+        });
   }
 
   void send(const std::shared_ptr<Conn>& c, SchedOp op, uint64_t id, uint64_t seq, uint64_t it,
@@ -99,7 +103,8 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
     c->conn->send(h, buf->data(), buf->size(), [buf](const Status&) {});
   }
 
-  void onMessage(const std::shared_ptr<Conn>& c, const wire::Header& h) {
+  void onMessage(const std::shared_ptr<Conn>& c, const wire::Header& h,
+                 const std::vector<uint8_t>& payload) {
     std::lock_guard<std::mutex> lock(mu);
     if (stopped) return;
     const auto op = static_cast<SchedOp>(h.opcode);
@@ -108,19 +113,31 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       return;
     }
     if (op == SchedOp::kRequest) {
-      if (h.sequence >= static_cast<uint64_t>(options.numDestinations) || h.iteration == 0) {
+      // Payload: the candidate destinations, u32 little-endian each (at least one).
+      std::vector<uint32_t> cands(payload.size() / 4);
+      for (size_t i = 0; i < cands.size(); ++i) {
+        cands[i] = static_cast<uint32_t>(payload[4 * i]) |
+                   static_cast<uint32_t>(payload[4 * i + 1]) << 8 |
+                   static_cast<uint32_t>(payload[4 * i + 2]) << 16 |
+                   static_cast<uint32_t>(payload[4 * i + 3]) << 24;
+      }
+      bool bad = cands.empty() || payload.size() % 4 != 0 || h.iteration == 0;
+      for (uint32_t d : cands) bad = bad || d >= static_cast<uint32_t>(options.numDestinations);
+      if (bad) {
         stats.protocolErrors++;
-        send(c, SchedOp::kRefuse, h.key, h.sequence, 0,
-             "cofab-sched: bad request (destination " + std::to_string(h.sequence) + " of " +
-                 std::to_string(options.numDestinations) + ", " + std::to_string(h.iteration) +
-                 " bytes)");
+        send(c, SchedOp::kRefuse, h.key, 0, 0,
+             "cofab-sched: bad request (" + std::to_string(cands.size()) +
+                 " candidate destinations, each below " + std::to_string(options.numDestinations) +
+                 " wanted, " + std::to_string(h.iteration) + " bytes)");
         return;
       }
-      const auto d = static_cast<size_t>(h.sequence);
-      queues[d].push_back(Request{c, h.key, h.iteration});
-      auto& ds = stats.destinations[d];
-      ds.queued = queues[d].size();
-      ds.maxQueued = std::max(ds.maxQueued, ds.queued);
+      auto r = std::make_shared<Request>(Request{c, h.key, h.iteration, false});
+      for (uint32_t d : cands) {
+        queues[d].push_back(r);
+        auto& ds = stats.destinations[d];
+        ds.queued = queues[d].size();
+        ds.maxQueued = std::max(ds.maxQueued, ds.queued);
+      }
       grantLocked();
     } else if (op == SchedOp::kDelivered) {
       auto it = grants.find({c.get(), h.key});
@@ -140,24 +157,28 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Grants while some destination with a queued request has room, least loaded first.
+  // Grants while some destination with a queued request has room, least loaded first: a request
+  // with several candidates goes to the least loaded one that can take it now.
   void grantLocked() {
     for (;;) {
       int best = -1;
       for (int d = 0; d < options.numDestinations; ++d) {
-        const auto& q = queues[static_cast<size_t>(d)];
-        const auto& ds = stats.destinations[static_cast<size_t>(d)];
+        auto& q = queues[static_cast<size_t>(d)];
+        while (!q.empty() && (q.front()->granted || q.front()->from->closed)) q.pop_front();
+        auto& ds = stats.destinations[static_cast<size_t>(d)];
+        ds.queued = q.size();
         if (q.empty()) continue;
-        if (ds.load > 0 && ds.load + q.front().bytes > options.destBytes) continue;
+        if (ds.load > 0 && ds.load + q.front()->bytes > options.destBytes) continue;
         if (best < 0 || ds.load < stats.destinations[static_cast<size_t>(best)].load) best = d;
       }
       if (best < 0) return;
       const auto d = static_cast<size_t>(best);
-      Request r = std::move(queues[d].front());
+      std::shared_ptr<Request> rp = queues[d].front();
       queues[d].pop_front();
+      Request& r = *rp;
+      r.granted = true;
       auto& ds = stats.destinations[d];
       ds.queued = queues[d].size();
-      if (r.from->closed) continue;
       ds.granted++;
       ds.load += r.bytes;
       ds.maxLoad = std::max(ds.maxLoad, ds.load);

@@ -5,16 +5,21 @@
 //   - grants a request only while the destination's load (bytes granted and not yet delivered)
 //     stays within destBytes (one unit may always go to an idle destination, so a unit larger
 //     than destBytes cannot wedge),
-//   - when several destinations can take a grant, serves the least loaded one first,
+//   - chooses the destination: a request names its candidate destinations (a worker's
+//     equivalent units: the queued chunks of one update, which may travel in any order) and is
+//     granted toward the least loaded candidate that has room; across requests, the least
+//     loaded destination is served first,
 //   - paces each destination at rateBytesPerSec: a grant carries a start delay (the
 //     destination's virtual clock), so the bytes granted to it never start faster than that.
-// The destination of a unit is fixed by fabric/ps/placement.h (every worker must agree on it for
-// the aggregation rounds); the scheduler chooses which destination's queue is served next and
-// when each sender may start, never where a chunk goes (docs/TRANSFER.md, "Central scheduling").
+// The destination of a chunk is fixed by fabric/ps/placement.h (every worker must agree on it for
+// the aggregation rounds): the scheduler chooses which unit goes next and when, never moves a
+// chunk to another daemon (docs/TRANSFER.md, "Central scheduling").
 //
-// Protocol (its own connection, wire::MessageType::kControl, opcodes SchedOp below, header only):
-//   kRequest   worker -> sched  key = request id, sequence = destination, iteration = bytes
-//   kGrant     sched -> worker  key = request id, sequence = destination, iteration = delay in µs
+// Protocol (its own connection, wire::MessageType::kControl, opcodes SchedOp below):
+//   kRequest   worker -> sched  key = request id, iteration = bytes,
+//                               payload = candidate destinations, u32 little-endian each
+//   kGrant     sched -> worker  key = request id, sequence = the destination chosen,
+//                               iteration = start delay in µs (pacing)
 //   kDelivered worker -> sched  key = request id (the unit was acknowledged by its daemon)
 //   kRefuse    sched -> worker  key = request id, payload = reason text (bad destination, ...)
 // A worker whose connection ends releases the load of its undelivered grants.

@@ -66,7 +66,8 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
-  void send(SchedOp op, uint64_t id, uint64_t seq, uint64_t it) {
+  void send(SchedOp op, uint64_t id, uint64_t seq, uint64_t it,
+            std::shared_ptr<std::vector<uint8_t>> payload = nullptr) {
     wire::Header h;
     h.type = wire::MessageType::kControl;
     h.opcode = static_cast<uint8_t>(op);
@@ -74,7 +75,9 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
     h.key = id;
     h.sequence = seq;
     h.iteration = it;
-    conn->send(h, nullptr, 0, [](const Status&) {});  // a failure shows up in the receive loop
+    if (!payload) payload = std::make_shared<std::vector<uint8_t>>();
+    // A failure shows up in the receive loop.
+    conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
   }
 };
 
@@ -119,14 +122,22 @@ SchedClient::~SchedClient() {
   impl_->ctx->join();  // closes the connection; the receive loop has ended afterwards
 }
 
-StatusOr<SchedGrant> SchedClient::acquire(int destination, uint64_t bytes, Deadline deadline) {
+StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, uint64_t bytes,
+                                          Deadline deadline) {
   Impl& s = *impl_;
+  auto payload = std::make_shared<std::vector<uint8_t>>();
+  std::string destination;
+  for (int d : candidates) {
+    const auto v = static_cast<uint32_t>(d);
+    for (int b = 0; b < 4; ++b) payload->push_back(static_cast<uint8_t>(v >> (8 * b)));
+    destination += (destination.empty() ? "" : "|") + std::to_string(d);
+  }
   std::unique_lock<std::mutex> lock(s.mu);
   if (!s.error.ok()) return s.error;
   const uint64_t id = s.nextId++;
   s.pending[id] = {};
   s.stats.requests++;
-  s.send(SchedOp::kRequest, id, static_cast<uint64_t>(destination), bytes);
+  s.send(SchedOp::kRequest, id, 0, bytes, payload);
   for (;;) {
     auto it = s.pending.find(id);
     if (it->second.answered) {
@@ -142,7 +153,8 @@ StatusOr<SchedGrant> SchedClient::acquire(int destination, uint64_t bytes, Deadl
           std::this_thread::sleep_until(deadline.when());
           delivered(p.grant);  // give the bytes back: the unit will not be sent
           return DeadlineExceeded("grant from " + s.who() + " for destination " +
-                                  std::to_string(destination) + " starts after the deadline");
+                                  std::to_string(p.grant.destination) +
+                                  " starts after the deadline");
         }
         std::this_thread::sleep_until(start);
       }
@@ -158,9 +170,8 @@ StatusOr<SchedGrant> SchedClient::acquire(int destination, uint64_t bytes, Deadl
     if (timedOut && !s.pending.at(id).answered && s.error.ok()) {
       s.pending.erase(id);
       return DeadlineExceeded("no grant from the central scheduler (" + s.who() + ") for " +
-                              std::to_string(bytes) + " bytes to destination " +
-                              std::to_string(destination) + " (" +
-                              std::to_string(s.pending.size()) + " other requests waiting)");
+                              std::to_string(bytes) + " bytes to destination " + destination +
+                              " (" + std::to_string(s.pending.size()) + " other requests waiting)");
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -57,9 +58,14 @@ class SchedClient {
   SchedClient(const SchedClient&) = delete;
   SchedClient& operator=(const SchedClient&) = delete;
 
-  // Requests a grant to send `bytes` to `destination` and waits for it until `deadline`; then
-  // waits out the grant's pacing delay (bounded by the deadline too).
-  StatusOr<SchedGrant> acquire(int destination, uint64_t bytes, Deadline deadline);
+  // Requests a grant to send `bytes` to one of `candidates` (destination ids; the scheduler picks
+  // the least loaded that has room, SchedGrant::destination) and waits for it until `deadline`;
+  // then waits out the grant's pacing delay (bounded by the deadline too).
+  StatusOr<SchedGrant> acquire(const std::vector<int>& candidates, uint64_t bytes,
+                               Deadline deadline);
+  StatusOr<SchedGrant> acquire(int destination, uint64_t bytes, Deadline deadline) {
+    return acquire(std::vector<int>{destination}, bytes, deadline);
+  }
   // Reports a granted unit as delivered (acknowledged by its daemon): frees its bytes.
   void delivered(const SchedGrant& grant);
 

@@ -286,55 +286,17 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       expireDueLocked();
       size_t best = 0;
       if (mayDispatchLocked(&best)) {
-        std::shared_ptr<Unit> u = queue[best];
-        outstanding.push_back(u);
-        queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(best));
-        unqueuedLocked(*u);
-        inFlight++;
-        DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
-        d.unitsSent++;
-        d.bytesSent += u->in.bytes();
-        stats.bytesSent += u->in.bytes();
-        if (u->isBucket()) {
-          stats.bucketsSent++;
-          for (auto& m : u->members) {
-            m.update->unitsQueued--;
-            m.update->unitsInFlight++;
-          }
-        } else {
-          stats.chunksSent++;
-          u->update->unitsInFlight++;
+        if (options.scheduler) {
+          dispatchCentral(lock, best);
+          continue;
         }
-        if (TransferRecord* r = record(u->recordId)) {
-          r->sendIndex = sends;
-          r->sentNs = nowNs();
-        }
-        sends++;
+        std::shared_ptr<Unit> u = takeLocked(best);
         ps::PushPullOptions po;
         po.op = u->op;
         auto self = shared_from_this();
+        po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
         po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
         lock.unlock();
-        if (SchedClient* sched = options.scheduler) {
-          // Central mode: wait for the grant (and its pacing delay) before the unit travels;
-          // the window slot is held meanwhile, so the order the policy chose is kept.
-          Deadline d = Deadline::afterMs(options.grantTimeoutMs);
-          if (u->update && u->update->deadline.when() < d.when()) d = u->update->deadline;
-          auto grant = sched->acquire(u->destination, u->in.bytes(), d);
-          if (!grant.ok()) {
-            onAcked(u, grant.status());
-            onDone(u, grant.status());
-            lock.lock();
-            continue;
-          }
-          const SchedGrant g = *grant;
-          po.onAcked = [self, u, sched, g](const Status& st) {
-            sched->delivered(g);  // also on failure: the bytes are no longer on their way
-            self->onAcked(u, st);
-          };
-        } else {
-          po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
-        }
         (void)client->pushPull(u->wireKey, u->in, u->out, po);  // completion via the callbacks
         lock.lock();
         continue;
@@ -346,6 +308,101 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         cv.wait_until(lock, next.when());
       }
     }
+  }
+
+  // Removes queue[i] and accounts it as handed to the transport (ack and result windows).
+  std::shared_ptr<Unit> takeLocked(size_t i) {
+    std::shared_ptr<Unit> u = queue[i];
+    outstanding.push_back(u);
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+    unqueuedLocked(*u);
+    inFlight++;
+    DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
+    d.unitsSent++;
+    d.bytesSent += u->in.bytes();
+    stats.bytesSent += u->in.bytes();
+    if (u->isBucket()) {
+      stats.bucketsSent++;
+      for (auto& m : u->members) {
+        m.update->unitsQueued--;
+        m.update->unitsInFlight++;
+      }
+    } else {
+      stats.chunksSent++;
+      u->update->unitsInFlight++;
+    }
+    if (TransferRecord* r = record(u->recordId)) {
+      r->sendIndex = sends;
+      r->sentNs = nowNs();
+    }
+    sends++;
+    return u;
+  }
+
+  // Central mode (TransferOptions::scheduler): ask cofab-sched for a grant before the unit the
+  // policy chose travels. The queued chunks of the same update are equivalent (each is its own
+  // round; their order changes no result), so their destinations are all offered and the
+  // scheduler picks the least loaded one that has room; the most urgent of those chunks going
+  // there is sent. In the result window's bypass only the chosen unit is offered (the bypass
+  // argument needs the most urgent unit). Placement is untouched: a chunk's daemon is fixed.
+  void dispatchCentral(std::unique_lock<std::mutex>& lock, size_t best) {
+    SchedClient* sched = options.scheduler;
+    const std::shared_ptr<Unit> chosen = queue[best];
+    const std::shared_ptr<UpdateState> up = chosen->update;
+    std::vector<int> cands = {chosen->destination};
+    uint64_t bytes = chosen->in.bytes();  // the largest unit that may go (the grant's size)
+    const bool bypass = outstanding.size() >= static_cast<size_t>(options.maxOutstanding);
+    if (up && !bypass) {
+      for (const auto& q : queue) {
+        if (q->update != up) continue;
+        bytes = std::max<uint64_t>(bytes, q->in.bytes());
+        if (std::find(cands.begin(), cands.end(), q->destination) == cands.end()) {
+          cands.push_back(q->destination);
+        }
+      }
+    }
+    Deadline d = Deadline::afterMs(options.grantTimeoutMs);
+    if (up && up->deadline.when() < d.when()) d = up->deadline;
+    lock.unlock();
+    StatusOr<SchedGrant> grant = sched->acquire(cands, bytes, d);
+    lock.lock();
+    auto equivalent = [&](const std::shared_ptr<Unit>& q) {
+      return q == chosen || (up && !bypass && q->update == up);
+    };
+    if (!grant.ok()) {  // fail the chosen unit if it is still queued
+      auto it = std::find(queue.begin(), queue.end(), chosen);
+      if (it == queue.end()) return;
+      std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()));
+      lock.unlock();
+      onAcked(u, grant.status());
+      onDone(u, grant.status());
+      lock.lock();
+      return;
+    }
+    const SchedGrant g = *grant;
+    std::ptrdiff_t pick = -1;
+    for (size_t i = 0; i < queue.size(); ++i) {
+      if (!equivalent(queue[i]) || queue[i]->destination != g.destination) continue;
+      if (pick < 0 || policy->before(queue[i]->info, queue[static_cast<size_t>(pick)]->info)) {
+        pick = static_cast<std::ptrdiff_t>(i);
+      }
+    }
+    if (pick < 0) {  // dropped meanwhile (cancel, deadline): give the grant back
+      sched->delivered(g);
+      return;
+    }
+    std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(pick));
+    ps::PushPullOptions po;
+    po.op = u->op;
+    auto self = shared_from_this();
+    po.onAcked = [self, u, sched, g](const Status& st) {
+      sched->delivered(g);  // also on failure: the bytes are no longer on their way
+      self->onAcked(u, st);
+    };
+    po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
+    lock.unlock();
+    (void)client->pushPull(u->wireKey, u->in, u->out, po);
+    lock.lock();
   }
 
   // Two windows. The ack window (maxInFlight units not acknowledged) keeps the transport queue

@@ -169,6 +169,69 @@ TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
 }
 
+TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 2;
+  so.destBytes = 100;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto sc = transfer::SchedClient::connect(0, co);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  auto get = [&](std::vector<int> cands, uint64_t bytes) {
+    auto g = (*sc)->acquire(cands, bytes, Deadline::afterMs(10000));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : transfer::SchedGrant{};
+  };
+  const auto g1 = get({0}, 60);     // load 60 | 0
+  const auto g2 = get({0, 1}, 30);  // -> 1: load 60 | 30
+  const auto g3 = get({0, 1}, 30);  // -> 1: load 60 | 60
+  const auto g4 = get({0, 1}, 30);  // tie -> 0: load 90 | 60
+  EXPECT_EQ(g1.destination, 0);
+  EXPECT_EQ(g2.destination, 1);
+  EXPECT_EQ(g3.destination, 1);
+  EXPECT_EQ(g4.destination, 0);
+  // Neither has room for 50 now: the request waits in both queues, and is granted once, by the
+  // first destination that gets room.
+  transfer::SchedGrant g5;
+  std::thread waiter([&] { g5 = get({0, 1}, 50); });
+  const Deadline queued = Deadline::afterMs(10000);
+  while (!queued.expired()) {
+    const auto st = (*sched)->stats();
+    if (st.destinations[0].queued + st.destinations[1].queued == 2) break;
+    std::this_thread::sleep_for(Millis(2));
+  }
+  (*sc)->delivered(g2);  // load 90 | 30: the waiting request goes to 1
+  waiter.join();
+  EXPECT_EQ(g5.destination, 1);
+  for (const auto& g : {g1, g3, g4, g5}) (*sc)->delivered(g);
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  do {
+    st = (*sched)->stats();
+    if (st.destinations[0].delivered + st.destinations[1].delivered == 5) break;
+    std::this_thread::sleep_for(Millis(2));
+  } while (!settle.expired());
+  EXPECT_EQ(st.destinations[0].granted, 2u);
+  EXPECT_EQ(st.destinations[1].granted, 3u);
+  EXPECT_EQ(st.destinations[0].delivered, 2u);
+  EXPECT_EQ(st.destinations[1].delivered, 3u);
+  EXPECT_EQ(st.destinations[0].load + st.destinations[1].load, 0u);
+  EXPECT_LE(st.destinations[0].maxLoad, 100u);
+  EXPECT_LE(st.destinations[1].maxLoad, 100u);
+  EXPECT_EQ(st.protocolErrors, 0u);
+  // A delivery reported twice is a protocol error, not a second release.
+  (*sc)->delivered(g1);
+  const Deadline seen = Deadline::afterMs(10000);
+  while ((*sched)->stats().protocolErrors == 0 && !seen.expired()) {
+    std::this_thread::sleep_for(Millis(2));
+  }
+  EXPECT_EQ((*sched)->stats().protocolErrors, 1u);
+  EXPECT_EQ((*sched)->stats().destinations[0].delivered, 2u);
+}
+
 // A real cofab-sched process: registers in the store, serves; SIGSTOP makes grants time out
 // (DeadlineExceeded naming the scheduler), SIGKILL fails waiting units at once (Unavailable).
 class SchedProcess {
