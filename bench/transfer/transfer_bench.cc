@@ -3,13 +3,17 @@
 //   cofab_transfer_bench [--models vgg16,resnet50,transformer] [--iters 2] [--rounds 5]
 //                        [--chunk-bytes 524288] [--inflight 1] [--outstanding 8]
 //                        [--byte-scale 0.125] [--compute-scale 1.0] [--credit-chunks 8]
-//                        [--trace-dir D] [--skip-incast]
+//                        [--trace-dir D] [--skip-incast] [--skip-central]
 //
 // 1. Incast: 4 workers (threads, one PushPullClient each, TCP loopback) push at once to one
 //    aggregator (in-process AggregatorServer, 1 engine), uncredited and then credited
 //    (--credit-bytes = --credit-chunks chunks, default 8): throughput per worker and the
 //    aggregator's maximum receive backlog (payload received and not yet consumed), credit
 //    violations (must be 0).
+// 1b. Central scheduling vs credits (--skip-central to skip): the same incast through a
+//    TransferManager (8 units in flight) with the same job-wide bound on the aggregator's
+//    backlog, 4 x --credit-chunks chunks: credits of a quarter of it per worker vs an
+//    in-process CentralScheduler (cofab-sched's service) granting all of it per daemon.
 // 2. DNN replay (bench/transfer/models/*.csv, see README.md): 4 worker processes (fork) over TCP
 //    through 2 cofab-aggd daemons. Each iteration: forward pass layer 0..L-1, waiting before each
 //    layer for that layer's reduced gradient of the previous iteration, then sleeping fwd_ms;
@@ -42,6 +46,7 @@
 #include "aggregator/aggregator_server.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/store.h"
+#include "fabric/transfer/central_scheduler.h"
 #include "fabric/transfer/transfer_manager.h"
 
 using namespace cofab;
@@ -86,7 +91,10 @@ struct IncastResult {
   uint64_t outstandingMax = 0;
 };
 
-IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWorker, int rounds) {
+// managed: the workers push through a TransferManager (8 units in flight); schedBytes > 0: in
+// central mode, with an in-process CentralScheduler granting at most schedBytes per daemon.
+IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWorker, int rounds,
+                       bool managed = false, uint64_t schedBytes = 0) {
   const int workers = 4;
   aggregator::ServerOptions so;
   so.numWorkers = workers;
@@ -98,6 +106,18 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
   if (!server.ok()) {
     std::fprintf(stderr, "incast server: %s\n", server.status().toString().c_str());
     return r;
+  }
+  std::unique_ptr<transfer::CentralScheduler> sched;
+  if (schedBytes > 0) {
+    transfer::SchedulerOptions sco;
+    sco.destBytes = schedBytes;
+    sco.listenAddress = "127.0.0.1:0";
+    auto s = transfer::CentralScheduler::create(sco);
+    if (!s.ok()) {
+      std::fprintf(stderr, "incast scheduler: %s\n", s.status().toString().c_str());
+      return r;
+    }
+    sched = std::move(s).value();
   }
   std::vector<double> elapsed(workers, 0);
   std::vector<std::thread> threads;
@@ -115,6 +135,44 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
       }
       std::vector<float> x(bytesPerWorker / sizeof(float), 1.0f);
       const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
+      if (managed) {
+        std::unique_ptr<transfer::SchedClient> sc;
+        transfer::TransferOptions to;
+        to.maxInFlight = 8;
+        to.maxOutstanding = 16;
+        if (sched) {
+          transfer::SchedClientOptions sco;
+          sco.address = sched->address();
+          auto c = transfer::SchedClient::connect(w, sco);
+          if (!c.ok()) {
+            std::fprintf(stderr, "incast worker %d: %s\n", w, c.status().toString().c_str());
+            return;
+          }
+          sc = std::move(c).value();
+          to.scheduler = sc.get();
+        }
+        auto mgr = transfer::TransferManager::create(**client, to);
+        if (!mgr.ok()) return;
+        auto once = [&](uint64_t key) {
+          transfer::GradientUpdate g;
+          g.key = key;
+          g.tensor = v;
+          const Status st = (*mgr)->enqueue(g).wait(Deadline::afterMs(120000));
+          if (!st.ok()) std::fprintf(stderr, "incast worker %d: %s\n", w, st.toString().c_str());
+          return st.ok();
+        };
+        if (!once(0)) return;
+        ready++;
+        while (ready.load() < workers) std::this_thread::yield();
+        const double t0 = nowMs();
+        for (int i = 0; i < rounds; ++i) {
+          if (!once(1)) return;
+        }
+        elapsed[static_cast<size_t>(w)] = nowMs() - t0;
+        mgr->reset();
+        (*client)->close();
+        return;
+      }
       // Warm-up, then all four start together.
       if (!(*client)->pushPull(0, v, v).wait(Deadline::afterMs(120000)).ok()) return;
       ready++;
@@ -137,7 +195,51 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
   r.violations = m.creditViolations.load();
   r.outstandingMax = m.creditOutstandingMax.load();
   (*server)->shutdown("bench done");
+  if (sched) {
+    r.outstandingMax = sched->stats().destinations[0].maxLoad;
+    sched->shutdown();
+  }
   return r;
+}
+
+// Central scheduling vs credits, both through the TransferManager, with the same job-wide bound
+// on the aggregator's receive backlog: credits of `budget / 4` per worker vs a scheduler budget
+// of `budget` for the daemon. Pairs back to back, median of the per-pair ratios.
+void benchIncastCentral(size_t windowChunks) {
+  const size_t chunk = 256 << 10, bytes = 32 << 20;
+  const size_t budget = 4 * windowChunks * chunk;
+  const int rounds = 3;
+  std::vector<double> cm, sm, ratios;
+  uint64_t cBacklog = 0, sBacklog = 0, sLoad = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    IncastResult c = runIncast(budget / 4, chunk, bytes, rounds, true, 0);
+    IncastResult s = runIncast(0, chunk, bytes, rounds, true, budget);
+    cm.push_back(c.mbps);
+    sm.push_back(s.mbps);
+    if (c.mbps > 0) ratios.push_back(s.mbps / c.mbps);
+    cBacklog = std::max(cBacklog, c.backlogMaxBytes);
+    sBacklog = std::max(sBacklog, s.backlogMaxBytes);
+    sLoad = std::max(sLoad, s.outstandingMax);
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::printf(
+      "incast via TransferManager, job-wide budget %zu KiB at the aggregator:\n"
+      "  credits (%zu KiB per worker): %.1f MB/s per worker, max backlog %.1f MiB\n"
+      "  central (cofab-sched, %zu KiB per daemon): %.1f MB/s per worker, max backlog %.1f MiB, "
+      "max granted-undelivered %.1f MiB\n",
+      budget >> 10, (budget / 4) >> 10, med(cm), cBacklog / 1048576.0, budget >> 10, med(sm),
+      sBacklog / 1048576.0, sLoad / 1048576.0);
+  std::printf(
+      "RESULT transfer_incast_central workers=4 bytes=%zu chunk=%zu budget=%zu credited_mbps=%.1f "
+      "central_mbps=%.1f central_over_credited=%.3f credited_max_backlog_bytes=%llu "
+      "central_max_backlog_bytes=%llu central_max_load_bytes=%llu\n",
+      bytes, chunk, budget, med(cm), med(sm), med(ratios),
+      static_cast<unsigned long long>(cBacklog), static_cast<unsigned long long>(sBacklog),
+      static_cast<unsigned long long>(sLoad));
+  std::fflush(stdout);
 }
 
 void benchIncast(size_t windowChunks) {
@@ -451,6 +553,9 @@ int main(int argc, char** argv) {
   if (!dir) return 1;
   if (!flag(argc, argv, "--skip-incast")) {
     benchIncast(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
+  }
+  if (!flag(argc, argv, "--skip-central")) {
+    benchIncastCentral(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
   }
   for (const auto& m : models) {
     benchReplay(m, modelDir + "/" + m + ".csv", std::string(dir) + "/" + m, byteScale, computeScale,
