@@ -20,7 +20,8 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  Status error;  // sticky
+  Status error;         // sticky
+  bool closed = false;  // the SchedClient was destroyed
   uint64_t nextId = 1;
   struct Pending {
     bool answered = false;
@@ -64,6 +65,16 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
       lock.unlock();
       self->postRecv();
     });
+  }
+
+  // After the client's destructor (closed) this does nothing.
+  void delivered(const SchedGrant& grant) {
+    // Sent under the lock (sends never call back inline), so the destructor's join cannot
+    // slip in between the check and the send.
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed) return;
+    stats.delivered++;
+    send(SchedOp::kDelivered, grant.id, static_cast<uint64_t>(grant.destination), 0);
   }
 
   void send(SchedOp op, uint64_t id, uint64_t seq, uint64_t it,
@@ -119,6 +130,10 @@ StatusOr<std::unique_ptr<SchedClient>> SchedClient::connect(int rank,
 }
 
 SchedClient::~SchedClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->closed = true;
+  }
   impl_->ctx->join();  // closes the connection; the receive loop has ended afterwards
 }
 
@@ -176,12 +191,10 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
   }
 }
 
-void SchedClient::delivered(const SchedGrant& grant) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->stats.delivered++;
-  }
-  impl_->send(SchedOp::kDelivered, grant.id, static_cast<uint64_t>(grant.destination), 0);
+void SchedClient::delivered(const SchedGrant& grant) { impl_->delivered(grant); }
+
+std::function<void(const SchedGrant&)> SchedClient::deliveryReporter() const {
+  return [impl = impl_](const SchedGrant& grant) { impl->delivered(grant); };
 }
 
 const std::string& SchedClient::address() const { return impl_->address; }

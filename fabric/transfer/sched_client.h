@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ class SchedClient {
   }
   // Reports a granted unit as delivered (acknowledged by its daemon): frees its bytes.
   void delivered(const SchedGrant& grant);
+  // delivered() as a function that stays safe to call after this client is destroyed (it then
+  // does nothing): for completion callbacks that may run after their owner is gone.
+  std::function<void(const SchedGrant&)> deliveryReporter() const;
 
   const std::string& address() const;
   SchedClientStats stats() const;

@@ -395,8 +395,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     ps::PushPullOptions po;
     po.op = u->op;
     auto self = shared_from_this();
-    po.onAcked = [self, u, sched, g](const Status& st) {
-      sched->delivered(g);  // also on failure: the bytes are no longer on their way
+    // The ack may arrive after the manager and the SchedClient are gone: keep the reporter.
+    po.onAcked = [self, u, report = sched->deliveryReporter(), g](const Status& st) {
+      report(g);  // also on failure: the bytes are no longer on their way
       self->onAcked(u, st);
     };
     po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
