@@ -300,8 +300,8 @@ TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
         std::this_thread::sleep_for(Millis(2));
       }
     };
-    sync(1);  // stopped: no grant comes
-    std::vector<float> g(4096, 1.0f);
+    sync(1);                                                 // stopped: no grant comes
+    std::vector<float> g(4 * kChunk / sizeof(float), 1.0f);  // 4 chunks
     transfer::GradientUpdate u;
     u.key = 7;
     u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
@@ -309,6 +309,11 @@ TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
     if (st.code() != StatusCode::kDeadlineExceeded ||
         st.message().find("cofab-sched at") == std::string::npos) {
       return Internal("stopped scheduler: want DeadlineExceeded naming it, got " + st.toString());
+    }
+    // The update failed with its first chunk's grant: the other three were dropped, not left
+    // to wait for grants one after the other.
+    if (mgr->stats().destinations[0].queued != 0) {
+      return Internal("chunks of a failed update are still queued");
     }
     sync(2);  // killed: the connection breaks
     std::vector<float> g2(4096, 1.0f);
