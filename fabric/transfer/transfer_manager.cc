@@ -24,6 +24,9 @@ COFAB_PARAM_INT(kTransferInFlight, "COFAB_TRANSFER_INFLIGHT", 2, 1, 4096,
                 "TransferManager: units handed to the transport and not yet acknowledged");
 COFAB_PARAM_INT(kTransferOutstanding, "COFAB_TRANSFER_OUTSTANDING", 4, 1, 4096,
                 "TransferManager: units handed to the transport whose result has not arrived");
+COFAB_PARAM_STRING(kTransferScheduler, "COFAB_TRANSFER_SCHEDULER", "none",
+                   "TransferManager: 'central' asks cofab-sched (found through COFAB_STORE) for a "
+                   "grant before each unit when TransferOptions::scheduler is not set; 'none'");
 COFAB_PARAM_INT(kTransferGrantTimeoutMs, "COFAB_TRANSFER_GRANT_TIMEOUT_MS", 30000, 1, 3600000,
                 "TransferManager with a central scheduler: how long a unit waits for its grant");
 COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
@@ -110,6 +113,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   uint64_t recordBase = 0;  // id of records.front()
   TransferStats stats;
   std::thread dispatcher;
+  // COFAB_TRANSFER_SCHEDULER=central without TransferOptions::scheduler: owned here.
+  std::unique_ptr<Store> schedStore;
+  std::unique_ptr<SchedClient> ownedScheduler;
 
   TransferRecord* record(uint64_t id) {
     if (id < recordBase || id - recordBase >= records.size()) return nullptr;
@@ -658,6 +664,24 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
       o.chunkBytes == 0 ? client.chunkBytes() : std::min(o.chunkBytes, client.chunkBytes());
   if (o.bucketBytes == 0 || o.bucketBytes > core->chunkBytes) o.bucketBytes = core->chunkBytes;
   if (o.maxRecords == 0) o.maxRecords = 1;
+  if (o.scheduler == nullptr) {
+    COFAB_ASSIGN_OR_RETURN(std::string mode, kTransferScheduler.get());
+    if (mode == "central") {
+      std::string url;
+      if (!rawParamValue("COFAB_STORE", &url) || url.empty()) {
+        return InvalidArgument(
+            "COFAB_TRANSFER_SCHEDULER=central needs COFAB_STORE (where cofab-sched registered) "
+            "or TransferOptions::scheduler");
+      }
+      COFAB_ASSIGN_OR_RETURN(core->schedStore, openStore(url, Deadline::afterMs(60000)));
+      COFAB_ASSIGN_OR_RETURN(core->ownedScheduler,
+                             SchedClient::connect(*core->schedStore, client.rank()));
+      o.scheduler = core->ownedScheduler.get();
+    } else if (mode != "none") {
+      return InvalidArgument("COFAB_TRANSFER_SCHEDULER must be 'central' or 'none', not '" + mode +
+                             "'");
+    }
+  }
   core->numServers = std::max(1, client.numServers());
   core->stats.destinations.resize(static_cast<size_t>(core->numServers));
   core->paused = o.startPaused;

@@ -90,7 +90,9 @@ struct TransferOptions {
   // a grant (SchedClient::acquire) before it is handed to the transport, and is reported
   // delivered when its daemon acknowledged it. Not owned; must outlive the manager. A unit whose
   // grant fails (scheduler gone, no grant within grantTimeoutMs) fails its update with that
-  // Status. nullptr: no central scheduler (credits and windows only). While the dispatcher
+  // Status. nullptr: COFAB_TRANSFER_SCHEDULER decides: "central" connects to the cofab-sched
+  // registered in the store COFAB_STORE names (the manager owns that client), "none" (default):
+  // no central scheduler (credits and windows only). While the dispatcher
   // waits for a grant, the destructor waits too (at most grantTimeoutMs).
   SchedClient* scheduler = nullptr;
   // How long one unit waits for its grant; 0: COFAB_TRANSFER_GRANT_TIMEOUT_MS (30000).

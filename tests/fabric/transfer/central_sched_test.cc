@@ -18,6 +18,7 @@
 #include "fabric/transfer/sched_client.h"
 #include "fabric/transfer/transfer_manager.h"
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/support/process_group.h"
 #include "tests/support/thread_ranks.h"
 
 namespace cofab::testing {
@@ -230,6 +231,43 @@ TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
   }
   EXPECT_EQ((*sched)->stats().protocolErrors, 1u);
   EXPECT_EQ((*sched)->stats().destinations[0].delivered, 2u);
+}
+
+// COFAB_TRANSFER_SCHEDULER=central: an unchanged training loop (no TransferOptions::scheduler)
+// finds the scheduler through COFAB_STORE. Worker processes, so the environment is their own.
+TEST(CentralScheduler, EnvironmentSelectsCentralMode) {
+  const int kWorkers = 2;
+  DaemonCluster cluster(1, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  const std::string url = cluster.storeUrl();
+  ProcessGroup group;
+  group.start(kWorkers, [&](int rank) -> int {
+    ::setenv("COFAB_STORE", url.c_str(), 1);
+    ::setenv("COFAB_TRANSFER_SCHEDULER", "central", 1);
+    auto store = openStore(url, Deadline::afterMs(10000));
+    if (!store.ok()) return childFail(rank, store.status().toString());
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    auto client = ps::PushPullClient::connect(**store, rank, kWorkers, co);
+    if (!client.ok()) return childFail(rank, client.status().toString());
+    auto mgr = transfer::TransferManager::create(**client, {});
+    if (!mgr.ok()) return childFail(rank, mgr.status().toString());
+    Status st = runIteration(**mgr, rank, kWorkers, 0);
+    return st.ok() ? 0 : childFail(rank, st.toString());
+  });
+  // The scheduler starts after the fork (no threads in the children's image).
+  transfer::SchedulerOptions so;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  ASSERT_TRUE(cluster.store()
+                  .set(transfer::schedulerAddressKey("cofab/sched"),
+                       Bytes((*sched)->address().begin(), (*sched)->address().end()))
+                  .ok());
+  EXPECT_EQ(failures(group.waitAll(Deadline::afterMs(30000))), "");
+  const auto st = (*sched)->stats();
+  EXPECT_GT(st.destinations[0].granted, 0u) << "the managers did not ask the scheduler";
+  EXPECT_EQ(st.protocolErrors, 0u);
 }
 
 // A real cofab-sched process: registers in the store, serves; SIGSTOP makes grants time out
