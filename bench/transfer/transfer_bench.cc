@@ -19,7 +19,8 @@
 //    layer for that layer's reduced gradient of the previous iteration, then sleeping fwd_ms;
 //    backward pass L-1..0, sleeping bwd_ms and handing the layer's gradient to the
 //    TransferManager as soon as it is produced. Modes, interleaved per round so that machine
-//    load drifts hit all three alike: fifo, priority (P3/ByteScheduler) and no_overlap
+//    load drifts hit all alike: fifo, priority (P3/ByteScheduler), priority_central (priority
+//    with grants from an in-process CentralScheduler, default budget) and no_overlap
 //    (communication only after the whole backward pass, and the next forward only after all of
 //    it). Gradient bytes are multiplied by --byte-scale (default 1/8) and compute times by
 //    --compute-scale so that the run is communication-bound on this machine; the bench measures
@@ -323,7 +324,8 @@ void sleepMs(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
-enum class Mode { kFifo, kPriority, kNoOverlap, kCommOnly };
+enum class Mode { kFifo, kPriority, kNoOverlap, kCommOnly, kCentral };
+constexpr int kModes = 5;
 const char* modeName(Mode m) {
   switch (m) {
     case Mode::kFifo:
@@ -334,6 +336,8 @@ const char* modeName(Mode m) {
       return "no_overlap";
     case Mode::kCommOnly:
       return "comm_only";
+    case Mode::kCentral:
+      return "priority_central";
   }
   return "?";
 }
@@ -357,11 +361,23 @@ int replayWorker(int rank, int workers, const std::string& storeUrl, const std::
   std::vector<std::vector<float>> grads(L);
   for (size_t l = 0; l < L; ++l) grads[l].assign(model[l].bytes / sizeof(float), 0.5f);
   std::ofstream times(dir + "/times." + std::to_string(rank));
-  const Mode modes[] = {Mode::kFifo, Mode::kPriority, Mode::kNoOverlap, Mode::kCommOnly};
+  const Mode modes[] = {Mode::kFifo, Mode::kPriority, Mode::kNoOverlap, Mode::kCommOnly,
+                        Mode::kCentral};
+  // priority_central: priority ordering with grants from the CentralScheduler the parent runs
+  // (registered under "<prefix>/sched").
+  transfer::SchedClientOptions sco;
+  sco.storePrefix = prefix + "/sched";
+  sco.connectTimeoutMs = 30000;
+  auto sched = transfer::SchedClient::connect(**store, rank, sco);
+  if (!sched.ok()) {
+    std::fprintf(stderr, "worker %d: %s\n", rank, sched.status().toString().c_str());
+    return 3;
+  }
   for (int round = -1; round < rounds; ++round) {  // round -1: warm-up, not recorded
     for (Mode mode : modes) {
       transfer::TransferOptions to;
-      to.policy = mode == Mode::kPriority ? "priority" : "fifo";
+      to.policy = mode == Mode::kPriority || mode == Mode::kCentral ? "priority" : "fifo";
+      if (mode == Mode::kCentral) to.scheduler = sched->get();
       to.maxInFlight = inflight;
       to.maxOutstanding = outstanding;
       auto mgr = transfer::TransferManager::create(**client, to);
@@ -466,6 +482,23 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
                      std::to_string(workers), "--id", std::to_string(i), "--servers",
                      std::to_string(servers), "--engines", "1", "--http", "off"}));
   }
+  // The central scheduler for the priority_central mode, in this process (the workers fork
+  // from it but never touch it).
+  transfer::SchedulerOptions so;
+  so.numDestinations = servers;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  auto pstore = openStore(storeUrl, Deadline::afterMs(30000));
+  if (!sched.ok() || !pstore.ok() ||
+      !(*pstore)
+           ->set(transfer::schedulerAddressKey(prefix + "/sched"),
+                 Bytes((*sched)->address().begin(), (*sched)->address().end()))
+           .ok()) {
+    std::fprintf(stderr, "replay: cannot start the central scheduler\n");
+    for (pid_t p : daemons) kill(p, SIGTERM);
+    for (pid_t p : daemons) waitpid(p, nullptr, 0);
+    return;
+  }
   std::vector<pid_t> kids;
   for (int r = 0; r < workers; ++r) {
     const pid_t pid = fork();
@@ -489,14 +522,15 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
   for (pid_t p : daemons) waitpid(p, nullptr, 0);
   if (!ok) return;
   // Per round and mode: the slowest worker; then the median over rounds.
-  std::vector<std::vector<double>> perMode(4, std::vector<double>(static_cast<size_t>(rounds), 0));
+  std::vector<std::vector<double>> perMode(kModes,
+                                           std::vector<double>(static_cast<size_t>(rounds), 0));
   for (int r = 0; r < workers; ++r) {
     std::ifstream in(dir + "/times." + std::to_string(r));
     std::string mode;
     double ms;
-    std::vector<int> seen(4, 0);
+    std::vector<int> seen(kModes, 0);
     while (in >> mode >> ms) {
-      for (int m = 0; m < 4; ++m) {
+      for (int m = 0; m < kModes; ++m) {
         if (mode == modeName(static_cast<Mode>(m)) && seen[m] < rounds) {
           auto& slot = perMode[static_cast<size_t>(m)][static_cast<size_t>(seen[m]++)];
           slot = std::max(slot, ms);
@@ -505,7 +539,7 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
     }
   }
   const double fifo = median(perMode[0]), prio = median(perMode[1]), none = median(perMode[2]),
-               comm = median(perMode[3]);
+               comm = median(perMode[3]), central = median(perMode[4]);
   double fwd = 0, bwd = 0, bytes = 0;
   for (const auto& l : model) {
     fwd += l.fwdMs;
@@ -515,15 +549,17 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
   std::printf(
       "dnn_replay %s: %zu layers, %.1f MB of gradients per worker per iteration (x%.4f of the "
       "model), compute fwd %.1f + bwd %.1f ms; communication alone %.1f ms/iteration "
-      "(%s-bound)\n  fifo %.1f ms, priority %.1f ms (%.3f x fifo), no overlap %.1f ms\n",
+      "(%s-bound)\n  fifo %.1f ms, priority %.1f ms (%.3f x fifo), no overlap %.1f ms, "
+      "priority with central scheduling %.1f ms\n",
       modelName.c_str(), model.size(), bytes / 1e6, byteScale, fwd, bwd, comm,
-      comm > fwd + bwd ? "communication" : "compute", fifo, prio, fifo > 0 ? prio / fifo : 0, none);
+      comm > fwd + bwd ? "communication" : "compute", fifo, prio, fifo > 0 ? prio / fifo : 0, none,
+      central);
   std::printf(
       "RESULT dnn_replay model=%s workers=%d fifo_ms=%.1f priority_ms=%.1f no_overlap_ms=%.1f "
       "comm_only_ms=%.1f compute_ms=%.1f priority_vs_fifo=%.3f byte_scale=%.4f chunk=%zu "
-      "inflight=%d outstanding=%d rounds=%d\n",
+      "inflight=%d outstanding=%d rounds=%d priority_central_ms=%.1f\n",
       modelName.c_str(), workers, fifo, prio, none, comm, fwd + bwd, fifo > 0 ? prio / fifo : 0,
-      byteScale, chunkBytes, inflight, outstanding, rounds);
+      byteScale, chunkBytes, inflight, outstanding, rounds, central);
   std::fflush(stdout);
   if (!traceOut.empty() && std::filesystem::exists(dir + "/trace.priority.json")) {
     std::error_code ec;
