@@ -3,19 +3,24 @@
 //   cofab_transfer_bench [--models vgg16,resnet50,transformer] [--iters 2] [--rounds 5]
 //                        [--chunk-bytes 524288] [--inflight 1] [--outstanding 8]
 //                        [--byte-scale 0.125] [--compute-scale 1.0] [--credit-chunks 8]
-//                        [--trace-dir D] [--skip-incast]
+//                        [--trace-dir D] [--skip-incast] [--skip-central]
 //
 // 1. Incast: 4 workers (threads, one PushPullClient each, TCP loopback) push at once to one
 //    aggregator (in-process AggregatorServer, 1 engine), uncredited and then credited
 //    (--credit-bytes = --credit-chunks chunks, default 8): throughput per worker and the
 //    aggregator's maximum receive backlog (payload received and not yet consumed), credit
 //    violations (must be 0).
+// 1b. Central scheduling vs credits (--skip-central to skip): the same incast through a
+//    TransferManager (8 units in flight) with the same job-wide bound on the aggregator's
+//    backlog, 4 x --credit-chunks chunks: credits of a quarter of it per worker vs an
+//    in-process CentralScheduler (cofab-sched's service) granting all of it per daemon.
 // 2. DNN replay (bench/transfer/models/*.csv, see README.md): 4 worker processes (fork) over TCP
 //    through 2 cofab-aggd daemons. Each iteration: forward pass layer 0..L-1, waiting before each
 //    layer for that layer's reduced gradient of the previous iteration, then sleeping fwd_ms;
 //    backward pass L-1..0, sleeping bwd_ms and handing the layer's gradient to the
 //    TransferManager as soon as it is produced. Modes, interleaved per round so that machine
-//    load drifts hit all three alike: fifo, priority (P3/ByteScheduler) and no_overlap
+//    load drifts hit all alike: fifo, priority (P3/ByteScheduler), priority_central (priority
+//    with grants from an in-process CentralScheduler, default budget) and no_overlap
 //    (communication only after the whole backward pass, and the next forward only after all of
 //    it). Gradient bytes are multiplied by --byte-scale (default 1/8) and compute times by
 //    --compute-scale so that the run is communication-bound on this machine; the bench measures
@@ -42,6 +47,7 @@
 #include "aggregator/aggregator_server.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/store.h"
+#include "fabric/transfer/central_scheduler.h"
 #include "fabric/transfer/transfer_manager.h"
 
 using namespace cofab;
@@ -86,7 +92,10 @@ struct IncastResult {
   uint64_t outstandingMax = 0;
 };
 
-IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWorker, int rounds) {
+// managed: the workers push through a TransferManager (8 units in flight); schedBytes > 0: in
+// central mode, with an in-process CentralScheduler granting at most schedBytes per daemon.
+IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWorker, int rounds,
+                       bool managed = false, uint64_t schedBytes = 0) {
   const int workers = 4;
   aggregator::ServerOptions so;
   so.numWorkers = workers;
@@ -98,6 +107,18 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
   if (!server.ok()) {
     std::fprintf(stderr, "incast server: %s\n", server.status().toString().c_str());
     return r;
+  }
+  std::unique_ptr<transfer::CentralScheduler> sched;
+  if (schedBytes > 0) {
+    transfer::SchedulerOptions sco;
+    sco.destBytes = schedBytes;
+    sco.listenAddress = "127.0.0.1:0";
+    auto s = transfer::CentralScheduler::create(sco);
+    if (!s.ok()) {
+      std::fprintf(stderr, "incast scheduler: %s\n", s.status().toString().c_str());
+      return r;
+    }
+    sched = std::move(s).value();
   }
   std::vector<double> elapsed(workers, 0);
   std::vector<std::thread> threads;
@@ -115,6 +136,44 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
       }
       std::vector<float> x(bytesPerWorker / sizeof(float), 1.0f);
       const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
+      if (managed) {
+        std::unique_ptr<transfer::SchedClient> sc;
+        transfer::TransferOptions to;
+        to.maxInFlight = 8;
+        to.maxOutstanding = 16;
+        if (sched) {
+          transfer::SchedClientOptions sco;
+          sco.address = sched->address();
+          auto c = transfer::SchedClient::connect(w, sco);
+          if (!c.ok()) {
+            std::fprintf(stderr, "incast worker %d: %s\n", w, c.status().toString().c_str());
+            return;
+          }
+          sc = std::move(c).value();
+          to.scheduler = sc.get();
+        }
+        auto mgr = transfer::TransferManager::create(**client, to);
+        if (!mgr.ok()) return;
+        auto once = [&](uint64_t key) {
+          transfer::GradientUpdate g;
+          g.key = key;
+          g.tensor = v;
+          const Status st = (*mgr)->enqueue(g).wait(Deadline::afterMs(120000));
+          if (!st.ok()) std::fprintf(stderr, "incast worker %d: %s\n", w, st.toString().c_str());
+          return st.ok();
+        };
+        if (!once(0)) return;
+        ready++;
+        while (ready.load() < workers) std::this_thread::yield();
+        const double t0 = nowMs();
+        for (int i = 0; i < rounds; ++i) {
+          if (!once(1)) return;
+        }
+        elapsed[static_cast<size_t>(w)] = nowMs() - t0;
+        mgr->reset();
+        (*client)->close();
+        return;
+      }
       // Warm-up, then all four start together.
       if (!(*client)->pushPull(0, v, v).wait(Deadline::afterMs(120000)).ok()) return;
       ready++;
@@ -137,7 +196,51 @@ IncastResult runIncast(size_t creditBytes, size_t chunkBytes, size_t bytesPerWor
   r.violations = m.creditViolations.load();
   r.outstandingMax = m.creditOutstandingMax.load();
   (*server)->shutdown("bench done");
+  if (sched) {
+    r.outstandingMax = sched->stats().destinations[0].maxLoad;
+    sched->shutdown();
+  }
   return r;
+}
+
+// Central scheduling vs credits, both through the TransferManager, with the same job-wide bound
+// on the aggregator's receive backlog: credits of `budget / 4` per worker vs a scheduler budget
+// of `budget` for the daemon. Pairs back to back, median of the per-pair ratios.
+void benchIncastCentral(size_t windowChunks) {
+  const size_t chunk = 256 << 10, bytes = 32 << 20;
+  const size_t budget = 4 * windowChunks * chunk;
+  const int rounds = 3;
+  std::vector<double> cm, sm, ratios;
+  uint64_t cBacklog = 0, sBacklog = 0, sLoad = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    IncastResult c = runIncast(budget / 4, chunk, bytes, rounds, true, 0);
+    IncastResult s = runIncast(0, chunk, bytes, rounds, true, budget);
+    cm.push_back(c.mbps);
+    sm.push_back(s.mbps);
+    if (c.mbps > 0) ratios.push_back(s.mbps / c.mbps);
+    cBacklog = std::max(cBacklog, c.backlogMaxBytes);
+    sBacklog = std::max(sBacklog, s.backlogMaxBytes);
+    sLoad = std::max(sLoad, s.outstandingMax);
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::printf(
+      "incast via TransferManager, job-wide budget %zu KiB at the aggregator:\n"
+      "  credits (%zu KiB per worker): %.1f MB/s per worker, max backlog %.1f MiB\n"
+      "  central (cofab-sched, %zu KiB per daemon): %.1f MB/s per worker, max backlog %.1f MiB, "
+      "max granted-undelivered %.1f MiB\n",
+      budget >> 10, (budget / 4) >> 10, med(cm), cBacklog / 1048576.0, budget >> 10, med(sm),
+      sBacklog / 1048576.0, sLoad / 1048576.0);
+  std::printf(
+      "RESULT transfer_incast_central workers=4 bytes=%zu chunk=%zu budget=%zu credited_mbps=%.1f "
+      "central_mbps=%.1f central_over_credited=%.3f credited_max_backlog_bytes=%llu "
+      "central_max_backlog_bytes=%llu central_max_load_bytes=%llu\n",
+      bytes, chunk, budget, med(cm), med(sm), med(ratios),
+      static_cast<unsigned long long>(cBacklog), static_cast<unsigned long long>(sBacklog),
+      static_cast<unsigned long long>(sLoad));
+  std::fflush(stdout);
 }
 
 void benchIncast(size_t windowChunks) {
@@ -221,7 +324,8 @@ void sleepMs(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
-enum class Mode { kFifo, kPriority, kNoOverlap, kCommOnly };
+enum class Mode { kFifo, kPriority, kNoOverlap, kCommOnly, kCentral };
+constexpr int kModes = 5;
 const char* modeName(Mode m) {
   switch (m) {
     case Mode::kFifo:
@@ -232,6 +336,8 @@ const char* modeName(Mode m) {
       return "no_overlap";
     case Mode::kCommOnly:
       return "comm_only";
+    case Mode::kCentral:
+      return "priority_central";
   }
   return "?";
 }
@@ -255,11 +361,23 @@ int replayWorker(int rank, int workers, const std::string& storeUrl, const std::
   std::vector<std::vector<float>> grads(L);
   for (size_t l = 0; l < L; ++l) grads[l].assign(model[l].bytes / sizeof(float), 0.5f);
   std::ofstream times(dir + "/times." + std::to_string(rank));
-  const Mode modes[] = {Mode::kFifo, Mode::kPriority, Mode::kNoOverlap, Mode::kCommOnly};
+  const Mode modes[] = {Mode::kFifo, Mode::kPriority, Mode::kNoOverlap, Mode::kCommOnly,
+                        Mode::kCentral};
+  // priority_central: priority ordering with grants from the CentralScheduler the parent runs
+  // (registered under "<prefix>/sched").
+  transfer::SchedClientOptions sco;
+  sco.storePrefix = prefix + "/sched";
+  sco.connectTimeoutMs = 30000;
+  auto sched = transfer::SchedClient::connect(**store, rank, sco);
+  if (!sched.ok()) {
+    std::fprintf(stderr, "worker %d: %s\n", rank, sched.status().toString().c_str());
+    return 3;
+  }
   for (int round = -1; round < rounds; ++round) {  // round -1: warm-up, not recorded
     for (Mode mode : modes) {
       transfer::TransferOptions to;
-      to.policy = mode == Mode::kPriority ? "priority" : "fifo";
+      to.policy = mode == Mode::kPriority || mode == Mode::kCentral ? "priority" : "fifo";
+      if (mode == Mode::kCentral) to.scheduler = sched->get();
       to.maxInFlight = inflight;
       to.maxOutstanding = outstanding;
       auto mgr = transfer::TransferManager::create(**client, to);
@@ -364,6 +482,23 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
                      std::to_string(workers), "--id", std::to_string(i), "--servers",
                      std::to_string(servers), "--engines", "1", "--http", "off"}));
   }
+  // The central scheduler for the priority_central mode, in this process (the workers fork
+  // from it but never touch it).
+  transfer::SchedulerOptions so;
+  so.numDestinations = servers;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  auto pstore = openStore(storeUrl, Deadline::afterMs(30000));
+  if (!sched.ok() || !pstore.ok() ||
+      !(*pstore)
+           ->set(transfer::schedulerAddressKey(prefix + "/sched"),
+                 Bytes((*sched)->address().begin(), (*sched)->address().end()))
+           .ok()) {
+    std::fprintf(stderr, "replay: cannot start the central scheduler\n");
+    for (pid_t p : daemons) kill(p, SIGTERM);
+    for (pid_t p : daemons) waitpid(p, nullptr, 0);
+    return;
+  }
   std::vector<pid_t> kids;
   for (int r = 0; r < workers; ++r) {
     const pid_t pid = fork();
@@ -387,14 +522,15 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
   for (pid_t p : daemons) waitpid(p, nullptr, 0);
   if (!ok) return;
   // Per round and mode: the slowest worker; then the median over rounds.
-  std::vector<std::vector<double>> perMode(4, std::vector<double>(static_cast<size_t>(rounds), 0));
+  std::vector<std::vector<double>> perMode(kModes,
+                                           std::vector<double>(static_cast<size_t>(rounds), 0));
   for (int r = 0; r < workers; ++r) {
     std::ifstream in(dir + "/times." + std::to_string(r));
     std::string mode;
     double ms;
-    std::vector<int> seen(4, 0);
+    std::vector<int> seen(kModes, 0);
     while (in >> mode >> ms) {
-      for (int m = 0; m < 4; ++m) {
+      for (int m = 0; m < kModes; ++m) {
         if (mode == modeName(static_cast<Mode>(m)) && seen[m] < rounds) {
           auto& slot = perMode[static_cast<size_t>(m)][static_cast<size_t>(seen[m]++)];
           slot = std::max(slot, ms);
@@ -403,7 +539,7 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
     }
   }
   const double fifo = median(perMode[0]), prio = median(perMode[1]), none = median(perMode[2]),
-               comm = median(perMode[3]);
+               comm = median(perMode[3]), central = median(perMode[4]);
   double fwd = 0, bwd = 0, bytes = 0;
   for (const auto& l : model) {
     fwd += l.fwdMs;
@@ -413,15 +549,17 @@ void benchReplay(const std::string& modelName, const std::string& csv, const std
   std::printf(
       "dnn_replay %s: %zu layers, %.1f MB of gradients per worker per iteration (x%.4f of the "
       "model), compute fwd %.1f + bwd %.1f ms; communication alone %.1f ms/iteration "
-      "(%s-bound)\n  fifo %.1f ms, priority %.1f ms (%.3f x fifo), no overlap %.1f ms\n",
+      "(%s-bound)\n  fifo %.1f ms, priority %.1f ms (%.3f x fifo), no overlap %.1f ms, "
+      "priority with central scheduling %.1f ms\n",
       modelName.c_str(), model.size(), bytes / 1e6, byteScale, fwd, bwd, comm,
-      comm > fwd + bwd ? "communication" : "compute", fifo, prio, fifo > 0 ? prio / fifo : 0, none);
+      comm > fwd + bwd ? "communication" : "compute", fifo, prio, fifo > 0 ? prio / fifo : 0, none,
+      central);
   std::printf(
       "RESULT dnn_replay model=%s workers=%d fifo_ms=%.1f priority_ms=%.1f no_overlap_ms=%.1f "
       "comm_only_ms=%.1f compute_ms=%.1f priority_vs_fifo=%.3f byte_scale=%.4f chunk=%zu "
-      "inflight=%d outstanding=%d rounds=%d\n",
+      "inflight=%d outstanding=%d rounds=%d priority_central_ms=%.1f\n",
       modelName.c_str(), workers, fifo, prio, none, comm, fwd + bwd, fifo > 0 ? prio / fifo : 0,
-      byteScale, chunkBytes, inflight, outstanding, rounds);
+      byteScale, chunkBytes, inflight, outstanding, rounds, central);
   std::fflush(stdout);
   if (!traceOut.empty() && std::filesystem::exists(dir + "/trace.priority.json")) {
     std::error_code ec;
@@ -451,6 +589,9 @@ int main(int argc, char** argv) {
   if (!dir) return 1;
   if (!flag(argc, argv, "--skip-incast")) {
     benchIncast(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
+  }
+  if (!flag(argc, argv, "--skip-central")) {
+    benchIncastCentral(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
   }
   for (const auto& m : models) {
     benchReplay(m, modelDir + "/" + m + ".csv", std::string(dir) + "/" + m, byteScale, computeScale,

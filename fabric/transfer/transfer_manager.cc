@@ -24,6 +24,11 @@ COFAB_PARAM_INT(kTransferInFlight, "COFAB_TRANSFER_INFLIGHT", 2, 1, 4096,
                 "TransferManager: units handed to the transport and not yet acknowledged");
 COFAB_PARAM_INT(kTransferOutstanding, "COFAB_TRANSFER_OUTSTANDING", 4, 1, 4096,
                 "TransferManager: units handed to the transport whose result has not arrived");
+COFAB_PARAM_STRING(kTransferScheduler, "COFAB_TRANSFER_SCHEDULER", "none",
+                   "TransferManager: 'central' asks cofab-sched (found through COFAB_STORE) for a "
+                   "grant before each unit when TransferOptions::scheduler is not set; 'none'");
+COFAB_PARAM_INT(kTransferGrantTimeoutMs, "COFAB_TRANSFER_GRANT_TIMEOUT_MS", 30000, 1, 3600000,
+                "TransferManager with a central scheduler: how long a unit waits for its grant");
 COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
                 "TransferManager fuses updates smaller than this into buckets");
 
@@ -108,6 +113,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   uint64_t recordBase = 0;  // id of records.front()
   TransferStats stats;
   std::thread dispatcher;
+  // COFAB_TRANSFER_SCHEDULER=central without TransferOptions::scheduler: owned here.
+  std::unique_ptr<Store> schedStore;
+  std::unique_ptr<SchedClient> ownedScheduler;
 
   TransferRecord* record(uint64_t id) {
     if (id < recordBase || id - recordBase >= records.size()) return nullptr;
@@ -284,30 +292,11 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       expireDueLocked();
       size_t best = 0;
       if (mayDispatchLocked(&best)) {
-        std::shared_ptr<Unit> u = queue[best];
-        outstanding.push_back(u);
-        queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(best));
-        unqueuedLocked(*u);
-        inFlight++;
-        DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
-        d.unitsSent++;
-        d.bytesSent += u->in.bytes();
-        stats.bytesSent += u->in.bytes();
-        if (u->isBucket()) {
-          stats.bucketsSent++;
-          for (auto& m : u->members) {
-            m.update->unitsQueued--;
-            m.update->unitsInFlight++;
-          }
-        } else {
-          stats.chunksSent++;
-          u->update->unitsInFlight++;
+        if (options.scheduler) {
+          dispatchCentral(lock, best);
+          continue;
         }
-        if (TransferRecord* r = record(u->recordId)) {
-          r->sendIndex = sends;
-          r->sentNs = nowNs();
-        }
-        sends++;
+        std::shared_ptr<Unit> u = takeLocked(best);
         ps::PushPullOptions po;
         po.op = u->op;
         auto self = shared_from_this();
@@ -325,6 +314,104 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         cv.wait_until(lock, next.when());
       }
     }
+  }
+
+  // Removes queue[i] and accounts it as handed to the transport (ack and result windows).
+  std::shared_ptr<Unit> takeLocked(size_t i) {
+    std::shared_ptr<Unit> u = queue[i];
+    outstanding.push_back(u);
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+    unqueuedLocked(*u);
+    inFlight++;
+    DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
+    d.unitsSent++;
+    d.bytesSent += u->in.bytes();
+    stats.bytesSent += u->in.bytes();
+    if (u->isBucket()) {
+      stats.bucketsSent++;
+      for (auto& m : u->members) {
+        m.update->unitsQueued--;
+        m.update->unitsInFlight++;
+      }
+    } else {
+      stats.chunksSent++;
+      u->update->unitsInFlight++;
+    }
+    if (TransferRecord* r = record(u->recordId)) {
+      r->sendIndex = sends;
+      r->sentNs = nowNs();
+    }
+    sends++;
+    return u;
+  }
+
+  // Central mode (TransferOptions::scheduler): ask cofab-sched for a grant before the unit the
+  // policy chose travels. The queued chunks of the same update are equivalent (each is its own
+  // round; their order changes no result), so their destinations are all offered and the
+  // scheduler picks the least loaded one that has room; the most urgent of those chunks going
+  // there is sent. In the result window's bypass only the chosen unit is offered (the bypass
+  // argument needs the most urgent unit). Placement is untouched: a chunk's daemon is fixed.
+  void dispatchCentral(std::unique_lock<std::mutex>& lock, size_t best) {
+    SchedClient* sched = options.scheduler;
+    const std::shared_ptr<Unit> chosen = queue[best];
+    const std::shared_ptr<UpdateState> up = chosen->update;
+    std::vector<int> cands = {chosen->destination};
+    uint64_t bytes = chosen->in.bytes();  // the largest unit that may go (the grant's size)
+    const bool bypass = outstanding.size() >= static_cast<size_t>(options.maxOutstanding);
+    if (up && !bypass) {
+      for (const auto& q : queue) {
+        if (q->update != up) continue;
+        bytes = std::max<uint64_t>(bytes, q->in.bytes());
+        if (std::find(cands.begin(), cands.end(), q->destination) == cands.end()) {
+          cands.push_back(q->destination);
+        }
+      }
+    }
+    Deadline d = Deadline::afterMs(options.grantTimeoutMs);
+    if (up && up->deadline.when() < d.when()) d = up->deadline;
+    lock.unlock();
+    StatusOr<SchedGrant> grant = sched->acquire(cands, bytes, d);
+    lock.lock();
+    auto equivalent = [&](const std::shared_ptr<Unit>& q) {
+      return q == chosen || (up && !bypass && q->update == up);
+    };
+    if (!grant.ok()) {  // fail the chosen unit if it is still queued
+      auto it = std::find(queue.begin(), queue.end(), chosen);
+      if (it == queue.end()) return;
+      std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()));
+      // The update fails with this unit: its other chunks would each wait for a grant in vain.
+      if (up) dropQueuedLocked(up, "grant_failed");
+      lock.unlock();
+      onAcked(u, grant.status());
+      onDone(u, grant.status());
+      lock.lock();
+      return;
+    }
+    const SchedGrant g = *grant;
+    std::ptrdiff_t pick = -1;
+    for (size_t i = 0; i < queue.size(); ++i) {
+      if (!equivalent(queue[i]) || queue[i]->destination != g.destination) continue;
+      if (pick < 0 || policy->before(queue[i]->info, queue[static_cast<size_t>(pick)]->info)) {
+        pick = static_cast<std::ptrdiff_t>(i);
+      }
+    }
+    if (pick < 0) {  // dropped meanwhile (cancel, deadline): give the grant back
+      sched->delivered(g);
+      return;
+    }
+    std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(pick));
+    ps::PushPullOptions po;
+    po.op = u->op;
+    auto self = shared_from_this();
+    // The ack may arrive after the manager and the SchedClient are gone: keep the reporter.
+    po.onAcked = [self, u, report = sched->deliveryReporter(), g](const Status& st) {
+      report(g);  // also on failure: the bytes are no longer on their way
+      self->onAcked(u, st);
+    };
+    po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
+    lock.unlock();
+    (void)client->pushPull(u->wireKey, u->in, u->out, po);
+    lock.lock();
   }
 
   // Two windows. The ack window (maxInFlight units not acknowledged) keeps the transport queue
@@ -564,6 +651,10 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
     o.maxOutstanding = static_cast<int>(v);
   }
   o.maxOutstanding = std::max(o.maxOutstanding, o.maxInFlight);
+  if (o.grantTimeoutMs < 0) return InvalidArgument("TransferOptions::grantTimeoutMs must be >= 0");
+  if (o.grantTimeoutMs == 0) {
+    COFAB_ASSIGN_OR_RETURN(o.grantTimeoutMs, kTransferGrantTimeoutMs.get());
+  }
   if (o.fuseBelowBytes == 0) {
     COFAB_ASSIGN_OR_RETURN(int64_t v, kTransferFuseBytes.get());
     o.fuseBelowBytes = static_cast<size_t>(v);
@@ -573,6 +664,24 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
       o.chunkBytes == 0 ? client.chunkBytes() : std::min(o.chunkBytes, client.chunkBytes());
   if (o.bucketBytes == 0 || o.bucketBytes > core->chunkBytes) o.bucketBytes = core->chunkBytes;
   if (o.maxRecords == 0) o.maxRecords = 1;
+  if (o.scheduler == nullptr) {
+    COFAB_ASSIGN_OR_RETURN(std::string mode, kTransferScheduler.get());
+    if (mode == "central") {
+      std::string url;
+      if (!rawParamValue("COFAB_STORE", &url) || url.empty()) {
+        return InvalidArgument(
+            "COFAB_TRANSFER_SCHEDULER=central needs COFAB_STORE (where cofab-sched registered) "
+            "or TransferOptions::scheduler");
+      }
+      COFAB_ASSIGN_OR_RETURN(core->schedStore, openStore(url, Deadline::afterMs(60000)));
+      COFAB_ASSIGN_OR_RETURN(core->ownedScheduler,
+                             SchedClient::connect(*core->schedStore, client.rank()));
+      o.scheduler = core->ownedScheduler.get();
+    } else if (mode != "none") {
+      return InvalidArgument("COFAB_TRANSFER_SCHEDULER must be 'central' or 'none', not '" + mode +
+                             "'");
+    }
+  }
   core->numServers = std::max(1, client.numServers());
   core->stats.destinations.resize(static_cast<size_t>(core->numServers));
   core->paused = o.startPaused;

@@ -50,6 +50,7 @@
 #include "core/tensor.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/transfer/ordering_policy.h"
+#include "fabric/transfer/sched_client.h"
 #include "fabric/transfer/transfer_trace.h"
 
 namespace cofab::transfer {
@@ -85,6 +86,17 @@ struct TransferOptions {
   size_t bucketBytes = 0;
   // Start paused (nothing is sent until resume()): lets a caller queue a whole set first.
   bool startPaused = false;
+  // Central scheduling (MLfabric; cofab-sched, docs/TRANSFER.md): when set, every unit waits for
+  // a grant (SchedClient::acquire) before it is handed to the transport, and is reported
+  // delivered when its daemon acknowledged it. Not owned; must outlive the manager. A unit whose
+  // grant fails (scheduler gone, no grant within grantTimeoutMs) fails its update with that
+  // Status. nullptr: COFAB_TRANSFER_SCHEDULER decides: "central" connects to the cofab-sched
+  // registered in the store COFAB_STORE names (the manager owns that client), "none" (default):
+  // no central scheduler (credits and windows only). While the dispatcher
+  // waits for a grant, the destructor waits too (at most grantTimeoutMs).
+  SchedClient* scheduler = nullptr;
+  // How long one unit waits for its grant; 0: COFAB_TRANSFER_GRANT_TIMEOUT_MS (30000).
+  int64_t grantTimeoutMs = 0;
   // Keep at most this many TransferRecords (the oldest finished ones are dropped first).
   size_t maxRecords = 1 << 16;
 };

@@ -1,0 +1,212 @@
+// SchedClient implementation: one mutex guards the pending requests and the sticky error; the
+// receive loop runs on the client's transport I/O thread.
+#include "fabric/transfer/sched_client.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "fabric/transfer/central_scheduler.h"
+#include "fabric/transport/registry.h"
+
+namespace cofab::transfer {
+
+struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
+  std::shared_ptr<transport::Context> ctx;
+  std::shared_ptr<transport::Connection> conn;
+  std::string address;
+  int rank = 0;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  Status error;         // sticky
+  bool closed = false;  // the SchedClient was destroyed
+  uint64_t nextId = 1;
+  struct Pending {
+    bool answered = false;
+    Status refused;
+    SchedGrant grant;
+  };
+  std::map<uint64_t, Pending> pending;
+  SchedClientStats stats;
+
+  std::string who() const { return "cofab-sched at " + address; }
+
+  void postRecv() {
+    auto self = shared_from_this();
+    conn->recvOwned([self](const Status& st, const wire::Header& h, std::vector<uint8_t>&& p) {
+      std::unique_lock<std::mutex> lock(self->mu);
+      if (!st.ok()) {
+        if (self->error.ok()) {
+          self->error =
+              Unavailable("the central scheduler (" + self->who() + ") is gone: " + st.toString());
+        }
+        self->cv.notify_all();
+        return;
+      }
+      const auto op = static_cast<SchedOp>(h.opcode);
+      auto it = self->pending.find(h.key);
+      if (h.type == wire::MessageType::kControl && it != self->pending.end() &&
+          (op == SchedOp::kGrant || op == SchedOp::kRefuse)) {
+        it->second.answered = true;
+        if (op == SchedOp::kGrant) {
+          it->second.grant.id = h.key;
+          it->second.grant.destination = static_cast<int>(h.sequence);
+          it->second.grant.delayUs = static_cast<int64_t>(h.iteration);
+        } else {
+          it->second.refused = InvalidArgument(std::string(p.begin(), p.end()));
+        }
+        self->cv.notify_all();
+      } else if (self->error.ok()) {
+        self->error = Internal(self->who() + " sent an unexpected message: " + h.describe());
+        self->cv.notify_all();
+      }
+      lock.unlock();
+      self->postRecv();
+    });
+  }
+
+  // After the client's destructor (closed) this does nothing.
+  void delivered(const SchedGrant& grant) {
+    // Sent under the lock (sends never call back inline), so the destructor's join cannot
+    // slip in between the check and the send.
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed) return;
+    stats.delivered++;
+    send(SchedOp::kDelivered, grant.id, static_cast<uint64_t>(grant.destination), 0);
+  }
+
+  void send(SchedOp op, uint64_t id, uint64_t seq, uint64_t it,
+            std::shared_ptr<std::vector<uint8_t>> payload = nullptr) {
+    wire::Header h;
+    h.type = wire::MessageType::kControl;
+    h.opcode = static_cast<uint8_t>(op);
+    h.senderRank = static_cast<uint32_t>(rank);
+    h.key = id;
+    h.sequence = seq;
+    h.iteration = it;
+    if (!payload) payload = std::make_shared<std::vector<uint8_t>>();
+    // A failure shows up in the receive loop.
+    conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
+  }
+};
+
+StatusOr<std::unique_ptr<SchedClient>> SchedClient::connect(Store& store, int rank,
+                                                            const SchedClientOptions& options) {
+  SchedClientOptions o = options;
+  if (o.address.empty()) {
+    const std::string key = schedulerAddressKey(o.storePrefix);
+    auto addr = store.get(key, Deadline::afterMs(o.connectTimeoutMs));
+    if (!addr.ok()) {
+      return DeadlineExceeded("central scheduler (cofab-sched) did not register '" + key +
+                              "' in the store: " + addr.status().toString());
+    }
+    o.address.assign(addr->begin(), addr->end());
+  }
+  return connect(rank, o);
+}
+
+StatusOr<std::unique_ptr<SchedClient>> SchedClient::connect(int rank,
+                                                            const SchedClientOptions& options) {
+  if (options.address.empty()) return InvalidArgument("SchedClient: no scheduler address");
+  auto impl = std::make_shared<Impl>();
+  impl->address = options.address;
+  impl->rank = rank;
+  transport::ContextOptions co;
+  co.localId = "worker " + std::to_string(rank);
+  COFAB_ASSIGN_OR_RETURN(impl->ctx, transport::Registry::create(options.transport, co));
+  transport::ConnectOptions cn;
+  cn.localId = co.localId;
+  auto c = impl->ctx->connect(options.address, cn, Deadline::afterMs(options.connectTimeoutMs));
+  if (!c.ok()) {
+    impl->ctx->join();
+    return Unavailable("cannot reach the central scheduler (" + impl->who() +
+                       "): " + c.status().toString());
+  }
+  impl->conn = std::move(c).value();
+  impl->postRecv();
+  return std::unique_ptr<SchedClient>(new SchedClient(std::move(impl)));
+}
+
+SchedClient::~SchedClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->closed = true;
+  }
+  impl_->ctx->join();  // closes the connection; the receive loop has ended afterwards
+}
+
+StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, uint64_t bytes,
+                                          Deadline deadline) {
+  Impl& s = *impl_;
+  auto payload = std::make_shared<std::vector<uint8_t>>();
+  std::string destination;
+  for (int d : candidates) {
+    const auto v = static_cast<uint32_t>(d);
+    for (int b = 0; b < 4; ++b) payload->push_back(static_cast<uint8_t>(v >> (8 * b)));
+    destination += (destination.empty() ? "" : "|") + std::to_string(d);
+  }
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.error.ok()) return s.error;
+  const uint64_t id = s.nextId++;
+  s.pending[id] = {};
+  s.stats.requests++;
+  s.send(SchedOp::kRequest, id, 0, bytes, payload);
+  for (;;) {
+    auto it = s.pending.find(id);
+    if (it->second.answered) {
+      Impl::Pending p = it->second;
+      s.pending.erase(it);
+      if (!p.refused.ok()) return p.refused;
+      s.stats.grants++;
+      s.stats.pacedUs += p.grant.delayUs;
+      lock.unlock();
+      if (p.grant.delayUs > 0) {
+        const auto start = Clock::now() + std::chrono::microseconds(p.grant.delayUs);
+        if (!deadline.isNever() && deadline.when() < start) {
+          std::this_thread::sleep_until(deadline.when());
+          delivered(p.grant);  // give the bytes back: the unit will not be sent
+          return DeadlineExceeded("grant from " + s.who() + " for destination " +
+                                  std::to_string(p.grant.destination) +
+                                  " starts after the deadline");
+        }
+        std::this_thread::sleep_until(start);
+      }
+      return p.grant;
+    }
+    if (!s.error.ok()) {
+      s.pending.erase(it);
+      return s.error;
+    }
+    const bool timedOut = deadline.isNever()
+                              ? (s.cv.wait(lock), false)
+                              : s.cv.wait_until(lock, deadline.when()) == std::cv_status::timeout;
+    if (timedOut && !s.pending.at(id).answered && s.error.ok()) {
+      s.pending.erase(id);
+      return DeadlineExceeded("no grant from the central scheduler (" + s.who() + ") for " +
+                              std::to_string(bytes) + " bytes to destination " + destination +
+                              " (" + std::to_string(s.pending.size()) + " other requests waiting)");
+    }
+  }
+}
+
+void SchedClient::delivered(const SchedGrant& grant) { impl_->delivered(grant); }
+
+std::function<void(const SchedGrant&)> SchedClient::deliveryReporter() const {
+  return [impl = impl_](const SchedGrant& grant) { impl->delivered(grant); };
+}
+
+const std::string& SchedClient::address() const { return impl_->address; }
+
+SchedClientStats SchedClient::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+Status SchedClient::status() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->error;
+}
+
+}  // namespace cofab::transfer

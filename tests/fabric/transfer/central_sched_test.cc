@@ -1,0 +1,371 @@
+// Central scheduling (MLfabric's request -> grant -> delivered, cofab-sched): TransferManagers
+// on threads-as-workers, real cofab-aggd daemons, and the scheduler in process (to read its
+// counters) or as a real cofab-sched process (to kill it). Checks: a destination's granted and
+// undelivered bytes never exceed the configured budget (on the scheduler) and the daemons'
+// receive backlog stays within it (on the aggregators); every unit is granted and delivered
+// exactly once; results equal the serial sum; pacing spaces the grants; a killed scheduler is a
+// clear error naming it, and a stopped one a DeadlineExceeded, never a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "fabric/transfer/central_scheduler.h"
+#include "fabric/transfer/sched_client.h"
+#include "fabric/transfer/transfer_manager.h"
+#include "tests/aggregator/daemon_cluster.h"
+#include "tests/support/process_group.h"
+#include "tests/support/thread_ranks.h"
+
+namespace cofab::testing {
+namespace {
+
+constexpr size_t kChunk = 16 << 10;
+constexpr uint64_t kDestBytes = 32 << 10;  // two chunks per daemon at a time, job-wide
+
+float valueOf(size_t i, int rank, int it, uint64_t key) {
+  return static_cast<float>((i + static_cast<size_t>(rank) * 3 + static_cast<size_t>(it) + key) %
+                            13);
+}
+
+// One iteration of `keys` updates (sizes from 1 KiB, fused, to 80 KiB, 5 chunks) through a
+// manager in central mode; checks every result against the serial sum.
+Status runIteration(transfer::TransferManager& mgr, int rank, int workers, int it) {
+  const std::vector<size_t> counts = {256, 20480, 1024, 12288, 4096, 20000};
+  std::vector<std::vector<float>> grads(counts.size());
+  std::vector<transfer::TransferHandle> hs;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    grads[k].resize(counts[k]);
+    for (size_t i = 0; i < counts[k]; ++i) grads[k][i] = valueOf(i, rank, it, k);
+    transfer::GradientUpdate g;
+    g.key = 100 + k;
+    g.tensor = TensorView::of(grads[k].data(), counts[k], DType::kF32);
+    g.iteration = static_cast<uint64_t>(it);
+    g.priority = static_cast<int>(k);
+    hs.push_back(mgr.enqueue(g));
+  }
+  mgr.flush();
+  for (size_t k = 0; k < counts.size(); ++k) {
+    COFAB_RETURN_IF_ERROR(hs[k].wait(Deadline::afterMs(20000)));
+    for (size_t i = 0; i < counts[k]; ++i) {
+      float want = 0;
+      for (int r = 0; r < workers; ++r) want += valueOf(i, r, it, k);
+      if (grads[k][i] != want) {
+        return Internal("key " + std::to_string(100 + k) + " element " + std::to_string(i) +
+                        " differs from the serial sum");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+TEST(CentralScheduler, GrantsAreNeverExceededEveryUnitOnceResultsExact) {
+  const int kWorkers = 4, kServers = 2;
+  DaemonCluster cluster(kServers, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  transfer::SchedulerOptions so;
+  so.numDestinations = kServers;
+  so.destBytes = kDestBytes;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  ASSERT_TRUE(cluster.store()
+                  .set(transfer::schedulerAddressKey("cofab/sched"),
+                       Bytes((*sched)->address().begin(), (*sched)->address().end()))
+                  .ok());
+
+  std::vector<transfer::TransferStats> mstats(kWorkers);
+  std::vector<transfer::SchedClientStats> cstats(kWorkers);
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    COFAB_ASSIGN_OR_RETURN(auto sc, transfer::SchedClient::connect(cluster.store(), rank));
+    transfer::TransferOptions o;
+    o.scheduler = sc.get();
+    o.fuseBelowBytes = 8 << 10;
+    o.maxInFlight = 3;
+    o.policy = "priority";
+    COFAB_ASSIGN_OR_RETURN(auto mgr, transfer::TransferManager::create(*client, o));
+    for (int it = 0; it < 2; ++it) COFAB_RETURN_IF_ERROR(runIteration(*mgr, rank, kWorkers, it));
+    mstats[static_cast<size_t>(rank)] = mgr->stats();
+    mgr.reset();
+    cstats[static_cast<size_t>(rank)] = sc->stats();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+
+  // Deliveries travel asynchronously after the results: wait (bounded) until all arrived.
+  uint64_t units = 0;
+  std::vector<uint64_t> unitsTo(kServers, 0);
+  for (const auto& m : mstats) {
+    units += m.chunksSent + m.bucketsSent;
+    for (int d = 0; d < kServers; ++d) unitsTo[d] += m.destinations[d].unitsSent;
+  }
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  for (;;) {
+    st = (*sched)->stats();
+    uint64_t delivered = 0;
+    for (const auto& d : st.destinations) delivered += d.delivered;
+    if (delivered >= units || settle.expired()) break;
+    std::this_thread::sleep_for(Millis(10));
+  }
+  EXPECT_EQ(st.protocolErrors, 0u);
+  for (int d = 0; d < kServers; ++d) {
+    const auto& ds = st.destinations[static_cast<size_t>(d)];
+    EXPECT_GT(ds.granted, 0u) << "daemon " << d;
+    EXPECT_EQ(ds.granted, unitsTo[d]) << "daemon " << d << ": one grant per unit sent to it";
+    EXPECT_EQ(ds.delivered, ds.granted) << "daemon " << d;
+    EXPECT_EQ(ds.released, 0u) << "daemon " << d;
+    EXPECT_EQ(ds.load, 0u) << "daemon " << d;
+    EXPECT_LE(ds.maxGrant, kDestBytes);
+    EXPECT_LE(ds.maxLoad, kDestBytes) << "daemon " << d << ": budget exceeded on the scheduler";
+    // 4 workers x 3 in flight = 12 chunks wanted, 2 allowed: requests had to queue.
+    EXPECT_GT(ds.maxQueued, 0u) << "daemon " << d;
+    // The aggregator's side: what it received and had not consumed yet never exceeded the
+    // budget (a grant is returned only after the daemon acknowledged, i.e. consumed, the unit).
+    auto backlog = cluster.metric(d, "cofab_agg_backlog_max_bytes");
+    ASSERT_TRUE(backlog.ok()) << backlog.status();
+    EXPECT_GT(*backlog, 0.0);
+    EXPECT_LE(*backlog, static_cast<double>(kDestBytes)) << "daemon " << d;
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    const auto& c = cstats[static_cast<size_t>(r)];
+    const auto& m = mstats[static_cast<size_t>(r)];
+    EXPECT_EQ(c.requests, m.chunksSent + m.bucketsSent) << "worker " << r;
+    EXPECT_EQ(c.grants, c.requests) << "worker " << r;
+    EXPECT_EQ(c.delivered, c.grants) << "worker " << r;
+  }
+}
+
+TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 1;
+  so.destBytes = 1 << 20;
+  so.rateBytesPerSec = 1000000;  // 100 kB take 100 ms
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto sc = transfer::SchedClient::connect(0, co);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  const auto start = Clock::now();
+  for (int i = 0; i < 4; ++i) {
+    auto g = (*sc)->acquire(0, 100000, Deadline::afterMs(10000));
+    ASSERT_TRUE(g.ok()) << g.status();
+    (*sc)->delivered(*g);
+  }
+  // Not a performance threshold: the 4th grant may start no earlier than 3 x 100 kB at 1 MB/s
+  // after the first, whatever the machine's speed.
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_GT((*sc)->stats().pacedUs, 0);
+  // A request for a destination that does not exist is refused, not queued forever.
+  auto bad = (*sc)->acquire(5, 100, Deadline::afterMs(10000));
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+}
+
+TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 2;
+  so.destBytes = 100;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto sc = transfer::SchedClient::connect(0, co);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  auto get = [&](std::vector<int> cands, uint64_t bytes) {
+    auto g = (*sc)->acquire(cands, bytes, Deadline::afterMs(10000));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : transfer::SchedGrant{};
+  };
+  const auto g1 = get({0}, 60);     // load 60 | 0
+  const auto g2 = get({0, 1}, 30);  // -> 1: load 60 | 30
+  const auto g3 = get({0, 1}, 30);  // -> 1: load 60 | 60
+  const auto g4 = get({0, 1}, 30);  // tie -> 0: load 90 | 60
+  EXPECT_EQ(g1.destination, 0);
+  EXPECT_EQ(g2.destination, 1);
+  EXPECT_EQ(g3.destination, 1);
+  EXPECT_EQ(g4.destination, 0);
+  // Neither has room for 50 now: the request waits in both queues, and is granted once, by the
+  // first destination that gets room.
+  transfer::SchedGrant g5;
+  std::thread waiter([&] { g5 = get({0, 1}, 50); });
+  const Deadline queued = Deadline::afterMs(10000);
+  while (!queued.expired()) {
+    const auto st = (*sched)->stats();
+    if (st.destinations[0].queued + st.destinations[1].queued == 2) break;
+    std::this_thread::sleep_for(Millis(2));
+  }
+  (*sc)->delivered(g2);  // load 90 | 30: the waiting request goes to 1
+  waiter.join();
+  EXPECT_EQ(g5.destination, 1);
+  for (const auto& g : {g1, g3, g4, g5}) (*sc)->delivered(g);
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  do {
+    st = (*sched)->stats();
+    if (st.destinations[0].delivered + st.destinations[1].delivered == 5) break;
+    std::this_thread::sleep_for(Millis(2));
+  } while (!settle.expired());
+  EXPECT_EQ(st.destinations[0].granted, 2u);
+  EXPECT_EQ(st.destinations[1].granted, 3u);
+  EXPECT_EQ(st.destinations[0].delivered, 2u);
+  EXPECT_EQ(st.destinations[1].delivered, 3u);
+  EXPECT_EQ(st.destinations[0].load + st.destinations[1].load, 0u);
+  EXPECT_LE(st.destinations[0].maxLoad, 100u);
+  EXPECT_LE(st.destinations[1].maxLoad, 100u);
+  EXPECT_EQ(st.protocolErrors, 0u);
+  // A delivery reported twice is a protocol error, not a second release.
+  (*sc)->delivered(g1);
+  const Deadline seen = Deadline::afterMs(10000);
+  while ((*sched)->stats().protocolErrors == 0 && !seen.expired()) {
+    std::this_thread::sleep_for(Millis(2));
+  }
+  EXPECT_EQ((*sched)->stats().protocolErrors, 1u);
+  EXPECT_EQ((*sched)->stats().destinations[0].delivered, 2u);
+}
+
+// COFAB_TRANSFER_SCHEDULER=central: an unchanged training loop (no TransferOptions::scheduler)
+// finds the scheduler through COFAB_STORE. Worker processes, so the environment is their own.
+TEST(CentralScheduler, EnvironmentSelectsCentralMode) {
+  const int kWorkers = 2;
+  DaemonCluster cluster(1, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  const std::string url = cluster.storeUrl();
+  ProcessGroup group;
+  group.start(kWorkers, [&](int rank) -> int {
+    ::setenv("COFAB_STORE", url.c_str(), 1);
+    ::setenv("COFAB_TRANSFER_SCHEDULER", "central", 1);
+    auto store = openStore(url, Deadline::afterMs(10000));
+    if (!store.ok()) return childFail(rank, store.status().toString());
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    auto client = ps::PushPullClient::connect(**store, rank, kWorkers, co);
+    if (!client.ok()) return childFail(rank, client.status().toString());
+    auto mgr = transfer::TransferManager::create(**client, {});
+    if (!mgr.ok()) return childFail(rank, mgr.status().toString());
+    Status st = runIteration(**mgr, rank, kWorkers, 0);
+    return st.ok() ? 0 : childFail(rank, st.toString());
+  });
+  // The scheduler starts after the fork (no threads in the children's image).
+  transfer::SchedulerOptions so;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  ASSERT_TRUE(cluster.store()
+                  .set(transfer::schedulerAddressKey("cofab/sched"),
+                       Bytes((*sched)->address().begin(), (*sched)->address().end()))
+                  .ok());
+  EXPECT_EQ(failures(group.waitAll(Deadline::afterMs(30000))), "");
+  const auto st = (*sched)->stats();
+  EXPECT_GT(st.destinations[0].granted, 0u) << "the managers did not ask the scheduler";
+  EXPECT_EQ(st.protocolErrors, 0u);
+}
+
+// A real cofab-sched process: registers in the store, serves; SIGSTOP makes grants time out
+// (DeadlineExceeded naming the scheduler), SIGKILL fails waiting units at once (Unavailable).
+class SchedProcess {
+ public:
+  explicit SchedProcess(const std::string& storeUrl) {
+    std::vector<std::string> args = {
+        COFAB_SCHED_PATH, "--store", storeUrl, "--destinations", "1", "--listen", "127.0.0.1:0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::execv(COFAB_SCHED_PATH, argv.data());
+      ::_exit(127);
+    }
+  }
+  ~SchedProcess() { kill(); }
+  void signal(int sig) { ::kill(pid_, sig); }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
+  const int kWorkers = 2;
+  DaemonCluster cluster(1, kWorkers);
+  ASSERT_TRUE(cluster.start().ok());
+  SchedProcess proc(cluster.storeUrl());
+  std::atomic<int> phase{0};
+  std::atomic<int> ready{0};
+  auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+    transfer::SchedClientOptions sco;
+    sco.connectTimeoutMs = 20000;
+    COFAB_ASSIGN_OR_RETURN(auto sc, transfer::SchedClient::connect(cluster.store(), rank, sco));
+    transfer::TransferOptions o;
+    o.scheduler = sc.get();
+    {  // works while it serves (default grant timeout: a loaded machine must not fail this)
+      COFAB_ASSIGN_OR_RETURN(auto first, transfer::TransferManager::create(*client, o));
+      COFAB_RETURN_IF_ERROR(runIteration(*first, rank, kWorkers, 0));
+    }
+    // Stopped, the scheduler grants nothing, so any grant timeout expires: keep it short.
+    o.grantTimeoutMs = 500;
+    COFAB_ASSIGN_OR_RETURN(auto mgr, transfer::TransferManager::create(*client, o));
+    auto sync = [&](int want) {  // both workers done with the phase; rank 0 flips the process
+      ready++;
+      const Deadline d = Deadline::afterMs(20000);
+      while (phase.load() < want && !d.expired()) {
+        if (rank == 0 && ready.load() == kWorkers * want) {
+          proc.signal(want == 1 ? SIGSTOP : SIGKILL);
+          if (want == 2) proc.kill();  // reaped: it is gone for sure
+          phase = want;
+        }
+        std::this_thread::sleep_for(Millis(2));
+      }
+    };
+    sync(1);                                                 // stopped: no grant comes
+    std::vector<float> g(4 * kChunk / sizeof(float), 1.0f);  // 4 chunks
+    transfer::GradientUpdate u;
+    u.key = 7;
+    u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
+    Status st = mgr->enqueue(u).wait(Deadline::afterMs(20000));
+    if (st.code() != StatusCode::kDeadlineExceeded ||
+        st.message().find("cofab-sched at") == std::string::npos) {
+      return Internal("stopped scheduler: want DeadlineExceeded naming it, got " + st.toString());
+    }
+    // The update failed with its first chunk's grant: the other three were dropped, not left
+    // to wait for grants one after the other.
+    if (mgr->stats().destinations[0].queued != 0) {
+      return Internal("chunks of a failed update are still queued");
+    }
+    sync(2);  // killed: the connection breaks
+    std::vector<float> g2(4096, 1.0f);
+    u.key = 8;
+    u.tensor = TensorView::of(g2.data(), g2.size(), DType::kF32);
+    st = mgr->enqueue(u).wait(Deadline::afterMs(20000));
+    if (st.code() != StatusCode::kUnavailable ||
+        st.message().find("cofab-sched at") == std::string::npos) {
+      return Internal("killed scheduler: want Unavailable naming it, got " + st.toString());
+    }
+    return OkStatus();
+  });
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+}
+
+}  // namespace
+}  // namespace cofab::testing
