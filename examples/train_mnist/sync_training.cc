@@ -132,9 +132,10 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   }
   std::mutex errMu;
   Status firstError;
+  std::atomic<bool> failed{false};  // stops the other threads of this worker
   auto trainUntil = [&](int t, uint64_t target) {
     Worker& w = workers[size_t(t)];
-    while (algo.globalSamples() < target) {
+    while (algo.globalSamples() < target && !failed.load()) {
       auto t0 = Clock::now();
       for (int i = 0; i < perThread; ++i) {
         uint32_t idx = w.stream->next();
@@ -151,6 +152,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(errMu);
         if (firstError.ok()) firstError = st;
+        failed = true;
         return;
       }
     }

@@ -113,6 +113,11 @@ class ShadowSync final : public AlgorithmBase {
       abort_ = true;
     }
     cv_.notify_all();
+    // A round in flight waits for the other workers: closing fails it (Cancelled) at once.
+    if (client_ != nullptr) client_->close();
+#ifdef COFAB_SYNC_HAVE_MODEL_STORE
+    if (model_client_ != nullptr) model_client_->close();
+#endif
     if (thread_.joinable()) thread_.join();
   }
 
