@@ -178,6 +178,11 @@ class PushPullClient::Impl {
     if (!pull) bits |= kPushDeliver;
     if (options.compression == Compression::kInt8) bits |= kPushInt8;
     if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
+    // Compress every chunk before taking mu_ (the I/O threads need it for answers).
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> encoded;
+    if (options.compression != Compression::kNone) {
+      encoded = compressChunks(key, in, layout, options);
+    }
 
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t iteration = options.iteration;
@@ -218,16 +223,9 @@ class PushPullClient::Impl {
       p.pushBits = bits;
       p.pull = pull;
       if (options.compression != Compression::kNone) {
-        // 1-bit keeps a per-key residual (error feedback) on this client.
-        float* residual = options.compression == Compression::kOneBit
-                              ? feedback_.residual(key, in.count) + first
-                              : nullptr;
         p.codec = options.compression;
         p.count = n;
-        p.encoded = std::make_shared<std::vector<uint8_t>>(
-            compress::compressedBytes(p.codec, n, options.compressionBlock));
-        compress::compress(p.codec, reinterpret_cast<const float*>(p.in), n,
-                           options.compressionBlock, residual, p.encoded->data());
+        p.encoded = encoded[c];
         p.in = p.encoded->data();
         p.bytes = p.encoded->size();
       }
@@ -357,6 +355,25 @@ class PushPullClient::Impl {
       }
     }
     return OkStatus();
+  }
+
+  // The encoding of each chunk of `in`; 1-bit keeps a per-key residual (error feedback).
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> compressChunks(uint64_t key, TensorView in,
+                                                                    const ChunkLayout& layout,
+                                                                    const PushPullOptions& o) {
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> out(layout.chunkCount);
+    std::lock_guard<std::mutex> lock(feedbackMu_);
+    float* residual =
+        o.compression == Compression::kOneBit ? feedback_.residual(key, in.count) : nullptr;
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, in.count - first);
+      out[c] = std::make_shared<std::vector<uint8_t>>(
+          compress::compressedBytes(o.compression, n, o.compressionBlock));
+      compress::compress(o.compression, in.as<const float>() + first, n, o.compressionBlock,
+                         residual ? residual + first : nullptr, out[c]->data());
+    }
+    return out;
   }
 
   void sendChunkLocked(const ChunkId& id, Pending& p) {
@@ -577,6 +594,7 @@ class PushPullClient::Impl {
   std::shared_ptr<transport::Context> ctx_;
   std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;
   std::unordered_map<uint64_t, uint64_t> nextIteration_;
+  std::mutex feedbackMu_;             // guards feedback_ (taken before, never inside, mu_)
   compress::ErrorFeedback feedback_;  // per key, 1-bit compression
   std::vector<std::shared_ptr<detail::OpState>> ops_;
   std::thread heartbeat_;

@@ -31,6 +31,7 @@ std::vector<float> input(size_t n, int rank, int t) {
 struct Case {
   Compression codec;
   bool average;
+  ps::Delivery delivery = ps::Delivery::kPushBack;
 };
 
 class CompressedPushPullTest : public ::testing::TestWithParam<Case> {};
@@ -53,6 +54,7 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
       po.compression = codec;
       po.compressionBlock = kBlock;
       po.op = GetParam().average ? ps::ReduceOp::kAverage : ps::ReduceOp::kSum;
+      po.delivery = GetParam().delivery;
       TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
       COFAB_RETURN_IF_ERROR(client->pushPull(2, v, v, po).wait(Deadline::afterMs(20000)));
       outputs[static_cast<size_t>(rank)].push_back(std::move(x));
@@ -117,12 +119,13 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CompressedPushPullTest,
                          ::testing::Values(Case{Compression::kInt8, false},
-                                           Case{Compression::kInt8, true},
-                                           Case{Compression::kOneBit, false},
+                                           Case{Compression::kInt8, true, ps::Delivery::kPull},
+                                           Case{Compression::kOneBit, false, ps::Delivery::kPull},
                                            Case{Compression::kOneBit, true}),
                          [](const auto& info) {
                            return std::string(compress::compressionName(info.param.codec)) +
-                                  (info.param.average ? "_average" : "_sum");
+                                  (info.param.average ? "_average" : "_sum") +
+                                  (info.param.delivery == ps::Delivery::kPull ? "_pull" : "_push");
                          });
 
 TEST(CompressedPushPull, MalformedOrMismatchedChunksAreRejectedWithAReason) {

@@ -252,7 +252,7 @@ TEST(ModelStore, DeferralBlocksTheFastWorkerUntilTheSlowOneCatchesUp) {
   EXPECT_EQ(released->staleness, 1u);
   // A deadline while held names the worker it waits for; the update stays held and is applied
   // once released.
-  auto timedOut = (*fast)->apply(4, view(one), 3, Deadline::afterMs(300));
+  auto timedOut = (*fast)->apply(4, view(one), 3, Deadline::afterMs(1000));
   ASSERT_EQ(timedOut.status().code(), StatusCode::kDeadlineExceeded) << timedOut.status();
   EXPECT_NE(timedOut.status().message().find("worker 1 is at clock 1"), std::string::npos)
       << timedOut.status();
