@@ -271,6 +271,38 @@ TEST(SyncAlgorithmTest, CompressionCutsBytesOnTheWire) {
   EXPECT_LT(onebit * 20, f32) << "onebit " << onebit << " f32 " << f32;
 }
 
+// One step of every push-pull algorithm with gradients 1 (rank 0) and 3 (rank 1), lr 1, no
+// momentum: the model moves by the average, -2, exactly (constant blocks compress exactly).
+TEST(SyncAlgorithmTest, StepAppliesTheAverageGradient) {
+  for (std::string algorithm : {"sync", "int8", "onebit"}) {
+    aggregator::ServerOptions so;
+    so.numWorkers = 2;
+    so.listenAddress = "127.0.0.1:0";
+    auto server = aggregator::AggregatorServer::create(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    std::vector<std::vector<float>> finals(2);
+    auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+      SyncEnv env;
+      env.rank = rank;
+      env.worldSize = 2;
+      env.client.serverAddresses = {(*server)->address()};
+      SyncOptions o;
+      o.algorithm = algorithm;
+      o.lr = 1.0f;
+      o.momentum = 0.0f;
+      o.timeoutMs = 20000;
+      COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+      std::vector<float> model(512, 0.0f), grad(512, rank == 0 ? 1.0f : 3.0f);
+      COFAB_RETURN_IF_ERROR(algo->start(model, {512}));
+      COFAB_RETURN_IF_ERROR(algo->step(0, grad, 0, 1));
+      finals[size_t(rank)].resize(512);
+      return algo->finish(finals[size_t(rank)]);
+    });
+    ASSERT_TRUE(testing::allOk(results).ok()) << algorithm << ": " << testing::allOk(results);
+    for (float v : finals[0]) ASSERT_NEAR(v, -2.0f, 0.02f) << algorithm;
+  }
+}
+
 TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   SyncEnv env;
   HashStore store;
