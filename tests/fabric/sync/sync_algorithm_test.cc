@@ -185,9 +185,6 @@ TEST_P(SyncConvergenceTest, ConvergesToSerialOptimum) {
     return trainWorker(*algo, p, rank, &finals[size_t(rank)], &stats[size_t(rank)]);
   });
   Status all = testing::allOk(results);
-  if (all.code() == StatusCode::kUnimplemented) {
-    GTEST_SKIP() << "this tree has no model store (ps::ModelClient) yet: " << all;
-  }
   ASSERT_TRUE(all.ok()) << all;
   for (int r = 0; r < kWorkers; ++r) {
     double err = relativeError(p, finals[size_t(r)]);
