@@ -165,6 +165,10 @@ class ShadowSync final : public AlgorithmBase {
     } else if (everyoneDone) {
       model_.write(0, avg_);  // nobody trains any more: end on the exact average
       syncs_.fetch_add(1);
+    } else if (done) {
+      // This worker has finished and its model stays as trained until the final average.
+      // (Applying average - snapshot here would bake in the others' progress between their
+      // snapshots and ours — an overshoot that only further training corrects.)
     } else {
       for (size_t i = 0; i < total_; ++i) avg_[i] -= snapshot_[i];
       model_.add(avg_, 1.0f);

@@ -208,19 +208,33 @@ SyncOptions opts(float lr, int syncEvery = 1, int threads = 1, std::string gossi
   return o;
 }
 
+// shadowsync's rounds during training happen at the shadow thread's pace, i.e. timing; here the
+// whole training takes milliseconds, so a round that lands just before a worker's last steps
+// could leave it anywhere. The test pins the rounds to the start and the end (an interval far
+// longer than the training): local SGD on each shard, then the final average of every worker's
+// model through the done-flag protocol, which is deterministic. (bench_sync.sh exercises the
+// rounds during training.)
+SyncOptions shadowOnlyAtTheEnds() {
+  SyncOptions o = opts(0.02f);
+  o.shadowIntervalMs = 3600 * 1000;
+  return o;
+}
+
 // shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
 // thread fits into the training, which is timing (here training takes milliseconds).
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, SyncConvergenceTest,
-    ::testing::Values(Case{"sync", "", opts(0.02f)}, Case{"int8", "", opts(0.02f)},
-                      Case{"onebit", "", opts(0.02f)}, Case{"shadowsync", "", opts(0.02f)},
-                      Case{"gossip", "ring", opts(0.02f)},
-                      Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
-                      Case{"ssp", "", opts(0.02f)}, Case{"easgd", "", opts(0.02f, 4)},
-                      Case{"eawild", "", opts(0.02f, 4, 4)}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return info.param.algorithm + info.param.variant;
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
+                         ::testing::Values(Case{"sync", "", opts(0.02f)},
+                                           Case{"int8", "", opts(0.02f)},
+                                           Case{"onebit", "", opts(0.02f)},
+                                           Case{"shadowsync", "", shadowOnlyAtTheEnds()},
+                                           Case{"gossip", "ring", opts(0.02f)},
+                                           Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
+                                           Case{"ssp", "", opts(0.02f)},
+                                           Case{"easgd", "", opts(0.02f, 4)},
+                                           Case{"eawild", "", opts(0.02f, 4, 4)}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.algorithm + info.param.variant;
+                         });
 
 // Bytes this worker put on the wire for `steps` steps of a 64K-float model under `algorithm`.
 uint64_t bytesFor(const std::string& algorithm, int steps) {
