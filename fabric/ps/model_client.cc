@@ -257,7 +257,7 @@ class ModelClient::Impl {
   }
 
   // Fails `call` and withdraws its other requests.
-  void failLocked(const std::shared_ptr<Call>& call, Status st) {
+  void failLocked(std::shared_ptr<Call> call, Status st) {  // by value: may erase its owner
     for (uint64_t seq : call->seqs) pending_.erase(seq);
     call->finish(std::move(st));
   }
