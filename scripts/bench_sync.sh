@@ -32,7 +32,7 @@ algo_args() {
   case $1 in
     eawild) echo "--threads 2 --sync-every 4" ;;
     easgd) echo "--sync-every 4" ;;
-    shadowsync) echo "--shadow-interval-ms 5" ;;
+    shadowsync) echo "--shadow-interval-ms 20" ;;
     # 1-bit updates have the magnitude of the block mean everywhere: a smaller step keeps the
     # error-feedback noise down (0.05 loses ~5 points early on).
     onebit) echo "--lr 0.02" ;;

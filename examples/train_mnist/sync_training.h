@@ -5,8 +5,9 @@
 // Every worker streams its own shuffled order of the training set; an epoch ends when the job
 // (all workers together, as SyncAlgorithm::globalSamples() knows it) has processed as many
 // samples as the training set holds, so with asynchronous algorithms fast workers do more of
-// the work. Rank 0 evaluates its model on the test set at each epoch end (not counted in the
-// wall time it prints) and the final model after SyncAlgorithm::finish().
+// the work. Rank 0 evaluates its model on the test set at each epoch end (counted in the wall
+// time it prints: the others keep training meanwhile under the asynchronous algorithms) and the
+// final model after SyncAlgorithm::finish().
 #pragma once
 
 #include <cstdint>

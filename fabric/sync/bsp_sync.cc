@@ -4,7 +4,6 @@
 // the models stay identical. int8/onebit only change the wire format of the push-pull (the
 // daemon decompresses, accumulates in f32 and recompresses; onebit keeps an error-feedback
 // residual per worker).
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -34,7 +33,7 @@ class BspSync final : public AlgorithmBase {
 
   Status step(int thread, std::span<const float> grad, uint64_t, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
-    if (name_ == "sync" || !velocityFirst()) {
+    if (name_ == "sync") {
       buf_.assign(grad.begin(), grad.end());
       COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
       localSgd(0, buf_);
@@ -64,11 +63,6 @@ class BspSync final : public AlgorithmBase {
   }
 
  private:
-  static bool velocityFirst() {
-    static const bool v = std::getenv("COFAB_SYNC_VELOCITY_FIRST") == nullptr ||
-                          std::string(std::getenv("COFAB_SYNC_VELOCITY_FIRST")) != "0";
-    return v;
-  }
   Status averageInPlace(bool compressed) {
     ps::PushPullOptions options;
     options.op = ps::ReduceOp::kAverage;

@@ -13,11 +13,9 @@
 #include <condition_variable>
 #include <thread>
 
+#include "fabric/ps/model_client.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/sync/algorithm_base.h"
-#ifdef COFAB_SYNC_HAVE_MODEL_STORE
-#include "fabric/ps/model_client.h"
-#endif
 
 namespace cofab::sync::detail {
 namespace {
@@ -37,7 +35,6 @@ class ShadowSync final : public AlgorithmBase {
       // Round 0 (exact average of the initial models) happens here, before training.
       COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
     } else if (options_.shadowMode == "easgd") {
-#ifdef COFAB_SYNC_HAVE_MODEL_STORE
       if (env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
       COFAB_ASSIGN_OR_RETURN(model_client_, ps::ModelClient::connect(*env_.store, env_.rank,
                                                                      env_.worldSize, env_.client));
@@ -49,9 +46,6 @@ class ShadowSync final : public AlgorithmBase {
         COFAB_RETURN_IF_ERROR(model_client_->pull(t, v, deadline()).status());
       }
       model_.assign(snapshot_);
-#else
-      return Unimplemented("shadowsync easgd: ps::ModelClient is not in this build");
-#endif
     } else {
       return InvalidArgument("shadowsync: shadowMode '" + options_.shadowMode +
                              "' is not 'average' or 'easgd'");
@@ -90,7 +84,6 @@ class ShadowSync final : public AlgorithmBase {
       std::lock_guard<std::mutex> lock(mu_);
       s = error_;
     }
-#ifdef COFAB_SYNC_HAVE_MODEL_STORE
     if (model_client_ != nullptr) {
       // The job's model is the average of the workers' final models: how close the center is
       // to it depends on how many elastic rounds the shadow threads managed.
@@ -99,7 +92,6 @@ class ShadowSync final : public AlgorithmBase {
       if (s.ok() && !allDone) s = Internal("shadowsync easgd: final round without every worker");
       model_client_->close();
     }
-#endif
     if (client_ != nullptr) client_->close();
     model_.read(out);
     return s;
@@ -113,6 +105,9 @@ class ShadowSync final : public AlgorithmBase {
       abort_ = true;
     }
     cv_.notify_all();
+    // A round in flight waits for the other workers: closing fails it (Cancelled) at once.
+    if (client_ != nullptr) client_->close();
+    if (model_client_ != nullptr) model_client_->close();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -170,6 +165,10 @@ class ShadowSync final : public AlgorithmBase {
     } else if (everyoneDone) {
       model_.write(0, avg_);  // nobody trains any more: end on the exact average
       syncs_.fetch_add(1);
+    } else if (done) {
+      // This worker has finished and its model stays as trained until the final average.
+      // (Applying average - snapshot here would bake in the others' progress between their
+      // snapshots and ours — an overshoot that only further training corrects.)
     } else {
       for (size_t i = 0; i < total_; ++i) avg_[i] -= snapshot_[i];
       model_.add(avg_, 1.0f);
@@ -185,7 +184,6 @@ class ShadowSync final : public AlgorithmBase {
   }
 
   Status elasticRound() {
-#ifdef COFAB_SYNC_HAVE_MODEL_STORE
     model_.read(snapshot_);
     for (size_t t = 0; t < counts_.size(); ++t) {
       TensorView x(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
@@ -199,15 +197,10 @@ class ShadowSync final : public AlgorithmBase {
     unpublishedSamples_.store(localSamples_.load() - samplesAtRound_.load());
     samplesAtRound_.store(localSamples_.load());
     return publishSamples();
-#else
-    return Unimplemented("shadowsync easgd");
-#endif
   }
 
   std::unique_ptr<ps::PushPullClient> client_;
-#ifdef COFAB_SYNC_HAVE_MODEL_STORE
   std::unique_ptr<ps::ModelClient> model_client_;
-#endif
   std::vector<float> snapshot_, avg_;  // shadow thread only (after start())
   std::vector<ps::PushPullHandle> handles_;
   double progress_[2] = {0, 0};
