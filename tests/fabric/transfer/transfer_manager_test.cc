@@ -192,6 +192,10 @@ TEST_P(TransferSums, ResultsEqualTheSerialSum) {
   DaemonCluster cluster(2, kWorkers);
   ASSERT_TRUE(cluster.start().ok());
   const std::vector<size_t> sizes = {5, 300, 1000, 7000, 1, 64, 2500, 12000, 900, 33};
+  // Earliest-deadline order is deadlock-free only when the workers agree on the deadlines
+  // (docs/TRANSFER.md): one absolute base for every worker, as a job would derive it from its
+  // step start, not each worker's own "now" (those differ by more than the 1 ms spacing).
+  const Clock::time_point deadlineBase = Clock::now() + std::chrono::seconds(60);
   auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
     ps::ClientOptions co;
     co.chunkBytes = kChunk;
@@ -215,7 +219,7 @@ TEST_P(TransferSums, ResultsEqualTheSerialSum) {
         g.out = TensorView::of(out[l].data(), sizes[l], DType::kF32);
         g.iteration = it;
         g.priority = static_cast<int>(l);
-        g.deadline = Deadline::afterMs(60000 + static_cast<int64_t>(l));
+        g.deadline = Deadline::at(deadlineBase + Millis(static_cast<int64_t>(l) + 10 * it));
         hs.push_back(mgr->enqueue(g));
       }
       mgr->flush();
