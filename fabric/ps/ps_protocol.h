@@ -67,6 +67,7 @@ enum class RejectReason : uint8_t {
   kOversized = 8,          // payload larger than the daemon's --max-chunk-bytes
   kWrongOp = 9,            // sum/average differs from the round's
   kDraining = 10,          // the daemon is shutting down
+  // 11 and 12: unassigned (were held for the transfer manager, which needed none); never sent.
   kUninitialized = 13,     // model store: pull/apply/elastic on a key nobody initialised
   kWrongCompression = 14,  // compressed chunk malformed, or its codec differs from the round's
 };
