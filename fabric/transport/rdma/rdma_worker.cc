@@ -37,12 +37,12 @@ void Worker::postOrDetach(std::function<void()> fn) {
 
 bool Worker::add(std::shared_ptr<Pollable> p) {
   return post([this, p = std::move(p)]() mutable {
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping = stopping_;
-    }
-    if (stopping) p->shutdown();
+    // Only a pollable added after stop()'s shutdown task ran must be shut down here. One added
+    // before it (queued earlier) is shut down by that task, after the operations posted in
+    // between have run: shutting it down here, merely because stop() was called meanwhile, made
+    // a receive posted before the close fail as "posted after close" (FailedPrecondition)
+    // instead of Cancelled.
+    if (shutDown_) p->shutdown();
     pollables_.push_back(std::move(p));
   });
 }
@@ -53,6 +53,7 @@ void Worker::stop() {
   stopping_ = true;
   // Shutting the endpoints down is itself a task, so it runs after what was already posted.
   tasks_.push_back([this] {
+    shutDown_ = true;
     for (auto& p : pollables_) p->shutdown();
   });
   cv_.notify_one();

@@ -55,6 +55,7 @@ class Worker {
   std::deque<std::function<void()>> tasks_;
   std::function<void()> exitHook_;
   std::vector<std::shared_ptr<Pollable>> pollables_;  // worker thread only
+  bool shutDown_ = false;  // worker thread only: stop()'s shutdown task has run
   std::thread thread_;
 };
 
