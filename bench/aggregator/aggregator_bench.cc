@@ -32,6 +32,7 @@
 
 #include "aggregator/aggregator_server.h"
 #include "aggregator/reducer.h"
+#include "bench/support/bench_util.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/comm/communicator.h"
 #include "fabric/ps/ps_protocol.h"
@@ -42,23 +43,12 @@ using namespace cofab;
 
 namespace {
 
-double nowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
+using bench::nowMs;
 std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return def;
+  return bench::argValue(argc, argv, name, def);
 }
 bool flag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == name) return true;
-  }
-  return false;
+  return bench::hasFlag(argc, argv, name);
 }
 size_t parseBytes(const std::string& s) {
   char* end = nullptr;
@@ -118,19 +108,7 @@ void benchReduction(size_t bytes) {
 // ---- daemons ---------------------------------------------------------------------------------
 
 pid_t spawnDaemon(const std::vector<std::string>& args) {
-  std::vector<std::string> a = args;
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    execv(COFAB_AGGD_PATH, argv.data());
-    _exit(127);
-  }
-  return pid;
+  return bench::spawnChild(COFAB_AGGD_PATH, args);
 }
 
 void stopDaemons(const std::vector<pid_t>& pids, int sig) {

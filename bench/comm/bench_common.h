@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/support/bench_util.h"
+
 namespace cofab::bench {
 
 // "4K,64K,1M,64M" -> bytes. K/M/G are binary.
@@ -59,21 +61,6 @@ inline double cpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-inline std::string argValue(int argc, char** argv, const std::string& name,
-                            const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return def;
-}
-
-inline bool hasFlag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == name) return true;
-  }
-  return false;
 }
 
 }  // namespace cofab::bench

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "aggregator/aggregator_server.h"
+#include "bench/support/bench_util.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/store.h"
 #include "fabric/transfer/central_scheduler.h"
@@ -54,23 +55,12 @@ using namespace cofab;
 
 namespace {
 
-double nowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
+using bench::nowMs;
 std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return def;
+  return bench::argValue(argc, argv, name, def);
 }
 bool flag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == name) return true;
-  }
-  return false;
+  return bench::hasFlag(argc, argv, name);
 }
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -442,19 +432,7 @@ int replayWorker(int rank, int workers, const std::string& storeUrl, const std::
 }
 
 pid_t spawnDaemon(const std::vector<std::string>& args) {
-  std::vector<std::string> a = args;
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    execv(COFAB_AGGD_PATH, argv.data());
-    _exit(127);
-  }
-  return pid;
+  return bench::spawnChild(COFAB_AGGD_PATH, args);
 }
 
 double median(std::vector<double> v) {

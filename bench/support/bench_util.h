@@ -1,0 +1,55 @@
+// Small helpers shared by the bench programs: command-line look-ups, a wall clock in ms, and
+// spawning a helper process (cofab-aggd, ...) that dies with the bench (PR_SET_PDEATHSIG).
+// Header-only; bench code only.
+#pragma once
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace cofab::bench {
+
+// The value after `name` on the command line, or `def`.
+inline std::string argValue(int argc, char** argv, const std::string& name,
+                            const std::string& def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return argv[i + 1];
+  }
+  return def;
+}
+
+inline bool hasFlag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == name) return true;
+  }
+  return false;
+}
+
+inline double nowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// fork + execv(path, args) with SIGKILL on the bench's death; the child's pid (or -1).
+inline pid_t spawnChild(const std::string& path, const std::vector<std::string>& args) {
+  std::vector<std::string> a = args;
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    execv(path.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace cofab::bench
