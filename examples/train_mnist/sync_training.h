@@ -1,5 +1,5 @@
 // train_mnist's loop for the training-sync algorithms (fabric/sync, docs/SYNC.md): --sync
-// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit. (--sync local and --sync aggregator keep
+// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit|gradcode. (--sync local and --sync aggregator keep
 // their own loop in train_mnist.cc.)
 //
 // Every worker streams its own shuffled order of the training set; an epoch ends when the job
@@ -33,6 +33,7 @@ struct SyncTrainConfig {
   std::string shadowMode = "average";
   int64_t shadowIntervalMs = 0;
   size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
+  int gradientStragglers = 1;   // gradcode: s (the daemons need --gradient-stragglers s)
   int slowRank = -1;            // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };
