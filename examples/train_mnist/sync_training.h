@@ -1,6 +1,6 @@
 // train_mnist's loop for the training-sync algorithms (fabric/sync, docs/SYNC.md): --sync
-// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit|gradcode. (--sync local and --sync aggregator keep
-// their own loop in train_mnist.cc.)
+// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit|gradcode. (--sync local and --sync aggregator
+// keep their own loop in train_mnist.cc.)
 //
 // Every worker streams its own shuffled order of the training set; an epoch ends when the job
 // (all workers together, as SyncAlgorithm::globalSamples() knows it) has processed as many

@@ -77,7 +77,7 @@ enum class RejectReason : uint8_t {
   kUninitialized = 13,     // model store: pull/apply/elastic on a key nobody initialised
   kWrongCompression = 14,  // compressed chunk malformed, or its codec differs from the round's
   // 15: held for another branch; never sent by this one.
-  kReleased = 16,          // a pull for a fan-out key its uploader released (kFanOutRelease)
+  kReleased = 16,  // a pull for a fan-out key its uploader released (kFanOutRelease)
 };
 inline constexpr uint8_t kMaxRejectReason = 16;
 

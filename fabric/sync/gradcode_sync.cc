@@ -47,11 +47,15 @@ class GradcodeSync final : public AlgorithmBase {
                                                  TensorView(&got, 1, DType::kF32));
     COFAB_RETURN_IF_ERROR(check.wait(deadline()).withContext("sync gradcode: configuration check"));
     if (got != float(code_.groups())) {
-      return FailedPrecondition(
-          "sync gradcode: the aggregators reduced " + std::to_string(int(got)) +
-          " contributions of the " + std::to_string(env_.worldSize) + " workers, expected one per "
-          "group (" + std::to_string(code_.groups()) + "): start every cofab-aggd with "
-          "--gradient-stragglers " + std::to_string(code_.stragglers()));
+      return FailedPrecondition("sync gradcode: the aggregators reduced " +
+                                std::to_string(int(got)) + " contributions of the " +
+                                std::to_string(env_.worldSize) +
+                                " workers, expected one per "
+                                "group (" +
+                                std::to_string(code_.groups()) +
+                                "): start every cofab-aggd with "
+                                "--gradient-stragglers " +
+                                std::to_string(code_.stragglers()));
     }
     // Start from one group member's initial model per group, summed and divided by the number of
     // groups: the same bits on every worker whatever they were given.
@@ -105,9 +109,8 @@ class GradcodeSync final : public AlgorithmBase {
                               std::to_string(window) +
                               ") rounds behind; the daemons no longer hold that round");
       }
-      COFAB_RETURN_IF_ERROR(
-          st.withContext("sync gradcode: step " + std::to_string(step) + " tensor " +
-                         std::to_string(t)));
+      COFAB_RETURN_IF_ERROR(st.withContext("sync gradcode: step " + std::to_string(step) +
+                                           " tensor " + std::to_string(t)));
     }
     // Tell stragglers this round is over (idempotent: every worker that knows sets it).
     COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));

@@ -28,8 +28,9 @@
 //   COFAB_RETURN_IF_ERROR((*algo)->finish(finalParams));
 //
 // Gradients passed to step() are the mean over the thread's own mini-batch (gradcode: the sum,
-// over the worker's partitions(), of each partition's mean; see partitions() and needsGradient()). Every worker of the
-// job calls start() and finish() (collective) and uses the same options and tensor layout.
+// over the worker's partitions(), of each partition's mean; see partitions() and needsGradient()).
+// Every worker of the job calls start() and finish() (collective) and uses the same options and
+// tensor layout.
 //
 // Threads: threads() training threads (1 except for eawild) call read() and step() with their
 // own index concurrently; start(), finish() and stats() from the thread that made the algorithm.

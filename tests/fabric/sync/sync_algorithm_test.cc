@@ -1,7 +1,8 @@
 // Every training-sync algorithm, 4 workers as threads, on least squares: y = X w + noise, each
-// worker owning a quarter of the rows (gradcode: computing its group's two quarters, s = 1). The serial optimum w* (normal equations, in double) is
-// the reference; each algorithm's final model (finish()) must be within kTolerance of it,
-// relative to |w*|. Aggregators are in-process AggregatorServers; gossip runs on a communicator.
+// worker owning a quarter of the rows (gradcode: computing its group's two quarters, s = 1). The
+// serial optimum w* (normal equations, in double) is the reference; each algorithm's final model
+// (finish()) must be within kTolerance of it, relative to |w*|. Aggregators are in-process
+// AggregatorServers; gossip runs on a communicator.
 #include "fabric/sync/sync_algorithm.h"
 
 #include <gtest/gtest.h>
