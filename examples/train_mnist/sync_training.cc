@@ -74,6 +74,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.seed = c.seed;
   so.compressionBlock = c.compressionBlock;
   so.gradientStragglers = c.gradientStragglers;
+  so.gradcodeWindow = c.gradcodeWindow;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;

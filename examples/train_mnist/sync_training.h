@@ -34,7 +34,10 @@ struct SyncTrainConfig {
   int64_t shadowIntervalMs = 0;
   size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
   int gradientStragglers = 1;   // gradcode: s (the daemons need --gradient-stragglers s)
-  int slowRank = -1;            // this rank sleeps (slowFactor - 1) x its compute time every step
+  // gradcode: rounds a worker may fall behind (rank 0's test-set evaluation at each epoch end
+  // lets the others run ~50-100 rounds ahead); the daemons keep that many rounds' results.
+  int gradcodeWindow = 128;
+  int slowRank = -1;  // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };
 
