@@ -13,9 +13,16 @@
 // the computation of completed rounds and fetches their results with pull-only operations
 // (answered at once from the kept result), until it is current again. A straggler that pushes
 // a round that completed meanwhile is answered from the round's result too (a late resend, never
-// applied). One that falls more than `window` rounds behind fails with FailedPrecondition.
+// applied). So that nobody falls out of the window, every worker publishes its progress every
+// window/4 rounds and waits, before a round, while another is more than window/2 rounds behind
+// (bounded lag: a straggler a few rounds behind is never waited for; a stalled one is, once it
+// is half a window behind). Should a worker still fall more than `window` rounds behind (a
+// window too small for the model's memory budget), its step fails with FailedPrecondition.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "coding/gradient/fractional_repetition.h"
 #include "fabric/ps/push_pull.h"
@@ -78,6 +85,7 @@ class GradcodeSync final : public AlgorithmBase {
 
   StatusOr<bool> needsGradient(int thread, uint64_t step) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, std::span<const float>(result_.data(), total_)));
+    COFAB_RETURN_IF_ERROR(keepWithinWindow(step));
     COFAB_ASSIGN_OR_RETURN(bool done, env_.store->check({doneKey(step)}));
     return !done;
   }
@@ -88,6 +96,7 @@ class GradcodeSync final : public AlgorithmBase {
     COFAB_RETURN_IF_ERROR(
         checkStep(thread, fetchOnly ? std::span<const float>(result_.data(), total_) : grad));
     if (client_ == nullptr) return FailedPrecondition("sync gradcode: start() not called");
+    COFAB_RETURN_IF_ERROR(keepWithinWindow(step));
     const uint64_t window = uint64_t(options_.gradcodeWindow);
     ps::PushPullOptions po;
     po.iteration = step / window;
@@ -114,6 +123,10 @@ class GradcodeSync final : public AlgorithmBase {
     }
     // Tell stragglers this round is over (idempotent: every worker that knows sets it).
     COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));
+    if ((step + 1) % progressEvery() == 0) {
+      const std::string v = std::to_string(step + 1);
+      COFAB_RETURN_IF_ERROR(env_.store->set(progressKey(env_.rank), Bytes(v.begin(), v.end())));
+    }
     recordBytes();
     // The sum over the n partitions of their mean gradients -> the average, as sync applies.
     const float inv = 1.0f / float(env_.worldSize);
@@ -137,6 +150,42 @@ class GradcodeSync final : public AlgorithmBase {
 
  private:
   std::string doneKey(uint64_t step) const { return storeKey("done/" + std::to_string(step)); }
+  std::string progressKey(int rank) const { return storeKey("progress/" + std::to_string(rank)); }
+  uint64_t progressEvery() const {
+    return std::max<uint64_t>(1, uint64_t(options_.gradcodeWindow) / 4);
+  }
+
+  // Bounded lag: before round `step` (checked every progressEvery() rounds), wait until every
+  // worker has published progress within half the window, so that no worker can fall out of the
+  // rounds the daemons keep. A straggler a few rounds behind never triggers it; one stalled for
+  // half the window (or rank 0 evaluating for that long) holds the others until it catches up.
+  Status keepWithinWindow(uint64_t step) {
+    const uint64_t half = uint64_t(options_.gradcodeWindow) / 2;
+    if (step < half || step % progressEvery() != 0 || step <= checkedThrough_) return OkStatus();
+    const uint64_t need = step - half;
+    const Deadline d = deadline();
+    for (int r = 0; r < env_.worldSize; ++r) {
+      if (r == env_.rank) continue;
+      for (;;) {
+        uint64_t progress = 0;
+        COFAB_ASSIGN_OR_RETURN(bool published, env_.store->check({progressKey(r)}));
+        if (published) {
+          COFAB_ASSIGN_OR_RETURN(Bytes v, env_.store->get(progressKey(r), d));
+          progress = std::strtoull(std::string(v.begin(), v.end()).c_str(), nullptr, 10);
+        }
+        if (progress >= need) break;
+        if (d.expired()) {
+          return DeadlineExceeded(
+              "sync gradcode: rank " + std::to_string(env_.rank) + " waited for rank " +
+              std::to_string(r) + " (at round " + std::to_string(progress) + ") to come within " +
+              std::to_string(half) + " rounds of round " + std::to_string(step));
+        }
+        std::this_thread::sleep_for(Millis(1));
+      }
+    }
+    checkedThrough_ = step;
+    return OkStatus();
+  }
 
   void recordBytes() {
     ps::ClientStats s = client_->stats();
@@ -147,6 +196,7 @@ class GradcodeSync final : public AlgorithmBase {
   const coding::FractionalRepetitionCode code_;
   std::unique_ptr<ps::PushPullClient> client_;
   std::vector<float> result_;
+  uint64_t checkedThrough_ = 0;  // keepWithinWindow() passed for this round
 };
 
 }  // namespace
