@@ -24,6 +24,11 @@ COFAB_PARAM_INT(kDropSeed, "COFAB_DPDK_DROP_SEED", 1, 0, INT64_MAX,
                 "seed of COFAB_DPDK_DROP_RATE's generator");
 COFAB_PARAM_INT(kPeerTimeoutMs, "COFAB_DPDK_PEER_TIMEOUT_MS", 3000, 50, 3600000,
                 "a dpdk connection fails with RemoteError after this long without a frame");
+COFAB_PARAM_INT(kIdleSpinUs, "COFAB_DPDK_IDLE_SPIN_US", 50, -1, 10'000'000,
+                "dpdk poller: microseconds of spinning without work before it naps; -1: "
+                "busy-poll forever (lowest latency, one core per context)");
+COFAB_PARAM_INT(kIdleNapUs, "COFAB_DPDK_IDLE_NAP_US", 100, 1, 100'000,
+                "dpdk poller: length of a nap on a PMD port (memif, af_packet, NIC) when idle");
 
 // Runs `fn` on a short-lived thread: completions after the poller stopped must still never run
 // inline (connection.h).
@@ -171,6 +176,16 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
     COFAB_ASSIGN_OR_RETURN(timeout, kPeerTimeoutMs.get());
   }
   e.peerTimeoutNs = static_cast<uint64_t>(timeout) * 1'000'000;
+  int64_t spin = dpdk.idleSpinUs;
+  if (spin < -1) {
+    COFAB_ASSIGN_OR_RETURN(spin, kIdleSpinUs.get());
+  }
+  e.idleSpinNs = spin < 0 ? -1 : spin * 1000;
+  int64_t nap = dpdk.idleNapUs;
+  if (nap <= 0) {
+    COFAB_ASSIGN_OR_RETURN(nap, kIdleNapUs.get());
+  }
+  e.idleNapNs = static_cast<uint64_t>(nap) * 1000;
   COFAB_ASSIGN_OR_RETURN(auto engine, Engine::create(e));
   return std::shared_ptr<Context>(std::make_shared<DpdkContext>(std::move(engine)));
 }

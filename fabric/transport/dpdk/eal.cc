@@ -77,6 +77,18 @@ Status Eal::start() {
         .withContext("dpdk transport unavailable (set COFAB_DPDK_EAL_ARGS; see docs/DPDK.md)");
   }
   rte_log_set_global_level(RTE_LOG_WARNING);
+  // EAL goes on when a vdev fails to probe (it only logs it); a context would then silently
+  // fall back to in-process ring ports and never see its peer. Refuse instead.
+  in.clear();
+  in.str(vdevs);
+  while (std::getline(in, v, ';')) {
+    const std::string name = v.substr(0, v.find(','));
+    uint16_t id = 0;
+    if (!name.empty() && rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0) {
+      return FailedPrecondition("dpdk: vdev '" + v +
+                                "' (COFAB_DPDK_VDEV) did not probe; EAL's log above says why");
+    }
+  }
 
   uint16_t portId;
   RTE_ETH_FOREACH_DEV(portId) {

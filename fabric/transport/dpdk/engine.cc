@@ -16,11 +16,9 @@ namespace {
 
 constexpr uint16_t kRxBurst = 32;
 constexpr uint64_t kTickNs = 200'000;
-// How long the poller keeps spinning after its last piece of work before it sleeps.
-constexpr uint64_t kSpinNs = 50'000;
-// Sleep bound: ring ports are woken by their peer's switch, PMD ports cannot be, so they nap.
+// Sleep bound of ring ports (woken by their peer's switch); PMD ports cannot be woken, so they
+// nap EngineOptions::idleNapNs (the idle policy: spin idleSpinNs, then nap).
 constexpr auto kRingSleep = std::chrono::milliseconds(2);
-constexpr auto kPmdSleep = std::chrono::microseconds(100);
 // Data frames stop while fewer mbufs than this are free, so acks can always be built.
 constexpr unsigned kPoolReserve = 512;
 constexpr uint64_t kSynFirstIntervalNs = 10'000'000;
@@ -44,8 +42,8 @@ StatusOr<std::shared_ptr<Engine>> Engine::create(const EngineOptions& options) {
   std::shared_ptr<Engine> e(new Engine(options, port));
   const uint32_t n = gEngineCount.fetch_add(1);
   const std::string cmd = "cofab_cmd" + std::to_string(n);
-  e->commands_ = rte_ring_create(cmd.c_str(), kCommandRing, SOCKET_ID_ANY,
-                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+  e->commands_ =
+      rte_ring_create(cmd.c_str(), kCommandRing, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   const std::string inj = "cofab_inj" + std::to_string(n);
   e->injected_ = rte_ring_create(inj.c_str(), kInjectRing, SOCKET_ID_ANY, RING_F_SC_DEQ);
   if (e->commands_ == nullptr || e->injected_ == nullptr) {
@@ -158,8 +156,11 @@ void Engine::run() {
       idleSince = 0;
     } else if (idleSince == 0) {
       idleSince = now;
-    } else if (now - idleSince > kSpinNs) {
-      const Duration nap = port_->ringMode() ? Duration(kRingSleep) : Duration(kPmdSleep);
+    } else if (options_.idleSpinNs >= 0 &&
+               now - idleSince > static_cast<uint64_t>(options_.idleSpinNs)) {
+      const Duration nap = port_->ringMode()
+                               ? Duration(kRingSleep)
+                               : Duration(std::chrono::nanoseconds(options_.idleNapNs));
       port_->waker().sleepFor(nap, [&] {
         return rte_ring_count(commands_) > 0 || rte_ring_count(injected_) > 0 ||
                port_->rxPending() || stopping_.load();
@@ -251,10 +252,9 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
     return;
   }
   ParsedFrame f;
-  const RxVerdict v =
-      m->nb_segs != 1
-          ? RxVerdict::kBadLength
-          : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), local_.ip, &f);
+  const RxVerdict v = m->nb_segs != 1 ? RxVerdict::kBadLength
+                                      : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*),
+                                                   rte_pktmbuf_data_len(m), local_.ip, &f);
   bool kept = false;
   switch (v) {
     case RxVerdict::kOk:
@@ -313,8 +313,8 @@ void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
     sendRst(f.src, f.header.srcConn, 0);
     return;
   }
-  const auto key = std::make_pair(macKey(f.src),
-                                  (static_cast<uint64_t>(f.src.ip) << 32) | f.header.srcConn);
+  const auto key =
+      std::make_pair(macKey(f.src), (static_cast<uint64_t>(f.src.ip) << 32) | f.header.srcConn);
   std::shared_ptr<Conn> conn;
   if (auto it = synSeen_.find(key); it != synSeen_.end()) {
     if (auto c = conns_.find(it->second); c != conns_.end()) conn = c->second;
@@ -367,8 +367,8 @@ void Engine::sendSyn(Connecting& c, uint64_t now) {
     queueTx(m);
   }
   ++c.attempts;
-  c.intervalNs = c.intervalNs == 0 ? kSynFirstIntervalNs
-                                   : std::min(c.intervalNs * 2, kSynMaxIntervalNs);
+  c.intervalNs =
+      c.intervalNs == 0 ? kSynFirstIntervalNs : std::min(c.intervalNs * 2, kSynMaxIntervalNs);
   c.nextSynNs = now + c.intervalNs;
 }
 
@@ -399,7 +399,8 @@ StatusOr<std::shared_ptr<Conn>> Engine::connect(const std::string& address,
   if (!posted) return FailedPrecondition("connect to " + address + ": the dpdk context is closed");
   std::unique_lock<std::mutex> lock(c->mu);
   // The poller enforces the deadline; the extra second only guards against a stuck poller.
-  const Deadline guard = deadline.isNever() ? deadline : Deadline::at(deadline.when() + Millis(1000));
+  const Deadline guard =
+      deadline.isNever() ? deadline : Deadline::at(deadline.when() + Millis(1000));
   while (!c->finished) {
     if (guard.isNever()) {
       c->cv.wait(lock);
@@ -570,11 +571,11 @@ Status Engine::inject(std::span<const uint8_t> frame) {
 DpdkStats Engine::stats() const {
   const auto& c = counters_;
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return DpdkStats{r(c.rxFrames),        r(c.txFrames),      r(c.rxForeign),
-                   r(c.rxBadLength),     r(c.rxBadChecksum), r(c.rxBadHeader),
-                   r(c.rxUnknownConnection), r(c.rxInjectedDrops), r(c.rxDuplicates),
-                   r(c.rxOutOfWindow),   r(c.retransmits),   r(c.timeouts),
-                   r(c.txDrops)};
+  return DpdkStats{
+      r(c.rxFrames),      r(c.txFrames),      r(c.rxForeign),           r(c.rxBadLength),
+      r(c.rxBadChecksum), r(c.rxBadHeader),   r(c.rxUnknownConnection), r(c.rxInjectedDrops),
+      r(c.rxDuplicates),  r(c.rxOutOfWindow), r(c.retransmits),         r(c.timeouts),
+      r(c.txDrops)};
 }
 
 }  // namespace cofab::transport::dpdk

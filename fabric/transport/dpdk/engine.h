@@ -45,6 +45,11 @@ struct EngineOptions {
   uint64_t dropSeed = 1;
   uint64_t peerTimeoutNs = 3'000'000'000;
   uint64_t drainNs = 500'000'000;  // bound on the close drain at context shutdown
+  // Idle policy: after this long without work the poller sleeps; < 0: never (busy-poll, for
+  // latency-sensitive users with a core to spare).
+  int64_t idleSpinNs = 50'000;
+  // Sleep bound of a PMD port (it cannot wake the poller); ring ports are woken by their peer.
+  uint64_t idleNapNs = 100'000;
 };
 
 class ListenerState {
@@ -86,8 +91,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // --- poller thread (Conn) ---
   // A frame with room for `payload` bytes after the headers, addressed to `peer`; null when the
   // pool is (nearly) empty. Data frames leave a reserve so acks can still be sent.
-  rte_mbuf* allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload,
-                       bool data);
+  rte_mbuf* allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload, bool data);
   // Queues a sealed frame for the next TX burst; takes one reference.
   void queueTx(rte_mbuf* m);
   uint16_t maxFramePayload() const { return maxFramePayload_; }
@@ -97,9 +101,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Counters: written by the poller only (plain load+store), read by anyone.
   struct Counters {
-    std::atomic<uint64_t> rxFrames{0}, txFrames{0}, rxForeign{0}, rxBadLength{0},
-        rxBadChecksum{0}, rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0},
-        rxDuplicates{0}, rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0};
+    std::atomic<uint64_t> rxFrames{0}, txFrames{0}, rxForeign{0}, rxBadLength{0}, rxBadChecksum{0},
+        rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0}, rxDuplicates{0},
+        rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0};
   };
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

@@ -13,7 +13,8 @@
 //
 // Parameters (environment, see `cofab-info`): COFAB_DPDK_EAL_ARGS, COFAB_DPDK_VDEV,
 // COFAB_DPDK_PORT, COFAB_DPDK_IP, COFAB_DPDK_UDP_PORT, COFAB_DPDK_MTU, COFAB_DPDK_MBUFS,
-// COFAB_DPDK_PEER_TIMEOUT_MS, COFAB_DPDK_DROP_RATE, COFAB_DPDK_DROP_SEED. Fields set in
+// COFAB_DPDK_PEER_TIMEOUT_MS, COFAB_DPDK_DROP_RATE, COFAB_DPDK_DROP_SEED, COFAB_DPDK_IDLE_SPIN_US,
+// COFAB_DPDK_IDLE_NAP_US. Fields set in
 // DpdkOptions win over them.
 #pragma once
 
@@ -28,12 +29,17 @@
 namespace cofab::transport::dpdk {
 
 struct DpdkOptions {
-  std::string port;         // DPDK port name (e.g. "net_memif0"); empty: COFAB_DPDK_PORT
-  std::string ip;           // dotted IPv4; empty: COFAB_DPDK_IP, else derived from the MAC
-  int udpPort = 0;          // 0: COFAB_DPDK_UDP_PORT
-  double dropRate = -1;     // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
-  int64_t dropSeed = -1;    // < 0: COFAB_DPDK_DROP_SEED
+  std::string port;           // DPDK port name (e.g. "net_memif0"); empty: COFAB_DPDK_PORT
+  std::string ip;             // dotted IPv4; empty: COFAB_DPDK_IP, else derived from the MAC
+  int udpPort = 0;            // 0: COFAB_DPDK_UDP_PORT
+  double dropRate = -1;       // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
+  int64_t dropSeed = -1;      // < 0: COFAB_DPDK_DROP_SEED
   int64_t peerTimeoutMs = 0;  // 0: COFAB_DPDK_PEER_TIMEOUT_MS
+  // Idle policy of the poller: spin this long without work, then nap (PMD ports: idleNapUs; ring
+  // ports sleep until their peer wakes them). -1: busy-poll forever (latency-sensitive users
+  // with a core to spare); < -1: COFAB_DPDK_IDLE_SPIN_US (default 50).
+  int64_t idleSpinUs = -2;
+  int64_t idleNapUs = 0;  // 0: COFAB_DPDK_IDLE_NAP_US (default 100)
 };
 
 StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
@@ -53,8 +59,8 @@ struct DpdkStats {
   uint64_t rxDuplicates = 0;
   uint64_t rxOutOfWindow = 0;
   uint64_t retransmits = 0;
-  uint64_t timeouts = 0;             // retransmission timeouts (each backs off the RTO)
-  uint64_t txDrops = 0;              // frames the port refused
+  uint64_t timeouts = 0;  // retransmission timeouts (each backs off the RTO)
+  uint64_t txDrops = 0;   // frames the port refused
 };
 
 // InvalidArgument if `context` is not a dpdk context.

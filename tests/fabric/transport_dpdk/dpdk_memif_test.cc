@@ -1,12 +1,21 @@
 // The dpdk transport between two processes over memif (DPDK's shared-memory packet interface),
 // meeting through a FileStore: each forked child starts its own EAL (one per process), the
 // server on lcore 1, the client on lcore 0. This binary never starts EAL in the parent, so the
-// children fork from a clean process. Ordering, message sizes, close, and a killed peer.
+// children fork from a clean process. Ordering, message sizes, close, and a killed peer; the
+// same echo over af_packet on a veth pair in a network namespace the test creates.
 // A child that cannot start EAL exits with kSkipCode after storing the reason; the test skips.
 #include <gtest/gtest.h>
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "core/param.h"
@@ -63,7 +72,9 @@ class DpdkMemifTest : public ::testing::Test {
     auto s = FileStore::open(dir_.path() + "/store");
     ASSERT_TRUE(s.ok()) << s.status();
   }
-  std::unique_ptr<Store> store() { return std::move(FileStore::open(dir_.path() + "/store")).value(); }
+  std::unique_ptr<Store> store() {
+    return std::move(FileStore::open(dir_.path() + "/store")).value();
+  }
 
   // Reaps both children; skips when one could not start EAL.
   void finish(ProcessGroup& group, int n) {
@@ -81,6 +92,75 @@ class DpdkMemifTest : public ::testing::Test {
   cofab::testing::TempDir dir_;
 };
 
+// Rank 0 listens and echoes every message back; rank 1 sends messages of every interesting size
+// (0 bytes to 8 MiB), checks each echo, then closes: the server's next receive fails with
+// RemoteError. Run by each child over whatever link its context has (memif, af_packet).
+int echoSizes(int rank, Context& ctx, Store& storeRef) {
+  Store* st = &storeRef;
+  const std::vector<size_t> sizes = {0, 1, 7, 1441, 4093, 65537, (1u << 20) + 3, 8u << 20};
+  std::shared_ptr<Connection> conn;
+  std::unique_ptr<Listener> listener;
+  if (rank == 0) {
+    auto l = ctx.listen({});
+    if (!l.ok()) return childFail(rank, l.status().toString());
+    listener = std::move(l).value();
+    if (!st->set("addr", toBytes(listener->address())).ok()) return childFail(rank, "store");
+    auto a = listener->accept(Deadline::afterMs(20000));
+    if (!a.ok()) return childFail(rank, a.status().toString());
+    conn = *a;
+    if (conn->peerId() != "client") return childFail(rank, "peer id " + conn->peerId());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Recorder rec;
+      std::vector<uint8_t> got;
+      conn->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&& d) {
+        got = std::move(d);
+        rec.record(s, h);
+      });
+      if (!rec.wait(1, std::chrono::seconds(20))) return childFail(rank, "recv timed out");
+      if (!rec.statuses()[0].ok()) return childFail(rank, rec.statuses()[0].toString());
+      if (rec.headers()[0].sequence != i) return childFail(rank, "out of order");
+      Recorder sent;
+      conn->send(rec.headers()[0], got.data(), got.size(), sent.sendCb());
+      if (!sent.wait(1, std::chrono::seconds(20)) || !sent.statuses()[0].ok()) {
+        return childFail(rank, "echo send failed");
+      }
+    }
+    // The client closes after its last echo: the next receive fails with RemoteError.
+    Recorder last;
+    conn->recvOwned(
+        [&](const Status& s, const wire::Header& h, std::vector<uint8_t>&&) { last.record(s, h); });
+    if (!last.wait(1, std::chrono::seconds(20))) return childFail(rank, "no close seen");
+    if (last.statuses()[0].code() != StatusCode::kRemoteError) {
+      return childFail(rank, "after close: " + last.statuses()[0].toString());
+    }
+    ctx.join();
+    return 0;
+  }
+  auto addr = st->get("addr", Deadline::afterMs(20000));
+  if (!addr.ok()) return childFail(rank, addr.status().toString());
+  auto c = ctx.connect(toString(*addr), {.localId = "client"}, Deadline::afterMs(20000));
+  if (!c.ok()) return childFail(rank, c.status().toString());
+  conn = *c;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto src = pattern(sizes[i], static_cast<uint32_t>(i));
+    std::vector<uint8_t> back(src.size());
+    Recorder rec;
+    wire::Header h;
+    h.sequence = i;
+    h.flags = wire::kFlagPayloadCrc;
+    conn->recv(back.data(), back.size(), rec.recvCb());
+    conn->send(h, src.data(), src.size(), rec.sendCb());
+    if (!rec.wait(2, std::chrono::seconds(20))) return childFail(rank, "echo timed out");
+    for (const auto& s : rec.statuses()) {
+      if (!s.ok()) return childFail(rank, s.toString());
+    }
+    if (back != src) return childFail(rank, "echo of " + std::to_string(sizes[i]) + " differs");
+  }
+  conn->close();
+  ctx.join();  // drains the Fin before the process goes
+  return 0;
+}
+
 // The client sends messages of every interesting size; the server echoes each one back.
 TEST_F(DpdkMemifTest, EchoSizesInOrderThenClose) {
   const std::string dir = dir_.path();
@@ -88,72 +168,111 @@ TEST_F(DpdkMemifTest, EchoSizesInOrderThenClose) {
   group.start(2, [this, dir](int rank) -> int {
     auto st = store();
     auto ctx = memifContext(dir, rank, rank == 0 ? "server" : "client", *st);
-    if (!ctx.ok()) return ctx.status().code() == StatusCode::kUnavailable ? kSkipCode : childFail(rank, ctx.status().toString());
-    const std::vector<size_t> sizes = {0, 1, 7, 1441, 4093, 65537, (1u << 20) + 3, 8u << 20};
-    std::shared_ptr<Connection> conn;
-    std::unique_ptr<Listener> listener;
-    if (rank == 0) {
-      auto l = (*ctx)->listen({});
-      if (!l.ok()) return childFail(rank, l.status().toString());
-      listener = std::move(l).value();
-      if (!st->set("addr", toBytes(listener->address())).ok()) return childFail(rank, "store");
-      auto a = listener->accept(Deadline::afterMs(20000));
-      if (!a.ok()) return childFail(rank, a.status().toString());
-      conn = *a;
-      if (conn->peerId() != "client") return childFail(rank, "peer id " + conn->peerId());
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        Recorder rec;
-        std::vector<uint8_t> got;
-        conn->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&& d) {
-          got = std::move(d);
-          rec.record(s, h);
-        });
-        if (!rec.wait(1, std::chrono::seconds(20))) return childFail(rank, "recv timed out");
-        if (!rec.statuses()[0].ok()) return childFail(rank, rec.statuses()[0].toString());
-        if (rec.headers()[0].sequence != i) return childFail(rank, "out of order");
-        Recorder sent;
-        conn->send(rec.headers()[0], got.data(), got.size(), sent.sendCb());
-        if (!sent.wait(1, std::chrono::seconds(20)) || !sent.statuses()[0].ok()) {
-          return childFail(rank, "echo send failed");
-        }
-      }
-      // The client closes after its last echo: the next receive fails with RemoteError.
-      Recorder last;
-      conn->recvOwned([&](const Status& s, const wire::Header& h, std::vector<uint8_t>&&) {
-        last.record(s, h);
-      });
-      if (!last.wait(1, std::chrono::seconds(20))) return childFail(rank, "no close seen");
-      if (last.statuses()[0].code() != StatusCode::kRemoteError) {
-        return childFail(rank, "after close: " + last.statuses()[0].toString());
-      }
-      (*ctx)->join();
-      return 0;
-    }
-    auto addr = st->get("addr", Deadline::afterMs(20000));
-    if (!addr.ok()) return childFail(rank, addr.status().toString());
-    auto c = (*ctx)->connect(toString(*addr), {.localId = "client"}, Deadline::afterMs(20000));
-    if (!c.ok()) return childFail(rank, c.status().toString());
-    conn = *c;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const auto src = pattern(sizes[i], static_cast<uint32_t>(i));
-      std::vector<uint8_t> back(src.size());
-      Recorder rec;
-      wire::Header h;
-      h.sequence = i;
-      h.flags = wire::kFlagPayloadCrc;
-      conn->recv(back.data(), back.size(), rec.recvCb());
-      conn->send(h, src.data(), src.size(), rec.sendCb());
-      if (!rec.wait(2, std::chrono::seconds(20))) return childFail(rank, "echo timed out");
-      for (const auto& s : rec.statuses()) {
-        if (!s.ok()) return childFail(rank, s.toString());
-      }
-      if (back != src) return childFail(rank, "echo of " + std::to_string(sizes[i]) + " differs");
-    }
-    conn->close();
-    (*ctx)->join();  // drains the Fin before the process goes
-    return 0;
+    if (!ctx.ok())
+      return ctx.status().code() == StatusCode::kUnavailable
+                 ? kSkipCode
+                 : childFail(rank, ctx.status().toString());
+    return echoSizes(rank, **ctx, *st);
   });
   finish(group, 2);
+}
+
+// Whether every interface is up with carrier (IFF_RUNNING), within `ms`. Asked with ioctl, in
+// this process's network namespace: /sys/class/net still shows the namespace sysfs was mounted in.
+bool linksUp(const std::vector<std::string>& ifaces, int ms) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  const Deadline deadline = Deadline::afterMs(ms);
+  bool all = false;
+  while (!all) {
+    all = true;
+    for (const auto& i : ifaces) {
+      ifreq req{};
+      std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", i.c_str());
+      all = all && ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP) &&
+            (req.ifr_flags & IFF_RUNNING);
+    }
+    if (all || deadline.expired()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(fd);
+  return all;
+}
+
+// The same echo over a real kernel wire: af_packet on each end of a veth pair, each end in its
+// own network namespace the test creates (an intermediate child unshares the first and makes the
+// pair; the client unshares the second and is handed its end), so nothing outlives the test: the
+// namespaces and the pair go when their processes exit. One namespace per end because DPDK's
+// af_packet port joins a PACKET_FANOUT group numbered (pid ^ ifindex) & 0xffff, and fanout
+// groups are per namespace: two ports in one namespace collide whenever pid0 ^ if0 == pid1 ^ if1
+// (consecutive pids and ifindexes: about every other run), the second probe then fails and that
+// process had no port at all. IPv6 is off, so the ports see only the test's frames. Skipped
+// with the reason when the namespaces or the veth pair cannot be made (not root, no iproute2).
+TEST_F(DpdkMemifTest, EchoSizesOverAfPacketVethInOwnNetns) {
+  ProcessGroup ns;
+  ns.start(1, [this](int) -> int {
+    auto st = store();
+    auto skip = [&](const std::string& why) {
+      st->set("skip", toBytes(why)).ignoreError();
+      return kSkipCode;
+    };
+    if (::unshare(CLONE_NEWNET) != 0) {
+      return skip(std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
+    }
+    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
+    if (std::system("ip link add cfdk0 type veth peer name cfdk1") != 0) {
+      return skip("cannot create a veth pair in a new network namespace (ip link add type veth)");
+    }
+    ProcessGroup pair;
+    pair.start(2, [this](int rank) -> int {
+      auto st2 = store();
+      const std::string iface = "cfdk" + std::to_string(rank);
+      if (rank == 1) {
+        // A namespace of its own; the parent moves cfdk1 into it.
+        if (::unshare(CLONE_NEWNET) != 0) return childFail(rank, "unshare(CLONE_NEWNET)");
+        std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
+        if (!st2->set("netns-ready", toBytes("1")).ok()) return childFail(rank, "store");
+        if (!st2->get("moved", Deadline::afterMs(10000)).ok()) return childFail(rank, "not moved");
+      }
+      std::ofstream("/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6") << "1";
+      if (std::system(("ip link set " + iface + " up").c_str()) != 0) {
+        return childFail(rank, "ip link set " + iface + " up failed");
+      }
+      if (!linksUp({iface}, 10000)) return childFail(rank, iface + " has no carrier");
+      ::setenv("COFAB_DPDK_EAL_ARGS",
+               rank == 0 ? "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry"
+                         : "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry",
+               1);
+      ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
+      auto ctx = dpdk::createContext({.localId = rank == 0 ? "server" : "client"},
+                                     {.peerTimeoutMs = 3000});
+      if (!ctx.ok()) {
+        if (ctx.status().code() != StatusCode::kUnavailable) {
+          return childFail(rank, ctx.status().toString());
+        }
+        st2->set("skip", toBytes(ctx.status().toString())).ignoreError();
+        return kSkipCode;
+      }
+      return echoSizes(rank, **ctx, *st2);
+    });
+    Status moved = st->get("netns-ready", Deadline::afterMs(10000)).status();
+    if (moved.ok() &&
+        std::system(("ip link set cfdk1 netns " + std::to_string(pair.pid(1))).c_str()) != 0) {
+      moved = Internal("ip link set cfdk1 netns <client pid> failed");
+    }
+    if (moved.ok()) moved = st->set("moved", toBytes("1"));
+    if (!moved.ok()) {
+      pair.waitAll(Deadline::afterMs(0));
+      return childFail(0, moved.toString());
+    }
+    auto exits = pair.waitAll(Deadline::afterMs(35000));
+    for (const auto& e : exits) {
+      if (e.exited && e.code == kSkipCode) return kSkipCode;
+    }
+    const std::string f = cofab::testing::failures(exits);
+    return f.empty() ? 0 : childFail(0, f);
+  });
+  finish(ns, 1);
 }
 
 // The client process is killed (SIGKILL, no goodbye) while the server waits in a receive: the
@@ -164,11 +283,15 @@ TEST_F(DpdkMemifTest, KilledPeerGivesRemoteErrorWithinDeadline) {
   group.start(2, [this, dir](int rank) -> int {
     auto st = store();
     auto ctx = memifContext(dir, rank, rank == 0 ? "server" : "doomed child", *st);
-    if (!ctx.ok()) return ctx.status().code() == StatusCode::kUnavailable ? kSkipCode : childFail(rank, ctx.status().toString());
+    if (!ctx.ok())
+      return ctx.status().code() == StatusCode::kUnavailable
+                 ? kSkipCode
+                 : childFail(rank, ctx.status().toString());
     if (rank == 1) {
       auto addr = st->get("addr", Deadline::afterMs(20000));
       if (!addr.ok()) return childFail(rank, addr.status().toString());
-      auto c = (*ctx)->connect(toString(*addr), {.localId = "doomed child"}, Deadline::afterMs(20000));
+      auto c =
+          (*ctx)->connect(toString(*addr), {.localId = "doomed child"}, Deadline::afterMs(20000));
       if (!c.ok()) return childFail(rank, c.status().toString());
       st->set("connected", toBytes("1")).ignoreError();
       ::pause();  // killed by the server's signal
@@ -188,7 +311,8 @@ TEST_F(DpdkMemifTest, KilledPeerGivesRemoteErrorWithinDeadline) {
     ::kill(static_cast<pid_t>(std::stol(toString(*pid))), SIGKILL);
     if (!rec.wait(1, std::chrono::seconds(10))) return childFail(rank, "receive did not fail");
     const Status s = rec.statuses()[0];
-    if (s.code() != StatusCode::kRemoteError || s.message().find("doomed child") == std::string::npos) {
+    if (s.code() != StatusCode::kRemoteError ||
+        s.message().find("doomed child") == std::string::npos) {
       return childFail(rank, "expected RemoteError naming the peer, got " + s.toString());
     }
     (*ctx)->join();
