@@ -73,6 +73,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.shadowIntervalMs = c.shadowIntervalMs;
   so.seed = c.seed;
   so.compressionBlock = c.compressionBlock;
+  so.replyFeedback = c.replyFeedback;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;

@@ -33,6 +33,7 @@ struct SyncTrainConfig {
   std::string shadowMode = "average";
   int64_t shadowIntervalMs = 0;
   size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
+  bool replyFeedback = false;   // onebit: the daemons' error feedback on the replies
   int slowRank = -1;            // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };

@@ -65,6 +65,9 @@ struct SyncOptions {
   // int8/onebit: elements per compression block (one scale / min-max each); 0: the codec's
   // default (compress::kDefaultBlock).
   size_t compressionBlock = 0;
+  // onebit: the daemons also keep error feedback for the replies they recompress
+  // (ps::PushPullOptions::replyFeedback). Off by default: it costs accuracy (docs/COMPRESSION.md).
+  bool replyFeedback = false;
   uint64_t seed = 1;
   // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
   int64_t timeoutMs = 120000;
