@@ -8,6 +8,9 @@ namespace cofab::aggregator {
 
 StatusOr<compress::Compression> compressionOfPush(uint8_t opcode) {
   const uint8_t bits = opcode & ps::kPushCompressionBits;
+  if ((opcode & ps::kPushReplyFeedback) != 0 && bits != ps::kPushOneBit) {
+    return InvalidArgument("push asks for reply feedback without 1-bit compression");
+  }
   if (bits == 0) return compress::Compression::kNone;
   if (bits == ps::kPushInt8) return compress::Compression::kInt8;
   if (bits == ps::kPushOneBit) return compress::Compression::kOneBit;

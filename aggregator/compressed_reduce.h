@@ -1,8 +1,9 @@
 // Compressed push-pull on the daemon (docs/COMPRESSION.md): a compressed contribution is
 // checked against its codec's exact size, every contribution of a round is decompressed into
 // f32, folded in rank order by the reducer (so results stay deterministic), optionally averaged,
-// and the result is recompressed for the way back — for 1-bit with the slot's own residual
-// (error feedback). Pure functions; called on the slot's engine thread.
+// and the result is recompressed for the way back — statelessly, or for 1-bit pushes with
+// ps::kPushReplyFeedback with the slot's own residual (error feedback on the reply, kept by the
+// engine per (key, chunk)). Pure functions; called on the slot's engine thread.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@
 namespace cofab::aggregator {
 
 // The codec named by a push's opcode bits (kNone without compression bits); InvalidArgument
-// when both bits are set.
+// when both bits are set, or the reply-feedback bit comes without the 1-bit one.
 StatusOr<compress::Compression> compressionOfPush(uint8_t opcode);
 
 // Decompress each contribution (already checked with compress::inspect: `count` elements in

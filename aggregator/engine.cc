@@ -39,10 +39,13 @@ struct Engine::Slot {
   std::string lastFailure;  // non-empty: it was released without a result
 
   // Compressed push-pull (compressed_reduce.h): codec, element count and block of every
-  // contribution; the daemon's 1-bit error feedback for the results.
+  // contribution; with reply feedback (ps::kPushReplyFeedback) the residual of the daemon's own
+  // 1-bit recompression of the results, logicalCount floats allocated at the first completed
+  // round and kept as long as the slot (docs/COMPRESSION.md "Reply feedback").
   compress::Compression codec = compress::Compression::kNone;
   size_t logicalCount = 0;
   size_t block = 0;
+  bool replyFeedback = false;
   std::vector<float> residual;
 
   // Got a fan-out push (the upload is the result): ControlOp::kFanOutRelease may free it.
@@ -196,15 +199,18 @@ void Engine::onPush(Event& e) {
     s.codec = *codec;
     s.logicalCount = encoded.count;
     s.block = encoded.block;
+    s.replyFeedback = (h.opcode & ps::kPushReplyFeedback) != 0;
   }
-  if (*codec != s.codec || encoded.count != s.logicalCount || encoded.block != s.block) {
+  const bool replyFeedback = (h.opcode & ps::kPushReplyFeedback) != 0;
+  if (*codec != s.codec || encoded.count != s.logicalCount || encoded.block != s.block ||
+      replyFeedback != s.replyFeedback) {
+    auto describe = [](compress::Compression c, size_t count, size_t block, bool feedback) {
+      return std::string(compress::compressionName(c)) + " (" + std::to_string(count) +
+             " elements, block " + std::to_string(block) + (feedback ? ", reply feedback)" : ")");
+    };
     e.peer->reject(metrics_, RejectReason::kWrongCompression, h,
-                   "chunk is " + std::string(compress::compressionName(s.codec)) + " (" +
-                       std::to_string(s.logicalCount) + " elements, block " +
-                       std::to_string(s.block) + "), got " +
-                       std::string(compress::compressionName(*codec)) + " (" +
-                       std::to_string(encoded.count) + " elements, block " +
-                       std::to_string(encoded.block) + ")");
+                   "chunk is " + describe(s.codec, s.logicalCount, s.block, s.replyFeedback) +
+                       ", got " + describe(*codec, encoded.count, encoded.block, replyFeedback));
     return;
   }
   if (s.key != h.key || s.chunk != h.chunkIndex) {
@@ -322,8 +328,9 @@ void Engine::onPush(Event& e) {
   }
   s.state[r] = 1;
   wire::Header fh = h;
-  fh.opcode = static_cast<uint8_t>((h.opcode & (ps::kPushAverage | ps::kPushCompressionBits)) |
-                                   ps::kPushForwarded);
+  fh.opcode = static_cast<uint8_t>(
+      (h.opcode & (ps::kPushAverage | ps::kPushCompressionBits | ps::kPushReplyFeedback)) |
+      ps::kPushForwarded);
   if (forward_ && forward_(fh, e.payload)) {
     metrics_.chunksForwarded.fetch_add(1, std::memory_order_relaxed);
     return;  // durable when the backup acks (onForwardAck)
@@ -382,9 +389,10 @@ void Engine::complete(Slot& s) {
   // replication the round completes only after the backup acked every forwarded copy.
   Payload result = s.contribution[static_cast<size_t>(ranks[0])];
   if (s.codec != compress::Compression::kNone) {
-    // Decompress, fold in f32 in rank order, recompress (1-bit: with the slot's residual).
+    // Decompress, fold in f32 in rank order, recompress (with reply feedback: with the slot's
+    // residual, which therefore survives across rounds).
     float* residual = nullptr;
-    if (s.codec == compress::Compression::kOneBit) {
+    if (s.replyFeedback) {
       s.residual.resize(s.logicalCount, 0.0f);
       residual = s.residual.data();
     }

@@ -75,6 +75,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.compressionBlock = c.compressionBlock;
   so.gradientStragglers = c.gradientStragglers;
   so.gradcodeWindow = c.gradcodeWindow;
+  so.replyFeedback = c.replyFeedback;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;

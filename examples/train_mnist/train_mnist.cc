@@ -54,6 +54,7 @@ void usage() {
                "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
+               "                   [--reply-feedback on|off (onebit; default off)]\n"
                "                   [--slow-rank R --slow-factor F]\n"
                "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
                "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
@@ -89,6 +90,10 @@ bool parse(int argc, char** argv, Options* o) {
       o->algo.gradcodeWindow = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }
     else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
+    else if (a == "--reply-feedback" && (v == "on" || v == "off")) {
+      o->algo.replyFeedback = v == "on";
+      continue;
+    }
     else return false;
     if (end == nullptr || *end != '\0') return false;
   }

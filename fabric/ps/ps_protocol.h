@@ -24,10 +24,14 @@ enum PushBits : uint8_t {
   // Fan-out (coded shuffling's multicast, fabric/coded/shuffle_relay.h): this one push is the
   // round's result as it is, delivered to every puller; no other contribution is waited for.
   kPushFanOut = 1u << 6,
+  // With kPushOneBit: the daemon keeps an error-feedback residual per (key, chunk) for the
+  // results it recompresses (docs/COMPRESSION.md "Reply feedback"); without it the reply is
+  // compressed statelessly.
+  kPushReplyFeedback = 1u << 7,
 };
 inline constexpr uint8_t kPushCompressionBits = kPushInt8 | kPushOneBit;
-inline constexpr uint8_t kKnownPushBits =
-    kPushAverage | kPushDeliver | kPushForwarded | kPushCompressionBits | kPushFanOut;
+inline constexpr uint8_t kKnownPushBits = kPushAverage | kPushDeliver | kPushForwarded |
+                                          kPushCompressionBits | kPushFanOut | kPushReplyFeedback;
 
 // kControl opcodes used by the aggregator protocol. Values are wire format: append only.
 enum class ControlOp : uint8_t {

@@ -237,6 +237,7 @@ class PushPullClient::Impl {
     if (!pull) bits |= kPushDeliver;
     if (options.compression == Compression::kInt8) bits |= kPushInt8;
     if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
+    if (options.replyFeedback) bits |= kPushReplyFeedback;
     // Compress every chunk before taking mu_ (the I/O threads need it for answers).
     std::vector<std::shared_ptr<std::vector<uint8_t>>> encoded;
     if (options.compression != Compression::kNone) {
@@ -409,6 +410,9 @@ class PushPullClient::Impl {
     }
     if (o.delivery == Delivery::kPullOnly && o.compression != Compression::kNone) {
       return InvalidArgument("a pull-only operation fetches uncompressed results only");
+    }
+    if (o.replyFeedback && o.compression != Compression::kOneBit) {
+      return InvalidArgument("replyFeedback applies to kOneBit compression only");
     }
     if (o.compression != Compression::kNone) {
       if (o.compression != Compression::kInt8 && o.compression != Compression::kOneBit) {

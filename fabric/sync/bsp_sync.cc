@@ -3,7 +3,7 @@
 // average over the workers back, and applies the same SGD-with-momentum step to its model, so
 // the models stay identical. int8/onebit only change the wire format of the push-pull (the
 // daemon decompresses, accumulates in f32 and recompresses; onebit keeps an error-feedback
-// residual per worker).
+// residual per worker, and the daemon's reply none unless SyncOptions::replyFeedback).
 #include <memory>
 #include <string>
 
@@ -69,7 +69,10 @@ class BspSync final : public AlgorithmBase {
     if (compressed && options_.compressionBlock > 0)
       options.compressionBlock = options_.compressionBlock;
     if (compressed && name_ == "int8") options.compression = ps::Compression::kInt8;
-    if (compressed && name_ == "onebit") options.compression = ps::Compression::kOneBit;
+    if (compressed && name_ == "onebit") {
+      options.compression = ps::Compression::kOneBit;
+      options.replyFeedback = options_.replyFeedback;
+    }
     handles_.clear();
     // A key keeps its compression on the daemons: the initial (exact) average has keys of its own.
     const uint64_t keyBase = compressed ? 0 : kInitialKeys;

@@ -138,6 +138,9 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
     return InvalidArgument("sync " + a +
                            ": syncEvery and threads must be >= 1, elasticAlpha in [0, 1)");
   }
+  if (options.replyFeedback && a != "onebit") {
+    return InvalidArgument("sync " + a + ": replyFeedback applies to onebit only");
+  }
   if (needsAggregators(a) && env.store == nullptr && env.client.serverAddresses.empty()) {
     return InvalidArgument("sync " + a + " needs aggregators: a store or client.serverAddresses");
   }

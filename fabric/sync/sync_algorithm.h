@@ -78,6 +78,9 @@ struct SyncOptions {
   // gradcode: rounds a straggler may fall behind and still catch up (the daemons keep the last
   // `gradcodeWindow` rounds' results on keys of their own: memory = window x model per job).
   int gradcodeWindow = 16;
+  // onebit: the daemons also keep error feedback for the replies they recompress
+  // (ps::PushPullOptions::replyFeedback). Off by default: it costs accuracy (docs/COMPRESSION.md).
+  bool replyFeedback = false;
   uint64_t seed = 1;
   // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
   int64_t timeoutMs = 120000;

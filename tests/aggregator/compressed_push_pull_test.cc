@@ -1,8 +1,9 @@
 // Compressed push-pull (docs/COMPRESSION.md) on real cofab-aggd processes: the result every
 // worker receives equals, bit for bit, a serial reference of the definition (client codec with
-// per-key error feedback, decompress, rank-order f32 fold, optional average, daemon recompression
-// with per-chunk error feedback); bytes-on-wire counters on both ends; malformed or mismatched
-// compressed chunks rejected with a reason.
+// per-key error feedback, decompress, rank-order f32 fold, optional average, daemon recompression:
+// stateless, or with per-chunk error feedback carried across rounds when the pushes ask for reply
+// feedback); bytes-on-wire counters on both ends; malformed or mismatched compressed chunks
+// rejected with a reason.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -32,6 +33,7 @@ struct Case {
   Compression codec;
   bool average;
   ps::Delivery delivery = ps::Delivery::kPushBack;
+  bool replyFeedback = false;
 };
 
 class CompressedPushPullTest : public ::testing::TestWithParam<Case> {};
@@ -55,6 +57,7 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
       po.compressionBlock = kBlock;
       po.op = GetParam().average ? ps::ReduceOp::kAverage : ps::ReduceOp::kSum;
       po.delivery = GetParam().delivery;
+      po.replyFeedback = GetParam().replyFeedback;
       TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
       COFAB_RETURN_IF_ERROR(client->pushPull(2, v, v, po).wait(Deadline::afterMs(20000)));
       outputs[static_cast<size_t>(rank)].push_back(std::move(x));
@@ -68,8 +71,9 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
   // Serial reference of the same definition.
   const auto layout = ps::chunkLayout(kCount, 4, kChunkBytes);
   std::vector<std::vector<float>> clientResidual(kWorkers, std::vector<float>(kCount, 0.0f));
-  std::vector<float> serverResidual(kCount, 0.0f);  // per chunk = the chunk's slice
-  const bool feedback = codec == Compression::kOneBit;
+  std::vector<float> serverResidual(kCount, 0.0f);      // per chunk = the chunk's slice
+  const bool feedback = codec == Compression::kOneBit;  // the clients' own
+  const bool replyFeedback = GetParam().replyFeedback;
   uint64_t wireBytesPerStep = 0;
   for (uint32_t c = 0; c < layout.chunkCount; ++c) {
     const size_t n = std::min(layout.elementsPerChunk, kCount - c * layout.elementsPerChunk);
@@ -96,7 +100,7 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
       }
       std::vector<uint8_t> enc(compress::compressedBytes(codec, n, kBlock));
       compress::compress(codec, acc.data(), n, kBlock,
-                         feedback ? serverResidual.data() + first : nullptr, enc.data());
+                         replyFeedback ? serverResidual.data() + first : nullptr, enc.data());
       ASSERT_TRUE(compress::decompress(codec, enc.data(), enc.size(), n, want.data() + first).ok());
     }
     for (int r = 0; r < kWorkers; ++r) {
@@ -117,16 +121,20 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
   EXPECT_EQ(logical, static_cast<double>(kWorkers * kSteps * kCount * 4));
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, CompressedPushPullTest,
-                         ::testing::Values(Case{Compression::kInt8, false},
-                                           Case{Compression::kInt8, true, ps::Delivery::kPull},
-                                           Case{Compression::kOneBit, false, ps::Delivery::kPull},
-                                           Case{Compression::kOneBit, true}),
-                         [](const auto& info) {
-                           return std::string(compress::compressionName(info.param.codec)) +
-                                  (info.param.average ? "_average" : "_sum") +
-                                  (info.param.delivery == ps::Delivery::kPull ? "_pull" : "_push");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, CompressedPushPullTest,
+    ::testing::Values(Case{Compression::kInt8, false},
+                      Case{Compression::kInt8, true, ps::Delivery::kPull},
+                      Case{Compression::kOneBit, false, ps::Delivery::kPull},
+                      Case{Compression::kOneBit, true},
+                      Case{Compression::kOneBit, true, ps::Delivery::kPushBack, true},
+                      Case{Compression::kOneBit, false, ps::Delivery::kPull, true}),
+    [](const auto& info) {
+      return std::string(compress::compressionName(info.param.codec)) +
+             (info.param.average ? "_average" : "_sum") +
+             (info.param.delivery == ps::Delivery::kPull ? "_pull" : "_push") +
+             (info.param.replyFeedback ? "_reply_feedback" : "");
+    });
 
 TEST(CompressedPushPull, MalformedOrMismatchedChunksAreRejectedWithAReason) {
   DaemonCluster cluster(1, 2);
@@ -172,6 +180,54 @@ TEST(CompressedPushPull, MalformedOrMismatchedChunksAreRejectedWithAReason) {
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_rejects_total", "reason=\"wrong_compression\""), 3);
 }
 
+// Reply feedback is daemon state per (key, chunk): it needs the 1-bit codec, and every
+// contribution of a chunk must agree on it (a mix would make the residual depend on who pushed
+// first).
+TEST(CompressedPushPull, ReplyFeedbackNeedsOneBitAndAgreement) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  std::vector<float> x(100, 0.5f);
+  std::vector<uint8_t> int8(compress::compressedBytes(Compression::kInt8, 100, 32));
+  compress::compress(Compression::kInt8, x.data(), 100, 32, nullptr, int8.data());
+  std::vector<uint8_t> onebit(compress::compressedBytes(Compression::kOneBit, 100, 32));
+  compress::compress(Compression::kOneBit, x.data(), 100, 32, nullptr, onebit.data());
+  auto expectReject = [](RawPeer& p, const std::string& fragment) {
+    auto m = p.recvSkippingAcks();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(m->isReject(ps::RejectReason::kWrongCompression))
+        << m->header.describe() << " " << m->text();
+    EXPECT_NE(m->text().find(fragment), std::string::npos) << m->text();
+  };
+  const uint8_t feedback = ps::kPushDeliver | ps::kPushReplyFeedback;
+  ASSERT_TRUE(
+      (*w0)->send(RawPeer::push(0, 1, 0, DType::kF32, 1, feedback | ps::kPushInt8), int8).ok());
+  expectReject(**w0, "without 1-bit");
+  ASSERT_TRUE((*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32, 1, feedback), x).ok());
+  expectReject(**w0, "without 1-bit");
+  // Worker 0 establishes the chunk with reply feedback; worker 1 without it is refused.
+  ASSERT_TRUE(
+      (*w0)->send(RawPeer::push(0, 1, 0, DType::kF32, 1, feedback | ps::kPushOneBit), onebit).ok());
+  ASSERT_TRUE(
+      (*w1)
+          ->send(RawPeer::push(1, 1, 0, DType::kF32, 1, ps::kPushDeliver | ps::kPushOneBit), onebit)
+          .ok());
+  expectReject(**w1, "reply feedback");
+  ASSERT_TRUE(
+      (*w1)->send(RawPeer::push(1, 1, 0, DType::kF32, 1, feedback | ps::kPushOneBit), onebit).ok());
+  auto result = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->header.type, wire::MessageType::kPullReply);
+  std::vector<float> sum(100);
+  ASSERT_TRUE(compress::decompress(Compression::kOneBit, result->payload.data(),
+                                   result->payload.size(), 100, sum.data())
+                  .ok());
+  EXPECT_FLOAT_EQ(sum[0], 1.0f);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rejects_total", "reason=\"wrong_compression\""), 3);
+}
+
 TEST(CompressedPushPull, ClientRefusesCompressionOfNonF32) {
   DaemonCluster cluster(1, 1);
   ASSERT_TRUE(cluster.start().ok());
@@ -184,6 +240,13 @@ TEST(CompressedPushPull, ClientRefusesCompressionOfNonF32) {
   Status st = (*client)->pushPull(1, v, v, po).wait(Deadline::afterMs(5000));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("f32"), std::string::npos) << st;
+  std::vector<float> z(10);
+  po.compression = Compression::kInt8;
+  po.replyFeedback = true;
+  TensorView f = TensorView::of(z.data(), z.size(), DType::kF32);
+  st = (*client)->pushPull(1, f, f, po).wait(Deadline::afterMs(5000));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("replyFeedback"), std::string::npos) << st;
 }
 
 }  // namespace

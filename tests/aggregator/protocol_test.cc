@@ -84,7 +84,10 @@ TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
   // Malformed: chunkCount 0; unknown opcode bits.
   ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32, 0), two).ok());
   expectReject(a, RejectReason::kMalformed);
-  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32, 1, 0x80), two).ok());
+  // Every bit no PushBits value names (0x80 until it became kPushReplyFeedback).
+  const auto unknownBits = static_cast<uint8_t>(~ps::kKnownPushBits);
+  ASSERT_NE(unknownBits, 0) << "every opcode bit is in use: nothing unknown left to test";
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kF32, 1, unknownBits), two).ok());
   expectReject(a, RejectReason::kMalformed);
   // Unsupported dtype.
   ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 0, DType::kI32), std::vector<int32_t>{1, 2}).ok());

@@ -238,12 +238,20 @@ SyncOptions shadowOnlyAtTheEnds() {
   return o;
 }
 
+// onebit with the daemons' error feedback on the replies as well (SyncOptions::replyFeedback).
+SyncOptions withReplyFeedback() {
+  SyncOptions o = opts(0.02f);
+  o.replyFeedback = true;
+  return o;
+}
+
 // shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
 // thread fits into the training, which is timing (here training takes milliseconds).
 INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
                          ::testing::Values(Case{"sync", "", opts(0.02f)},
                                            Case{"int8", "", opts(0.02f)},
                                            Case{"onebit", "", opts(0.02f)},
+                                           Case{"onebit", "_reply_feedback", withReplyFeedback()},
                                            Case{"shadowsync", "", shadowOnlyAtTheEnds()},
                                            Case{"gossip", "ring", opts(0.02f)},
                                            Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
@@ -344,6 +352,10 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   EXPECT_NE(a.status().message().find("easgd"), std::string::npos) << a.status();
   o.algorithm = "easgd";
   o.elasticAlpha = 1.5f;
+  EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
+  o = SyncOptions{};
+  o.algorithm = "int8";
+  o.replyFeedback = true;  // onebit only
   EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
   o = SyncOptions{};
   o.algorithm = "gossip";
