@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/clock.h"
@@ -74,7 +75,8 @@ bool isModelRequest(uint8_t op) {
          op == static_cast<uint8_t>(ControlOp::kModelPull) ||
          op == static_cast<uint8_t>(ControlOp::kModelApply) ||
          op == static_cast<uint8_t>(ControlOp::kModelElastic) ||
-         op == static_cast<uint8_t>(ControlOp::kModelLeave);
+         op == static_cast<uint8_t>(ControlOp::kModelLeave) ||
+         op == static_cast<uint8_t>(ControlOp::kModelApplyPull);
 }
 
 ModelStore::ModelStore(ModelStoreOptions options, Metrics& metrics)
@@ -118,6 +120,9 @@ void ModelStore::onMessage(Event& e) {
       return;
     case ControlOp::kModelElastic:
       onElastic(e);
+      return;
+    case ControlOp::kModelApplyPull:
+      onApplyPull(e);
       return;
     default:
       e.peer->reject(metrics_, RejectReason::kMalformed, e.header, "not a model store request");
@@ -226,6 +231,48 @@ void ModelStore::onApply(Event& e) {
   held.clock = static_cast<int64_t>(e.header.iteration);
   s->held.push_back(std::move(held));
   release(*s, nowNs());
+}
+
+void ModelStore::onApplyPull(Event& e) {
+  Slot* s = find(e, true);
+  if (!s) return;
+  const uint64_t base = e.header.iteration;
+  if (base > s->version) {
+    e.peer->reject(metrics_, RejectReason::kMalformed, e.header,
+                   "model " + where(s->key, s->chunk) + ": the update was computed on version " +
+                       std::to_string(base) + " but the chunk is only at version " +
+                       std::to_string(s->version));
+    return;
+  }
+  const uint64_t staleness = s->version - base;
+  const uint64_t tau = static_cast<uint64_t>(options_.versionStaleness);
+  const bool dropped = staleness > tau;
+  if (dropped) {
+    metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const auto* delta = reinterpret_cast<const float*>(e.payload->data());
+    float* v = s->value.data();
+    for (size_t i = 0; i < s->value.size(); ++i) {
+      float d;
+      std::memcpy(&d, delta + i, sizeof(float));
+      v[i] += d;
+    }
+    s->version++;
+    metrics_.sync.modelApplied.fetch_add(1, std::memory_order_relaxed);
+    metrics_.sync.observeStaleness(staleness);
+  }
+  // One round trip: the answer is the apply's outcome and the chunk's value after it.
+  const size_t valueBytes = s->value.size() * sizeof(float);
+  auto p = std::make_shared<std::vector<uint8_t>>(ps::kModelApplyReplyBytes + valueBytes, 0);
+  (*p)[0] = dropped ? 1 : 0;
+  const auto tau32 = static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX));
+  std::memcpy(p->data() + 4, &tau32, 4);
+  std::memcpy(p->data() + 8, &s->version, 8);
+  std::memcpy(p->data() + 16, &staleness, 8);
+  std::memcpy(p->data() + ps::kModelApplyReplyBytes, s->value.data(), valueBytes);
+  metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
+  metrics_.bytesOut.fetch_add(valueBytes, std::memory_order_relaxed);
+  answer(*e.peer, ControlOp::kModelAppliedValue, e.header, s->version, std::move(p), DType::kU8);
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {

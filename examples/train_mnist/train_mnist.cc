@@ -54,8 +54,8 @@ void usage() {
                "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
-               "                   [--slow-rank R --slow-factor F]\n"
-               "  (ssp's staleness bound is the daemons' --staleness)\n",
+               "                   [--slow-rank R --slow-factor F] [--staleness-unit versions|clocks]\n"
+               "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n",
                ex::syncModes().c_str());
 }
 
@@ -83,6 +83,7 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
     else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }
     else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
+    else if (a == "--staleness-unit") { o->algo.stalenessUnit = v; continue; }
     else return false;
     if (end == nullptr || *end != '\0') return false;
   }

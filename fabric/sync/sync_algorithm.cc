@@ -103,6 +103,7 @@ SyncStats AlgorithmBase::stats() const {
   uint64_t applies = applies_.load();
   s.meanStaleness = applies ? double(stalenessSum_.load()) / double(applies) : 0.0;
   s.dropped = dropped_.load();
+  s.droppedSamples = droppedSamples_.load();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.syncsPerSecond = secs > 0 ? double(s.syncs) / secs : 0.0;
   s.stepsPerSync = s.syncs ? double(s.steps) / double(s.syncs) : 0.0;
@@ -136,6 +137,10 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
       options.elasticAlpha >= 1) {
     return InvalidArgument("sync " + a +
                            ": syncEvery and threads must be >= 1, elasticAlpha in [0, 1)");
+  }
+  if (a == "ssp" && options.stalenessUnit != "versions" && options.stalenessUnit != "clocks") {
+    return InvalidArgument("sync ssp: stalenessUnit must be \"versions\" or \"clocks\", got \"" +
+                           options.stalenessUnit + "\"");
   }
   if (needsAggregators(a) && env.store == nullptr && env.client.serverAddresses.empty()) {
     return InvalidArgument("sync " + a + " needs aggregators: a store or client.serverAddresses");

@@ -4,7 +4,9 @@
 //   sync        BSP: gradients averaged through the aggregators' push-pull every step (reference)
 //   int8,onebit sync with compressed push-pull (8-bit min-max per block; 1-bit sign + scale with
 //               error feedback)
-//   ssp         bounded-staleness asynchronous parameter server (ps::ModelClient apply/pull)
+//   ssp         bounded-staleness asynchronous parameter server (ps::ModelClient): staleness in
+//               model versions (default: stale updates dropped, nobody waits) or in clocks (SSP:
+//               a fast worker waits for the slowest), SyncOptions::stalenessUnit
 //   shadowsync  training never waits for the network; a background thread averages the models
 //               (push-pull average, or EASGD with shadowMode "easgd") at its own pace
 //   easgd       local SGD + elastic averaging with a center variable on the aggregators
@@ -65,6 +67,11 @@ struct SyncOptions {
   // int8/onebit: elements per compression block (one scale / min-max each); 0: the codec's
   // default (compress::kDefaultBlock).
   size_t compressionBlock = 0;
+  // ssp: "versions" (each update carries the model version it was computed on; the daemons drop
+  // it when more than their --version-staleness updates were applied since; fast workers never
+  // wait) or "clocks" (SSP: a worker more than the daemons' --staleness clocks ahead of the
+  // slowest waits). docs/SYNC.md says when to use which.
+  std::string stalenessUnit = "versions";
   uint64_t seed = 1;
   // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
   int64_t timeoutMs = 120000;
@@ -76,12 +83,14 @@ struct SyncStats {
       0;  // synchronization rounds (push-pulls, applies, elastic updates, gossip rounds)
   uint64_t bytesSent = 0;  // payload bytes this worker sent (after compression)
   uint64_t bytesReceived = 0;
-  uint64_t staleUpdates = 0;  // ssp: applies that waited or saw staleness > 0
-  uint64_t maxStaleness = 0;  // ssp: largest staleness the parameter server reported
-  double meanStaleness = 0;   // ssp: over all applies
-  uint64_t dropped = 0;       // ssp: updates the server dropped as too stale
-  double syncsPerSecond = 0;  // achieved synchronization frequency (shadowsync), since start()
-  double stepsPerSync = 0;    // local steps per synchronization round
+  uint64_t staleUpdates = 0;    // ssp: applies that waited or saw staleness > 0
+  uint64_t maxStaleness = 0;    // ssp: largest staleness the parameter server reported
+  double meanStaleness = 0;     // ssp: over all applies
+  uint64_t dropped = 0;         // ssp: updates (tensors) the server dropped as too stale
+  uint64_t droppedSamples = 0;  // ssp: samples of the steps with a dropped update (not counted
+                                // in globalSamples())
+  double syncsPerSecond = 0;    // achieved synchronization frequency (shadowsync), since start()
+  double stepsPerSync = 0;      // local steps per synchronization round
 };
 
 // What the algorithms connect through; owned by the caller.
@@ -110,7 +119,8 @@ class SyncAlgorithm {
   // for its step number `step` (0, 1, 2, ... per thread). Updates the model as the algorithm does.
   virtual Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) = 0;
   // Samples processed by all workers of the job so far, as far as this worker knows (exact for
-  // sync, at the last round for the others). Lets a loop end an epoch on global progress so
+  // sync and after finish(), at the last publication for the others; ssp counts only the samples
+  // of steps whose updates were all applied). Lets a loop end an epoch on global progress so
   // fast workers do more of the work than slow ones.
   virtual uint64_t globalSamples() const = 0;
   // Collective: stops training and writes the job's final model into `out` (the average, the

@@ -220,21 +220,27 @@ SyncOptions shadowOnlyAtTheEnds() {
   return o;
 }
 
+// ssp with the clock-based bound (SSP, the fast worker waits) instead of versions (dropped).
+SyncOptions sspByClocks() {
+  SyncOptions o = opts(0.02f);
+  o.stalenessUnit = "clocks";
+  return o;
+}
+
 // shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
 // thread fits into the training, which is timing (here training takes milliseconds).
-INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
-                         ::testing::Values(Case{"sync", "", opts(0.02f)},
-                                           Case{"int8", "", opts(0.02f)},
-                                           Case{"onebit", "", opts(0.02f)},
-                                           Case{"shadowsync", "", shadowOnlyAtTheEnds()},
-                                           Case{"gossip", "ring", opts(0.02f)},
-                                           Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
-                                           Case{"ssp", "", opts(0.02f)},
-                                           Case{"easgd", "", opts(0.02f, 4)},
-                                           Case{"eawild", "", opts(0.02f, 4, 4)}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.algorithm + info.param.variant;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, SyncConvergenceTest,
+    ::testing::Values(Case{"sync", "", opts(0.02f)}, Case{"int8", "", opts(0.02f)},
+                      Case{"onebit", "", opts(0.02f)},
+                      Case{"shadowsync", "", shadowOnlyAtTheEnds()},
+                      Case{"gossip", "ring", opts(0.02f)},
+                      Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
+                      Case{"ssp", "", opts(0.02f)}, Case{"ssp", "clocks", sspByClocks()},
+                      Case{"easgd", "", opts(0.02f, 4)}, Case{"eawild", "", opts(0.02f, 4, 4)}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return info.param.algorithm + info.param.variant;
+    });
 
 // Bytes this worker put on the wire for `steps` steps of a 64K-float model under `algorithm`.
 uint64_t bytesFor(const std::string& algorithm, int steps) {
@@ -326,6 +332,12 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   o.algorithm = "easgd";
   o.elasticAlpha = 1.5f;
   EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
+  o = SyncOptions{};
+  o.algorithm = "ssp";
+  o.stalenessUnit = "seconds";
+  auto u = makeSyncAlgorithm(o, env);
+  EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(u.status().message().find("clocks"), std::string::npos) << u.status();
   o = SyncOptions{};
   o.algorithm = "gossip";
   auto g = makeSyncAlgorithm(o, env);
