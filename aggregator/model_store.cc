@@ -181,8 +181,8 @@ ModelStore::Slot* ModelStore::find(Event& e, bool needValue) {
 void ModelStore::onPull(Event& e) {
   Slot* s = find(e, false);
   if (!s) return;
-  auto p = std::make_shared<std::vector<uint8_t>>(s->value.size() * sizeof(float));
-  std::memcpy(p->data(), s->value.data(), p->size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(s->value.data());
+  auto p = std::make_shared<std::vector<uint8_t>>(bytes, bytes + s->value.size() * sizeof(float));
   metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
   metrics_.bytesOut.fetch_add(p->size(), std::memory_order_relaxed);
   answer(*e.peer, ControlOp::kModelValue, e.header, s->version, std::move(p), DType::kF32);
@@ -263,16 +263,22 @@ void ModelStore::onApplyPull(Event& e) {
   }
   // One round trip: the answer is the apply's outcome and the chunk's value after it.
   const size_t valueBytes = s->value.size() * sizeof(float);
-  auto p = std::make_shared<std::vector<uint8_t>>(ps::kModelApplyReplyBytes + valueBytes, 0);
-  (*p)[0] = dropped ? 1 : 0;
+  const size_t size = ps::kModelApplyReplyBytes + valueBytes;
+  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(size);  // no zero-fill
+  std::memset(p.get(), 0, ps::kModelApplyReplyBytes);
+  p[0] = dropped ? 1 : 0;
   const auto tau32 = static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX));
-  std::memcpy(p->data() + 4, &tau32, 4);
-  std::memcpy(p->data() + 8, &s->version, 8);
-  std::memcpy(p->data() + 16, &staleness, 8);
-  std::memcpy(p->data() + ps::kModelApplyReplyBytes, s->value.data(), valueBytes);
+  std::memcpy(p.get() + 4, &tau32, 4);
+  std::memcpy(p.get() + 8, &s->version, 8);
+  std::memcpy(p.get() + 16, &staleness, 8);
+  std::memcpy(p.get() + ps::kModelApplyReplyBytes, s->value.data(), valueBytes);
   metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
   metrics_.bytesOut.fetch_add(valueBytes, std::memory_order_relaxed);
-  answer(*e.peer, ControlOp::kModelAppliedValue, e.header, s->version, std::move(p), DType::kU8);
+  wire::Header h = ps::controlHeader(ControlOp::kModelAppliedValue, e.header);
+  h.iteration = s->version;
+  h.dtype = DType::kU8;
+  const uint8_t* data = p.get();
+  e.peer->conn->send(h, data, size, [p = std::move(p)](const Status&) {});
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
