@@ -212,6 +212,11 @@ class ModelClient::Impl {
     return call->status;
   }
 
+  void leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) sendLeaveLocked();
+  }
+
   void close() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -224,13 +229,9 @@ class ModelClient::Impl {
     std::vector<std::shared_ptr<std::atomic<bool>>> sent;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      sendLeaveLocked();
       for (auto& s : servers_) {
         if (s.dead || !s.conn) continue;
-        wire::Header leave;
-        leave.type = wire::MessageType::kControl;
-        leave.opcode = static_cast<uint8_t>(ControlOp::kModelLeave);
-        leave.senderRank = static_cast<uint32_t>(rank_);
-        s.conn->send(leave, nullptr, 0, [](const Status&) {});
         wire::Header bye;
         bye.type = wire::MessageType::kGoodbye;
         bye.senderRank = static_cast<uint32_t>(rank_);
@@ -272,6 +273,18 @@ class ModelClient::Impl {
       onMessage(server, h, std::move(payload));
       postRecv(server, conn);
     });
+  }
+
+  // kModelLeave to every daemon still there (fire and forget: the connection keeps the order).
+  void sendLeaveLocked() {
+    for (auto& s : servers_) {
+      if (s.dead || !s.conn) continue;
+      wire::Header leave;
+      leave.type = wire::MessageType::kControl;
+      leave.opcode = static_cast<uint8_t>(ControlOp::kModelLeave);
+      leave.senderRank = static_cast<uint32_t>(rank_);
+      s.conn->send(leave, nullptr, 0, [](const Status&) {});
+    }
   }
 
   void recordVersionLocked(const Request& r, uint64_t version) {
@@ -587,6 +600,7 @@ Status ModelClient::elastic(uint64_t key, TensorView x, float alpha, TensorView 
   return impl_->wait(call, deadline);
 }
 
+void ModelClient::leave() { impl_->leave(); }
 void ModelClient::close() { impl_->close(); }
 int ModelClient::rank() const { return impl_->rank_; }
 int ModelClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }

@@ -108,6 +108,10 @@ class ModelClient {
   // and returns d in `diffOut` (may alias `x`); the worker then does x -= d itself.
   Status elastic(uint64_t key, TensorView x, float alpha, TensorView diffOut, Deadline deadline);
 
+  // Tells the daemons this worker stops applying for now (clock-based SSP: nobody waits for it
+  // any more) without closing; its next request makes it take part again. For a worker that
+  // is done training but must still wait for the others (a barrier) before its final pull.
+  void leave();
   // Tells the daemons this worker leaves the model store (it no longer holds others back), then
   // closes the connections; pending calls fail with Cancelled. Idempotent.
   void close();

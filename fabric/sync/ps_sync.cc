@@ -40,6 +40,9 @@ class ModelStoreSync : public AlgorithmBase {
   Status finish(std::span<float> out) override {
     if (client_ == nullptr) return FailedPrecondition("sync " + name_ + ": start() not called");
     Status s = publishSamples();
+    // Done applying: under clock-based SSP the others may be held waiting for this worker's
+    // clock; leaving first lets them finish their last steps and reach the barrier too.
+    client_->leave();
     if (s.ok()) s = storeBarrier("finish");
     if (s.ok()) s = pullAll(buf_);
     if (s.ok()) model_.assign(buf_);
