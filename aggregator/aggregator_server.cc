@@ -251,6 +251,10 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
         onModelMessage(peer, h, std::move(payload));
         return;
       }
+      if (h.opcode == static_cast<uint8_t>(ps::ControlOp::kFanOutRelease)) {
+        onFanOutRelease(peer, h, std::move(payload));
+        return;
+      }
       break;
     case wire::MessageType::kGoodbye:
       peer->goodbye = true;

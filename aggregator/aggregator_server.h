@@ -81,6 +81,9 @@ class AggregatorServer {
   // Model store requests (aggregator_server_model.cc): validated here, run on the slot's engine.
   void onModelMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
                       std::vector<uint8_t>&& payload);
+  // ControlOp::kFanOutRelease (aggregator_server_fanout.cc): every engine frees its share.
+  void onFanOutRelease(const std::shared_ptr<Peer>& peer, const wire::Header& h,
+                       std::vector<uint8_t>&& payload);
 
   ServerOptions options_;
   Metrics metrics_;

@@ -45,6 +45,9 @@ struct Engine::Slot {
   size_t block = 0;
   std::vector<float> residual;
 
+  // Got a fan-out push (the upload is the result): ControlOp::kFanOutRelease may free it.
+  bool fanOut = false;
+
   bool open() const { return present > 0 || !pullers.empty(); }
 };
 
@@ -142,6 +145,9 @@ void Engine::handle(Event& e) {
     case Event::Kind::kModel:
       models_->onMessage(e);
       break;
+    case Event::Kind::kRelease:
+      onRelease(e);
+      break;
   }
 }
 
@@ -156,6 +162,7 @@ Engine::Slot& Engine::slotFor(const wire::Header& h, bool* created) {
     s.chunkCount = h.chunkCount;
     s.dtype = h.dtype;
     s.cur = options_.firstIteration;
+    metrics_.slots.fetch_add(1, std::memory_order_relaxed);
     const auto n = static_cast<size_t>(options_.numWorkers);
     s.contribution.resize(n);
     s.state.assign(n, 0);
@@ -255,6 +262,7 @@ void Engine::onPush(Event& e) {
       return;
     }
     metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+    s.fanOut = true;
     e.peer->sendControl(ps::ControlOp::kAck, h);
     if (deliver) s.deliverTo.push_back(e.peer);
     finishRound(s, e.payload);
@@ -428,6 +436,11 @@ void Engine::resetRound(Slot& s) {
 
 void Engine::onPull(Event& e) {
   const wire::Header& h = e.header;
+  if (slots_.count(slotId(h.key, h.chunkIndex)) == 0 && wasReleased(h.key)) {
+    e.peer->reject(metrics_, RejectReason::kReleased, h,
+                   "the fan-out round was released by its uploader (ControlOp kFanOutRelease)");
+    return;
+  }
   bool created = false;
   Slot& s = slotFor(h, &created);
   if (!created && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {
@@ -455,6 +468,37 @@ void Engine::onPull(Event& e) {
     metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
   }
   s.pullers.emplace_back(e.peer, h);
+}
+
+namespace {
+// Released ranges remembered for rejecting late pulls (one per release, e.g. per shuffle epoch).
+constexpr size_t kReleasedRangesKept = 4096;
+}  // namespace
+
+void Engine::onRelease(const Event& e) {
+  uint64_t count = 0;
+  for (size_t i = 0; i < 8; ++i) count |= static_cast<uint64_t>((*e.payload)[i]) << (8 * i);
+  const uint64_t first = e.header.key;
+  for (uint64_t k = first; k < first + count; ++k) {
+    auto it = slots_.find(slotId(k, 0));
+    if (it == slots_.end()) continue;  // another engine's, or never uploaded
+    const Slot& s = *it->second;
+    // Only finished fan-out rounds: a reduction's slot, or one with pullers waiting, stays.
+    if (!s.fanOut || s.key != k || s.open()) continue;
+    slots_.erase(it);
+    metrics_.slots.fetch_sub(1, std::memory_order_relaxed);
+    metrics_.fanOutReleased.fetch_add(1, std::memory_order_relaxed);
+  }
+  released_.emplace_back(first, count);
+  if (released_.size() > kReleasedRangesKept) released_.pop_front();
+  if (e.enginesLeft->fetch_sub(1) == 1) e.peer->sendControl(ps::ControlOp::kAck, e.header);
+}
+
+bool Engine::wasReleased(uint64_t key) const {
+  for (const auto& [first, count] : released_) {
+    if (key >= first && key - first < count) return true;
+  }
+  return false;
 }
 
 void Engine::onWorkerGone(const Event& e) {

@@ -16,8 +16,10 @@
 // engine thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -56,7 +58,8 @@ struct Event {
     kWorkerGone,
     kBackupLost,
     kDrain,
-    kModel,  // a model store request (model_store.h)
+    kModel,    // a model store request (model_store.h)
+    kRelease,  // ControlOp::kFanOutRelease: free fan-out slots (every engine gets one)
   };
   Kind kind = Kind::kPush;
   std::shared_ptr<Peer> peer;
@@ -64,6 +67,8 @@ struct Event {
   Payload payload;
   int rank = -1;
   std::string reason;
+  // kRelease: engines still to release; the last one acknowledges.
+  std::shared_ptr<std::atomic<int>> enginesLeft;
 };
 
 // Forwards a contribution to the backup; false when there is no live backup (then the
@@ -93,6 +98,10 @@ class Engine {
   void onPull(Event& e);
   void onForwardAck(const Event& e);
   void onWorkerGone(const Event& e);
+  // Frees the fan-out slots of the released key range and remembers the range (bounded) so
+  // that a late pull is rejected as released instead of waiting for a round that never comes.
+  void onRelease(const Event& e);
+  bool wasReleased(uint64_t key) const;
   void onBackupLost();
   void failOpenRounds(const std::string& why);
   void tick();
@@ -124,6 +133,7 @@ class Engine {
   std::vector<std::string> goneReason_;
   std::atomic<uint64_t> openRounds_{0};
   std::unique_ptr<ModelStore> models_;
+  std::deque<std::pair<uint64_t, uint64_t>> released_;  // [first, first + count) key ranges
 };
 
 }  // namespace cofab::aggregator

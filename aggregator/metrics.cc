@@ -117,6 +117,11 @@ std::string Metrics::render(int serverId, bool draining) const {
   os << "# HELP cofab_agg_open_rounds rounds with contributions waiting for the rest\n"
         "# TYPE cofab_agg_open_rounds gauge\ncofab_agg_open_rounds{"
      << id << "} " << ld(openRounds) << '\n';
+  os << "# HELP cofab_agg_slots (key, chunk) slots held, each with its last result\n"
+        "# TYPE cofab_agg_slots gauge\ncofab_agg_slots{"
+     << id << "} " << ld(slots) << '\n';
+  counter(os, "cofab_agg_fanout_released_total", "fan-out slots freed by their uploader",
+          ld(fanOutReleased), id);
   os << "# HELP cofab_agg_engine_queue_depth events queued per engine thread\n"
         "# TYPE cofab_agg_engine_queue_depth gauge\n";
   for (int e = 0; e < numEngines; ++e) {

@@ -33,6 +33,10 @@ struct Metrics {
   std::atomic<uint64_t> workersLost{0};
   std::atomic<uint64_t> backupLost{0};
   std::atomic<uint64_t> openRounds{0};
+  // (key, chunk) slots held by the engines (each keeps its last result), and fan-out slots freed
+  // by ControlOp::kFanOutRelease.
+  std::atomic<uint64_t> slots{0};
+  std::atomic<uint64_t> fanOutReleased{0};
   // Incast control (docs/TRANSFER.md): the window granted per worker connection (0: credits off),
   // pushes that arrived beyond it, the most any one connection had outstanding, and the receive
   // backlog (payload bytes received and not yet consumed by an engine) now and at its maximum.

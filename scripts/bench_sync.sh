@@ -8,13 +8,14 @@
 # VERSION_STALENESS (ssp's version bound, default 16: ssp runs by versions unless EXTRA has
 # --staleness-unit clocks), EXTRA (more train_mnist flags), BUILD_DIR.
 # Ends with: RESULT train algo=<a> slow=<0|1> workers=4 test_acc=... samples_per_s=...
-#            bytes_sent=... secs_to_85=...
+#            bytes_sent=... secs_to_85=... skipped=... (gradcode: rounds completed without a
+#            worker, summed over the ranks)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 epochs=${1:-6}
 png=${2:-$root/bench/sync/accuracy_vs_time.png}
-algos=${ALGOS:-"sync ssp shadowsync easgd eawild gossip int8 onebit"}
+algos=${ALGOS:-"sync ssp shadowsync easgd eawild gossip int8 onebit gradcode"}
 slows=${SLOW:-"0 1"}
 staleness=${STALENESS:-4}
 workers=4
@@ -39,6 +40,8 @@ algo_args() {
     # 1-bit updates have the magnitude of the block mean everywhere: a smaller step keeps the
     # error-feedback noise down (0.05 loses ~5 points early on).
     onebit) echo "--lr 0.02" ;;
+    # s = 1: groups {0,1} and {2,3}; the daemons need the same --gradient-stragglers.
+    gradcode) echo "--gradient-stragglers 1" ;;
     *) echo "" ;;
   esac
 }
@@ -52,8 +55,10 @@ for slow in $slows; do
     if [[ $algo == gossip ]]; then
       cmd=("$build/fabric/bin/cofab-run" -n $workers --)
     else
+      d=$daemon
+      [[ $algo == gradcode ]] && d="$daemon --gradient-stragglers 1"
       cmd=("$build/fabric/bin/cofab-run" -n $workers
-           --role "aggd:$aggs:$daemon" --)
+           --role "aggd:$aggs:$d" --)
     fi
     if ! timeout 900 "${cmd[@]}" "$trainer" $args --sync "$algo" $(algo_args "$algo") $slowargs \
         > "$log" 2>&1; then
@@ -77,6 +82,8 @@ for slow in $slows; do
     rate=$(grep -o "RESULT train_run .*samples_per_s=[0-9.]*" "$log" | grep -o "samples_per_s=[0-9.]*" | cut -d= -f2 || true)
     bytes=$(grep -o "RESULT sync_worker .*bytes_sent=[0-9]*" "$log" | grep -o "bytes_sent=[0-9]*" |
             cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}')
+    skipped=$(grep -o "RESULT sync_worker .*skipped=[0-9]*" "$log" | grep -o "skipped=[0-9]*" |
+              cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}')
     reach=$(awk '$4 >= 0.85 { print $3, $5; exit }' "$out/$algo.$slow.curve")
     secs85=${reach% *}; ep85=${reach#* }
     [[ -z $reach ]] && secs85=none && ep85=none
@@ -84,7 +91,7 @@ for slow in $slows; do
     ref=$(eval echo "\${sync_bytes_$slow:-0}")
     ratio=$(awk -v r="$ref" -v b="$bytes" 'BEGIN { if (b > 0 && r > 0) printf "%.1fx", r / b; else print "-" }')
     printf "%-11s %4s %8s %9s %9s %10s %12s %10s\n" "$algo" "$slow" "${acc:-fail}" "$secs85" "$ep85" "${rate:-0}" "$bytes" "$ratio" >&2
-    results+=("RESULT train algo=$algo slow=$slow workers=$workers test_acc=${acc:-0} samples_per_s=${rate:-0} bytes_sent=$bytes secs_to_85=$secs85 epochs_to_85=$ep85 epochs=$epochs")
+    results+=("RESULT train algo=$algo slow=$slow workers=$workers test_acc=${acc:-0} samples_per_s=${rate:-0} bytes_sent=$bytes secs_to_85=$secs85 epochs_to_85=$ep85 epochs=$epochs skipped=${skipped:-0}")
   done
 done
 

@@ -74,6 +74,8 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.stalenessUnit = c.stalenessUnit;
   so.seed = c.seed;
   so.compressionBlock = c.compressionBlock;
+  so.gradientStragglers = c.gradientStragglers;
+  so.gradcodeWindow = c.gradcodeWindow;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;
@@ -117,19 +119,26 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
 
   struct Worker {
     std::unique_ptr<Mlp> model;
-    std::vector<float> grads, x;
+    std::vector<float> grads, partGrads, x;
     std::vector<uint8_t> y;
-    std::unique_ptr<SampleStream> stream;
+    // One stream per data partition this worker computes (algo.partitions(): its own rank, or
+    // gradcode's s+1 partitions), seeded by the partition, so replicas draw the same samples.
+    std::vector<std::unique_ptr<SampleStream>> streams;
     uint64_t step = 0;
   };
+  const std::vector<int> parts = algo.partitions();
   std::vector<Worker> workers(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     Worker& w = workers[size_t(t)];
     w.model = std::make_unique<Mlp>(kImagePixels, c.hidden, kClasses, c.seed);
     w.grads.resize(w.model->params().size());
+    w.partGrads.resize(w.model->params().size());
     w.x.resize(size_t(perThread) * kImagePixels);
     w.y.resize(size_t(perThread));
-    w.stream = std::make_unique<SampleStream>(n, c.seed * 1000003u + uint64_t(rank * threads + t));
+    for (int p : parts) {
+      w.streams.push_back(
+          std::make_unique<SampleStream>(n, c.seed * 1000003u + uint64_t(p * threads + t)));
+    }
   }
   std::mutex errMu;
   Status firstError;
@@ -138,18 +147,35 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
     Worker& w = workers[size_t(t)];
     while (algo.globalSamples() < target && !failed.load()) {
       auto t0 = Clock::now();
-      for (int i = 0; i < perThread; ++i) {
-        uint32_t idx = w.stream->next();
-        std::copy_n(train.images.data() + size_t(idx) * kImagePixels, kImagePixels,
-                    w.x.data() + size_t(i) * kImagePixels);
-        w.y[size_t(i)] = train.labels[idx];
+      StatusOr<bool> need = algo.needsGradient(t, w.step);
+      Status st = need.status();
+      if (need.ok() && !*need) {
+        // The round completed without this worker (gradcode straggler): skip its samples.
+        for (auto& stream : w.streams) {
+          for (int i = 0; i < perThread; ++i) stream->next();
+        }
+        st = algo.step(t, {}, w.step++, uint64_t(perThread));
+      } else if (need.ok()) {
+        algo.read(t, w.model->params());
+        for (size_t p = 0; p < w.streams.size(); ++p) {
+          for (int i = 0; i < perThread; ++i) {
+            uint32_t idx = w.streams[p]->next();
+            std::copy_n(train.images.data() + size_t(idx) * kImagePixels, kImagePixels,
+                        w.x.data() + size_t(i) * kImagePixels);
+            w.y[size_t(i)] = train.labels[idx];
+          }
+          // The sum of the partitions' mean gradients (one partition: just its mean).
+          float* out = p == 0 ? w.grads.data() : w.partGrads.data();
+          w.model->gradient(w.x.data(), w.y.data(), perThread, float(perThread), out);
+          if (p > 0) {
+            for (size_t i = 0; i < w.grads.size(); ++i) w.grads[i] += w.partGrads[i];
+          }
+        }
+        if (rank == c.slowRank && c.slowFactor > 1.0) {
+          std::this_thread::sleep_for((Clock::now() - t0) * (c.slowFactor - 1.0));
+        }
+        st = algo.step(t, w.grads, w.step++, uint64_t(perThread));
       }
-      algo.read(t, w.model->params());
-      w.model->gradient(w.x.data(), w.y.data(), perThread, float(perThread), w.grads.data());
-      if (rank == c.slowRank && c.slowFactor > 1.0) {
-        std::this_thread::sleep_for((Clock::now() - t0) * (c.slowFactor - 1.0));
-      }
-      Status st = algo.step(t, w.grads, w.step++, uint64_t(perThread));
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(errMu);
         if (firstError.ok()) firstError = st;
@@ -198,13 +224,14 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   std::printf(
       "RESULT sync_worker algo=%s rank=%d steps=%llu syncs=%llu bytes_sent=%llu "
       "bytes_received=%llu max_staleness=%llu mean_staleness=%.2f dropped=%llu "
-      "dropped_samples=%llu syncs_per_s=%.1f steps_per_sync=%.2f\n",
+      "dropped_samples=%llu syncs_per_s=%.1f steps_per_sync=%.2f skipped=%llu\n",
       c.algorithm.c_str(), rank, static_cast<unsigned long long>(s.steps),
       static_cast<unsigned long long>(s.syncs), static_cast<unsigned long long>(s.bytesSent),
       static_cast<unsigned long long>(s.bytesReceived),
       static_cast<unsigned long long>(s.maxStaleness), s.meanStaleness,
       static_cast<unsigned long long>(s.dropped),
-      static_cast<unsigned long long>(s.droppedSamples), s.syncsPerSecond, s.stepsPerSync);
+      static_cast<unsigned long long>(s.droppedSamples), s.syncsPerSecond, s.stepsPerSync,
+      static_cast<unsigned long long>(s.skipped));
   if (rank == 0) {
     eval.params() = final;
     acc = eval.accuracy(test.images.data(), test.labels.data(), test.count());

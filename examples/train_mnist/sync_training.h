@@ -1,6 +1,6 @@
 // train_mnist's loop for the training-sync algorithms (fabric/sync, docs/SYNC.md): --sync
-// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit. (--sync local and --sync aggregator keep
-// their own loop in train_mnist.cc.)
+// sync|ssp|shadowsync|easgd|eawild|gossip|int8|onebit|gradcode. (--sync local and --sync aggregator
+// keep their own loop in train_mnist.cc.)
 //
 // Every worker streams its own shuffled order of the training set; an epoch ends when the job
 // (all workers together, as SyncAlgorithm::globalSamples() knows it) has processed as many
@@ -34,7 +34,11 @@ struct SyncTrainConfig {
   std::string stalenessUnit = "versions";  // ssp: versions | clocks
   int64_t shadowIntervalMs = 0;
   size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
-  int slowRank = -1;            // this rank sleeps (slowFactor - 1) x its compute time every step
+  int gradientStragglers = 1;   // gradcode: s (the daemons need --gradient-stragglers s)
+  // gradcode: rounds a worker may fall behind (rank 0's test-set evaluation at each epoch end
+  // lets the others run ~50-100 rounds ahead); the daemons keep that many rounds' results.
+  int gradcodeWindow = 128;
+  int slowRank = -1;  // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };
 

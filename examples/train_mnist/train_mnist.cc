@@ -55,6 +55,8 @@ void usage() {
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
                "                   [--slow-rank R --slow-factor F] [--staleness-unit versions|clocks]\n"
+               "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
+               "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
                "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n",
                ex::syncModes().c_str());
 }
@@ -81,6 +83,10 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--compression-block") o->algo.compressionBlock = std::strtoull(v.c_str(), &end, 10);
     else if (a == "--slow-rank") o->algo.slowRank = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
+    else if (a == "--gradient-stragglers")
+      o->algo.gradientStragglers = int(std::strtol(v.c_str(), &end, 10));
+    else if (a == "--gradcode-window")
+      o->algo.gradcodeWindow = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }
     else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
     else if (a == "--staleness-unit") { o->algo.stalenessUnit = v; continue; }

@@ -332,7 +332,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
                    .cols = a.cols,
                    .tasks = n,
                    .rowBlock = options_.rowBlock,
-                   .load = 1.0 / m,
+                   .load = options_.loadScaledDelay ? 1.0 / m : 1.0,
                    .shiftMs = options_.shiftMs,
                    .tailMeanMs = options_.tailMeanMs,
                    .seed = options_.delaySeed,

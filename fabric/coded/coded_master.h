@@ -52,6 +52,10 @@ struct CodedServiceOptions {
   double shiftMs = 0;
   double tailMeanMs = 0;
   uint64_t delaySeed = 1;
+  // false: the injected delay is shift + Exp(tail) whatever the task's size (straggling of the
+  // environment: OS noise, contention, the network), not load x (...) (straggling of the work).
+  // The computation itself scales with the load either way.
+  bool loadScaledDelay = true;
   // Artificial extra time per row block on some workers (slow workers; tests of cancellation).
   std::map<int, double> rowBlockDelayMs;
   int64_t rowBlock = 16;             // rows between cancellation checks on the workers

@@ -48,8 +48,10 @@ struct LoadRecord {
   int64_t cols = 0;
   int64_t tasks = 0;      // workers in the service (DelayQuery::tasks)
   int64_t rowBlock = 16;  // rows per cancellation check
-  double load = 1.0;      // fraction of the product one task computes (DelayQuery::load)
-  double shiftMs = 0;     // shifted-exponential injected delay (0, 0: none)
+  // DelayQuery::load: the fraction of the product one task computes, or 1 when the service's
+  // delays do not scale with the load (CodedServiceOptions::loadScaledDelay false).
+  double load = 1.0;
+  double shiftMs = 0;  // shifted-exponential injected delay (0, 0: none)
   double tailMeanMs = 0;
   uint64_t seed = 1;
   double rowBlockDelayMs = 0;  // artificial extra time per row block (a slow worker), 0 = none

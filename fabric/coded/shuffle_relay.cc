@@ -118,6 +118,29 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
   return sent;
 }
 
+Status ShuffleEndpoint::release(uint64_t keyBase, uint64_t count, Deadline deadline) {
+  if (count == 0) return OkStatus();
+  std::vector<uint8_t> payload(8);
+  for (size_t i = 0; i < 8; ++i) payload[i] = static_cast<uint8_t>(count >> (8 * i));
+  wire::Header h;
+  h.type = wire::MessageType::kControl;
+  h.opcode = static_cast<uint8_t>(ps::ControlOp::kFanOutRelease);
+  h.senderRank = static_cast<uint32_t>(rank_);
+  h.key = keyBase;
+  h.chunkCount = 1;
+  h.dtype = DType::kU8;
+  // The payload lives until the ack below (the send is complete by then).
+  conn_->send(h, payload.data(), payload.size(), [](const Status&) {});
+  for (;;) {
+    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
+    if (r.header.type == wire::MessageType::kControl &&
+        r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck) && r.header.key == keyBase) {
+      return OkStatus();
+    }
+  }
+}
+
 Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets,
                              size_t rowBytes, std::span<uint8_t> out, Deadline deadline) {
   if (out.size() != offsets.size() * rowBytes) {
@@ -136,13 +159,15 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
     slot[h.key] = i;
     conn_->send(h, nullptr, 0, [](const Status&) {});
   }
-  // Replies come from several engine threads: match them by key.
+  // Replies come from several engine threads: match them by key. Replies for other keys are
+  // left over from an earlier call that failed at its first refusal: skip them.
   for (size_t got = 0; got < offsets.size();) {
     COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    if (slot.count(r.header.key) == 0 || r.header.iteration != epoch) continue;
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
     if (r.header.type != wire::MessageType::kPullReply) continue;
     auto it = slot.find(r.header.key);
-    if (it == slot.end() || r.payload.size() != rowBytes) {
+    if (r.payload.size() != rowBytes) {
       return DataLoss("shuffle pull: unexpected reply for key " + std::to_string(r.header.key) +
                       " (" + std::to_string(r.payload.size()) + " bytes)");
     }
@@ -207,6 +232,20 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
   COFAB_ASSIGN_OR_RETURN(stats.masterEgressBytes, master.upload(0, epochKeyBase(plan.epoch, coded),
                                                                 messages, rowBytes, deadline));
   return stats;
+}
+
+Status shuffleReleaseEpoch(ShuffleEndpoint& master, const coding::ShufflePlan& plan, bool coded,
+                           Deadline deadline) {
+  uint64_t count = 0;
+  if (coded) {
+    count = plan.messages.size();
+  } else {
+    for (const auto& sources : plan.source) {
+      for (int64_t src : sources) count += src >= 0 ? 1 : 0;  // one upload per needed row
+    }
+  }
+  return master.release(epochKeyBase(plan.epoch, coded), count, deadline)
+      .withContext("shuffle: releasing epoch " + std::to_string(plan.epoch));
 }
 
 Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& shuffle,

@@ -12,9 +12,10 @@
 // worker rank n of a daemon started with --workers n+1; worker w as rank w. Order: the master's
 // upload() returns once the daemon acknowledged every message; workers pull afterwards (a daemon
 // answers a pull for a finished round from its result), so the caller sequences epochs (e.g.
-// through the store). Limitation: the daemon keeps the last result of every key it saw (slots
-// are never freed), so it holds every epoch's messages: fine for benchmarks and tests, a leak
-// for long jobs until daemons expire idle slots. Fan-out pushes are not replicated.
+// through the store). Once every worker has received an epoch, the master releases it
+// (shuffleReleaseEpoch: ControlOp::kFanOutRelease), and the daemon frees its slots, so a long
+// run holds at most the epochs not yet released; a pull after the release is rejected as
+// released. Fan-out pushes are not replicated.
 //
 // Ownership: each endpoint owns its transport context and connection. Threads: one thread at a
 // time per endpoint; replies arrive on the transport's I/O thread into the endpoint's queue.
@@ -51,6 +52,10 @@ class ShuffleEndpoint {
   // the daemon's reason). Returns the bytes this endpoint sent (headers + payloads).
   StatusOr<uint64_t> upload(uint64_t epoch, uint64_t keyBase, std::span<const uint8_t> messages,
                             size_t rowBytes, Deadline deadline);
+
+  // Master: tells the daemon that every puller has received keys [keyBase, keyBase + count):
+  // it frees their fan-out slots. Returns once the daemon acknowledged.
+  Status release(uint64_t keyBase, uint64_t count, Deadline deadline);
 
   // Worker: pulls keys keyBase + offsets[i] of iteration `epoch` into row i of `out`.
   Status pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets, size_t rowBytes,
@@ -90,6 +95,11 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
                                                const coding::ShufflePlan& plan, bool coded,
                                                std::span<const uint8_t> data, size_t rowBytes,
                                                Deadline deadline);
+
+// Master side, after every worker's shuffleReceiveEpoch() of the epoch returned: frees the
+// epoch's uploads on the daemon.
+Status shuffleReleaseEpoch(ShuffleEndpoint& master, const coding::ShufflePlan& plan, bool coded,
+                           Deadline deadline);
 
 // Worker side of one epoch: pulls what it needs and fills batchOut (plan.batch[worker] order).
 Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& shuffle,

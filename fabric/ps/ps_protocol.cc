@@ -30,6 +30,8 @@ std::string_view rejectReasonName(RejectReason reason) {
       return "uninitialized";
     case RejectReason::kWrongCompression:
       return "wrong_compression";
+    case RejectReason::kReleased:
+      return "released";
   }
   return "unknown";
 }

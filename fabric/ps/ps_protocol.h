@@ -59,6 +59,12 @@ enum class ControlOp : uint8_t {
   // daemon -> worker: payload ModelApplyReply (byte 4..7: the daemon's version bound, u32) then
   // the chunk's value after the apply (or, dropped, unchanged); iteration = that value's version.
   kModelAppliedValue = 20,
+  // worker -> daemon: free the fan-out slots (kPushFanOut) of keys [key, key + count), chunk 0,
+  // once every puller has its result (coded shuffling: the uploader, after the epoch). Payload:
+  // count as 8 bytes little-endian. Answered with kAck once every engine has released them;
+  // pulls for released keys are then rejected with kReleased. Keys that are not fan-out slots,
+  // or still have pullers waiting, are left alone.
+  kFanOutRelease = 21,
 };
 
 // Why a daemon refused a chunk (first payload byte of kReject). Append only.
@@ -76,8 +82,10 @@ enum class RejectReason : uint8_t {
   // 11 and 12: unassigned (were held for the transfer manager, which needed none); never sent.
   kUninitialized = 13,     // model store: pull/apply/elastic on a key nobody initialised
   kWrongCompression = 14,  // compressed chunk malformed, or its codec differs from the round's
+  // 15: held for another branch; never sent by this one.
+  kReleased = 16,  // a pull for a fan-out key its uploader released (kFanOutRelease)
 };
-inline constexpr uint8_t kMaxRejectReason = 14;
+inline constexpr uint8_t kMaxRejectReason = 16;
 
 // Payload of kModelApplied (little-endian): outcome (0 applied, 1 dropped), 7 zero bytes,
 // version, staleness; then, for a dropped update, UTF-8 text saying why.

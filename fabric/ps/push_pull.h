@@ -60,6 +60,11 @@ enum class ReduceOp : uint8_t {
 enum class Delivery : uint8_t {
   kPushBack = 0,  // the daemon sends the result to every contributor when the round completes
   kPull = 1,      // the worker asks for it with a PULL message (sent right after the push)
+  // Only the PULL: fetch the round's result without contributing (`in` is not read; pass `out`
+  // as both). The daemon answers at once for the round just finished, holds the pull until the
+  // open round completes, and rejects older rounds as finished. Uncompressed only. For a worker
+  // that catches up on rounds completed without it (gradient coding, fabric/sync gradcode).
+  kPullOnly = 2,
 };
 
 inline constexpr uint64_t kAutoIteration = ~0ull;

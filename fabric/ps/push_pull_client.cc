@@ -145,6 +145,7 @@ struct Pending {
   uint32_t chunkCount = 0;
   uint8_t pushBits = 0;
   bool pull = false;
+  bool push = true;  // false: Delivery::kPullOnly (no contribution, only the PULL)
   int server = 0;
   bool acked = false;
   // Compressed chunk: `in`/`bytes` are the encoding (kept for resends, so error feedback is
@@ -232,7 +233,7 @@ class PushPullClient::Impl {
     const ChunkLayout layout = chunkLayout(in.count, esize, chunkBytes_);
     uint8_t bits = 0;
     if (options.op == ReduceOp::kAverage) bits |= kPushAverage;
-    const bool pull = options.delivery == Delivery::kPull;
+    const bool pull = options.delivery != Delivery::kPushBack;
     if (!pull) bits |= kPushDeliver;
     if (options.compression == Compression::kInt8) bits |= kPushInt8;
     if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
@@ -281,6 +282,7 @@ class PushPullClient::Impl {
       p.chunkCount = layout.chunkCount;
       p.pushBits = bits;
       p.pull = pull;
+      p.push = options.delivery != Delivery::kPullOnly;
       if (options.compression != Compression::kNone) {
         p.codec = options.compression;
         p.count = n;
@@ -401,6 +403,13 @@ class PushPullClient::Impl {
     if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
       return InvalidArgument("unknown ReduceOp");
     }
+    if (o.delivery != Delivery::kPushBack && o.delivery != Delivery::kPull &&
+        o.delivery != Delivery::kPullOnly) {
+      return InvalidArgument("unknown Delivery");
+    }
+    if (o.delivery == Delivery::kPullOnly && o.compression != Compression::kNone) {
+      return InvalidArgument("a pull-only operation fetches uncompressed results only");
+    }
     if (o.compression != Compression::kNone) {
       if (o.compression != Compression::kInt8 && o.compression != Compression::kOneBit) {
         return InvalidArgument("unknown Compression");
@@ -439,7 +448,7 @@ class PushPullClient::Impl {
   void sendChunkLocked(const ChunkId& id, Pending& p) {
     ServerState& s = servers_[static_cast<size_t>(p.server)];
     if (s.outstanding++ == 0) s.lastHeardNs = nowNs();
-    if (s.creditWindow > 0) {
+    if (s.creditWindow > 0 && p.push) {  // a bare PULL carries no payload to credit
       // FIFO behind earlier waiters; one chunk may always go when nothing is outstanding.
       if (!s.creditQueue.empty() || (s.creditUsed > 0 && s.creditUsed + p.bytes > s.creditWindow)) {
         s.creditQueue.push_back(id);
@@ -496,9 +505,11 @@ class PushPullClient::Impl {
     auto onSent = [this, server, conn](const Status& st) {
       if (!st.ok()) onServerError(server, conn, st);
     };
-    conn->send(h, p.in, p.bytes, onSent);
-    chunksPushed_.fetch_add(1, std::memory_order_relaxed);
-    bytesOut_.fetch_add(p.bytes, std::memory_order_relaxed);
+    if (p.push) {
+      conn->send(h, p.in, p.bytes, onSent);
+      chunksPushed_.fetch_add(1, std::memory_order_relaxed);
+      bytesOut_.fetch_add(p.bytes, std::memory_order_relaxed);
+    }
     if (p.pull) {
       wire::Header q = h;
       q.type = wire::MessageType::kPull;

@@ -23,6 +23,7 @@ class AlgorithmBase : public SyncAlgorithm {
   std::string name() const override { return name_; }
   int threads() const override { return threads_; }
   void read(int thread, std::span<float> out) override;
+  std::vector<int> partitions() const override { return {env_.rank}; }
   uint64_t globalSamples() const override { return globalSamples_.load(std::memory_order_relaxed); }
   SyncStats stats() const override;
 
@@ -58,7 +59,7 @@ class AlgorithmBase : public SyncAlgorithm {
   std::atomic<uint64_t> steps_{0}, syncs_{0}, bytesSent_{0}, bytesReceived_{0};
   std::atomic<uint64_t> localSamples_{0}, unpublishedSamples_{0}, globalSamples_{0};
   std::atomic<uint64_t> staleUpdates_{0}, maxStaleness_{0}, stalenessSum_{0}, applies_{0};
-  std::atomic<uint64_t> dropped_{0}, droppedSamples_{0};
+  std::atomic<uint64_t> dropped_{0}, droppedSamples_{0}, skipped_{0};
 };
 
 // A push-pull client to the job's aggregators (env.store, or env.client.serverAddresses).
@@ -72,5 +73,7 @@ StatusOr<AlgorithmPtr> makeGossipSync(const SyncOptions& options, const SyncEnv&
 // ssp, easgd, eawild (ps::ModelClient)
 StatusOr<AlgorithmPtr> makeSspSync(const SyncOptions& options, const SyncEnv& env);
 StatusOr<AlgorithmPtr> makeElasticSync(const SyncOptions& options, const SyncEnv& env);
+// gradcode (gradient coding through cofab-aggd --gradient-stragglers)
+StatusOr<AlgorithmPtr> makeGradcodeSync(const SyncOptions& options, const SyncEnv& env);
 
 }  // namespace cofab::sync::detail

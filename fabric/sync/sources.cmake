@@ -2,6 +2,7 @@
 list(APPEND COFAB_FABRIC_SOURCES
   sync/bsp_sync.cc
   sync/gossip_sync.cc
+  sync/gradcode_sync.cc
   sync/ps_sync.cc
   sync/shadow_sync.cc
   sync/shared_model.cc

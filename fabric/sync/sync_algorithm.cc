@@ -104,6 +104,7 @@ SyncStats AlgorithmBase::stats() const {
   s.meanStaleness = applies ? double(stalenessSum_.load()) / double(applies) : 0.0;
   s.dropped = dropped_.load();
   s.droppedSamples = droppedSamples_.load();
+  s.skipped = skipped_.load();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.syncsPerSecond = secs > 0 ? double(s.syncs) / secs : 0.0;
   s.stepsPerSync = s.syncs ? double(s.steps) / double(s.syncs) : 0.0;
@@ -113,12 +114,12 @@ SyncStats AlgorithmBase::stats() const {
 }  // namespace detail
 
 std::string syncAlgorithms() {
-  return "sync, ssp, shadowsync, easgd, eawild, gossip, int8, onebit";
+  return "sync, ssp, shadowsync, easgd, eawild, gossip, int8, onebit, gradcode";
 }
 
 bool isSyncAlgorithm(const std::string& a) {
   return a == "sync" || a == "ssp" || a == "shadowsync" || a == "easgd" || a == "eawild" ||
-         a == "gossip" || a == "int8" || a == "onebit";
+         a == "gossip" || a == "int8" || a == "onebit" || a == "gradcode";
 }
 
 bool needsAggregators(const std::string& algorithm) { return algorithm != "gossip"; }
@@ -150,6 +151,7 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
   if (a == "gossip") return detail::makeGossipSync(options, env);
   if (a == "ssp") return detail::makeSspSync(options, env);
   if (a == "easgd" || a == "eawild") return detail::makeElasticSync(options, env);
+  if (a == "gradcode") return detail::makeGradcodeSync(options, env);
   return InvalidArgument("sync algorithm '" + a + "' is not one of: " + syncAlgorithms());
 }
 

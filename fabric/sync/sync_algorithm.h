@@ -12,6 +12,11 @@
 //   easgd       local SGD + elastic averaging with a center variable on the aggregators
 //   eawild      several Hogwild threads per worker on one shared model + elastic averaging
 //   gossip      decentralized: pairwise model averaging with ring or random peers, no aggregator
+//   gradcode    sync with gradient coding (fractional repetition, docs/CODED.md): every worker
+//               computes the gradients of s+1 data partitions, the daemons (cofab-aggd
+//               --gradient-stragglers s) complete a round on one contribution per group of s+1
+//               workers, so up to s stragglers are not waited for; the result is the full sum,
+//               and a straggler catches up on the rounds it missed without computing them
 //
 // The algorithm owns the worker's model (the optimizer, SGD with momentum, runs inside step():
 // on the averaged gradient for sync/int8/onebit, on the local gradient for the parameter-based
@@ -24,8 +29,10 @@
 //                   COFAB_RETURN_IF_ERROR((*algo)->step(0, grad, step, batchSize)); }
 //   COFAB_RETURN_IF_ERROR((*algo)->finish(finalParams));
 //
-// Gradients passed to step() are the mean over the thread's own mini-batch. Every worker of the
-// job calls start() and finish() (collective) and uses the same options and tensor layout.
+// Gradients passed to step() are the mean over the thread's own mini-batch (gradcode: the sum,
+// over the worker's partitions(), of each partition's mean; see partitions() and needsGradient()).
+// Every worker of the job calls start() and finish() (collective) and uses the same options and
+// tensor layout.
 //
 // Threads: threads() training threads (1 except for eawild) call read() and step() with their
 // own index concurrently; start(), finish() and stats() from the thread that made the algorithm.
@@ -72,6 +79,12 @@ struct SyncOptions {
   // wait) or "clocks" (SSP: a worker more than the daemons' --staleness clocks ahead of the
   // slowest waits). docs/SYNC.md says when to use which.
   std::string stalenessUnit = "versions";
+  // gradcode: s, the stragglers tolerated; s+1 must divide the workers, and the daemons must run
+  // with the same --gradient-stragglers s (start() checks).
+  int gradientStragglers = 1;
+  // gradcode: rounds a straggler may fall behind and still catch up (the daemons keep the last
+  // `gradcodeWindow` rounds' results on keys of their own: memory = window x model per job).
+  int gradcodeWindow = 16;
   uint64_t seed = 1;
   // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
   int64_t timeoutMs = 120000;
@@ -91,6 +104,7 @@ struct SyncStats {
                                 // in globalSamples())
   double syncsPerSecond = 0;    // achieved synchronization frequency (shadowsync), since start()
   double stepsPerSync = 0;      // local steps per synchronization round
+  uint64_t skipped = 0;         // gradcode: rounds completed without this worker (not computed)
 };
 
 // What the algorithms connect through; owned by the caller.
@@ -117,7 +131,19 @@ class SyncAlgorithm {
   virtual void read(int thread, std::span<float> out) = 0;
   // Thread `thread` computed `grad` (mean over its `samples` samples) on what read() gave it,
   // for its step number `step` (0, 1, 2, ... per thread). Updates the model as the algorithm does.
+  // `samples` counts one partition's samples.
   virtual Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) = 0;
+  // The data partitions, of worldSize, whose gradients this worker computes at every step:
+  // {rank} (its own samples) for every algorithm but gradcode, whose workers compute the s+1
+  // partitions of their group. The loop must draw partition p's samples from a stream that
+  // depends on p only (not on the rank), so the replicas of a partition agree, and pass step()
+  // the sum of the partitions' mean gradients.
+  virtual std::vector<int> partitions() const = 0;
+  // Whether step `step` (of thread `thread`) still needs this worker's gradient. false when the
+  // round was completed without it (a gradcode straggler catching up): the loop then skips the
+  // computation, advances its sample streams as if it had drawn the step's samples, and calls
+  // step() with an empty gradient, which applies the round's result. Always true for the others.
+  virtual StatusOr<bool> needsGradient(int /*thread*/, uint64_t /*step*/) { return true; }
   // Samples processed by all workers of the job so far, as far as this worker knows (exact for
   // sync and after finish(), at the last publication for the others; ssp counts only the samples
   // of steps whose updates were all applied). Lets a loop end an epoch on global progress so
@@ -131,7 +157,7 @@ class SyncAlgorithm {
 
 StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& options,
                                                            const SyncEnv& env);
-// "sync, ssp, shadowsync, easgd, eawild, gossip, int8, onebit"
+// "sync, ssp, shadowsync, easgd, eawild, gossip, int8, onebit, gradcode"
 std::string syncAlgorithms();
 bool isSyncAlgorithm(const std::string& name);
 // Whether the algorithm needs aggregator daemons (all but gossip) / a communicator (gossip).

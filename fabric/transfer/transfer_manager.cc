@@ -280,6 +280,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     up.unitsInFlight--;
     up.unitsDone++;
     if (!st.ok()) {
+      // The update fails now, but its other queued chunks still go out: they are the other
+      // workers' missing contributions to rounds on other daemons, which would otherwise wait for
+      // this worker until their deadline. (Grant failures are different: see dispatchCentral.)
       completeLocked(u->update, st);
     } else if (up.unitsDone == up.unitsTotal) {
       completeLocked(u->update, OkStatus());

@@ -2,7 +2,7 @@
 // messages once to a real cofab-aggd (fan-out pushes), n workers pull what they need and rebuild
 // their batches from their caches; every batch must equal the data set's rows exactly, coded and
 // uncoded, and the master's egress must be what the plan says (coded: one upload per multicast,
-// not one per receiving worker).
+// not one per receiving worker), and released epochs free the daemon's slots.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -70,6 +70,71 @@ TEST(CodedShuffleNet, WorkersDecodeExactlyAndMasterEgressFollowsThePlan) {
         return OkStatus();
       });
       ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+    }
+  }
+}
+
+// A long run: 20 epochs (coded and uncoded alternating) through one real cofab-aggd. Before each
+// release the daemon holds exactly the epoch's uploads; after the master's release it holds none
+// (cofab_agg_slots), so its memory does not grow with the number of epochs; a late pull for a
+// released epoch is rejected as released instead of waiting for a round that never comes.
+TEST(CodedShuffleNet, ReleasedEpochsKeepTheDaemonsSlotsBounded) {
+  const int n = 4;
+  const size_t rowBytes = 64;
+  const int64_t rows = 4 * 6 * 4;
+  auto shuffle = coding::CodedShuffle::create({.workers = n, .cacheFraction = 0.5, .rows = rows});
+  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
+  std::vector<uint8_t> data(rows * rowBytes);
+  std::mt19937 rng(5);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  std::vector<coding::WorkerCache> caches;
+  for (int w = 0; w < n; ++w) {
+    auto c = shuffle->buildCache(w, data, rowBytes);
+    ASSERT_TRUE(c.ok()) << c.status();
+    caches.push_back(std::move(*c));
+  }
+  DaemonCluster cluster(1, n + 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto master = coded::ShuffleEndpoint::connect(cluster.address(0), n, Deadline::afterMs(10000));
+  ASSERT_TRUE(master.ok()) << master.status();
+  std::vector<std::unique_ptr<coded::ShuffleEndpoint>> workers;
+  for (int w = 0; w < n; ++w) {
+    auto e = coded::ShuffleEndpoint::connect(cluster.address(0), w, Deadline::afterMs(10000));
+    ASSERT_TRUE(e.ok()) << e.status();
+    workers.push_back(std::move(*e));
+  }
+  int64_t uploaded = 0;
+  for (int64_t epoch = 0; epoch < 20; ++epoch) {
+    const bool coded = epoch % 2 == 0;
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    auto plan = shuffle->planEpoch(epoch, rowBytes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto stats = coded::shuffleUploadEpoch(**master, *shuffle, *plan, coded, data, rowBytes,
+                                           Deadline::afterMs(20000));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    uploaded += stats->messages;
+    auto statuses = runThreadRanks(n, [&](int w) -> Status {
+      std::vector<uint8_t> batch(plan->batch[w].size() * rowBytes);
+      return coded::shuffleReceiveEpoch(*workers[w], *shuffle, *plan, coded, caches[w], rowBytes,
+                                        batch, Deadline::afterMs(20000));
+    });
+    ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+    auto held = cluster.metric(0, "cofab_agg_slots");
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, double(stats->messages)) << "before the release: this epoch's uploads";
+    ASSERT_TRUE(coded::shuffleReleaseEpoch(**master, *plan, coded, Deadline::afterMs(20000)).ok());
+    held = cluster.metric(0, "cofab_agg_slots");
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, 0.0) << "after the release";
+    auto released = cluster.metric(0, "cofab_agg_fanout_released_total");
+    ASSERT_TRUE(released.ok()) << released.status();
+    EXPECT_EQ(*released, double(uploaded));
+    if (coded && epoch == 18) {  // worker 0 pulls coded messages
+      std::vector<uint8_t> batch(plan->batch[0].size() * rowBytes);
+      Status late = coded::shuffleReceiveEpoch(*workers[0], *shuffle, *plan, coded, caches[0],
+                                               rowBytes, batch, Deadline::afterMs(20000));
+      EXPECT_FALSE(late.ok());
+      EXPECT_NE(late.message().find("released"), std::string::npos) << late;
     }
   }
 }

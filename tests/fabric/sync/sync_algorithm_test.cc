@@ -1,7 +1,8 @@
 // Every training-sync algorithm, 4 workers as threads, on least squares: y = X w + noise, each
-// worker owning a quarter of the rows. The serial optimum w* (normal equations, in double) is
-// the reference; each algorithm's final model (finish()) must be within kTolerance of it,
-// relative to |w*|. Aggregators are in-process AggregatorServers; gossip runs on a communicator.
+// worker owning a quarter of the rows (gradcode: computing its group's two quarters, s = 1). The
+// serial optimum w* (normal equations, in double) is the reference; each algorithm's final model
+// (finish()) must be within kTolerance of it, relative to |w*|. Aggregators are in-process
+// AggregatorServers; gossip runs on a communicator.
 #include "fabric/sync/sync_algorithm.h"
 
 #include <gtest/gtest.h>
@@ -99,8 +100,9 @@ double relativeError(const Problem& p, const std::vector<float>& w) {
   return std::sqrt(d / norm);
 }
 
-// One worker's training loop: `threads()` threads, each stepping through the worker's shard.
-Status trainWorker(SyncAlgorithm& algo, const Problem& p, int rank, std::vector<float>* final,
+// One worker's training loop: `threads()` threads, each stepping through the rows of the
+// worker's partitions() (its own shard: the rank's quarter).
+Status trainWorker(SyncAlgorithm& algo, const Problem& p, std::vector<float>* final,
                    SyncStats* stats) {
   std::vector<float> init(kDim, 0.0f);
   // Two tensors (weights split unevenly) so per-tensor keys are exercised.
@@ -112,12 +114,27 @@ Status trainWorker(SyncAlgorithm& algo, const Problem& p, int rank, std::vector<
     pool.emplace_back([&, t] {
       std::vector<float> w(kDim), g(kDim);
       const int steps = kSteps / threads;
+      std::vector<float> partial(kDim);
       for (int s = 0; s < steps; ++s) {
-        size_t batchIndex = size_t(s * threads + t) % (kRowsPerWorker / kBatch);
-        size_t row = size_t(rank) * kRowsPerWorker + batchIndex * kBatch;
-        algo.read(t, w);
-        gradient(p, w, row, kBatch, g);
-        Status st = algo.step(t, g, uint64_t(s), kBatch);
+        StatusOr<bool> need = algo.needsGradient(t, uint64_t(s));
+        if (!need.ok()) {
+          results[size_t(t)] = need.status();
+          return;
+        }
+        Status st;
+        if (!*need) {
+          st = algo.step(t, {}, uint64_t(s), kBatch);  // done without us (gradcode)
+        } else {
+          // The worker's partitions (its own rank's rows; gradcode: its group's), summed.
+          size_t batchIndex = size_t(s * threads + t) % (kRowsPerWorker / kBatch);
+          algo.read(t, w);
+          std::fill(g.begin(), g.end(), 0.0f);
+          for (int part : algo.partitions()) {
+            gradient(p, w, size_t(part) * kRowsPerWorker + batchIndex * kBatch, kBatch, partial);
+            for (int i = 0; i < kDim; ++i) g[size_t(i)] += partial[size_t(i)];
+          }
+          st = algo.step(t, g, uint64_t(s), kBatch);
+        }
         if (!st.ok()) {
           results[size_t(t)] = st;
           return;
@@ -156,6 +173,7 @@ TEST_P(SyncConvergenceTest, ConvergesToSerialOptimum) {
       so.numServers = 2;
       so.numWorkers = kWorkers;
       so.listenAddress = "127.0.0.1:0";
+      if (c.algorithm == "gradcode") so.engine.gradientStragglers = c.options.gradientStragglers;
       auto server = aggregator::AggregatorServer::create(so);
       ASSERT_TRUE(server.ok()) << server.status();
       addresses.push_back((*server)->address());
@@ -182,7 +200,7 @@ TEST_P(SyncConvergenceTest, ConvergesToSerialOptimum) {
     options.algorithm = c.algorithm;
     options.timeoutMs = 20000;
     COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(options, env));
-    return trainWorker(*algo, p, rank, &finals[size_t(rank)], &stats[size_t(rank)]);
+    return trainWorker(*algo, p, &finals[size_t(rank)], &stats[size_t(rank)]);
   });
   Status all = testing::allOk(results);
   ASSERT_TRUE(all.ok()) << all;
@@ -237,7 +255,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gossip", "ring", opts(0.02f)},
                       Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
                       Case{"ssp", "", opts(0.02f)}, Case{"ssp", "clocks", sspByClocks()},
-                      Case{"easgd", "", opts(0.02f, 4)}, Case{"eawild", "", opts(0.02f, 4, 4)}),
+                      Case{"easgd", "", opts(0.02f, 4)}, Case{"eawild", "", opts(0.02f, 4, 4)},
+                      Case{"gradcode", "", opts(0.02f)}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return info.param.algorithm + info.param.variant;
     });
