@@ -25,6 +25,8 @@ COFAB_PARAM_INT(kAggDrainMs, "COFAB_AGG_DRAIN_TIMEOUT_MS", 5000, 0, 3600000,
                 "cofab-aggd waits this long for open rounds on SIGTERM");
 COFAB_PARAM_INT(kAggStaleness, "COFAB_AGG_STALENESS", 3, 0, 1 << 30,
                 "cofab-aggd model store: SSP staleness bound in worker clocks");
+COFAB_PARAM_INT(kAggVersionStaleness, "COFAB_AGG_VERSION_STALENESS", 16, 0, 1 << 30,
+                "cofab-aggd model store: staleness bound of apply-and-pull in model versions");
 COFAB_PARAM_INT(kAggCreditBytes, "COFAB_AGG_CREDIT_BYTES", 0, 0, int64_t{1} << 40,
                 "cofab-aggd grants each worker this many bytes of unconsumed pushes (0: off)");
 COFAB_PARAM_STRING(kAggHttp, "COFAB_AGG_HTTP", "127.0.0.1:0",
@@ -56,6 +58,8 @@ std::string daemonUsage() {
          "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
          "  --drain-timeout-ms X   on SIGTERM, wait this long for open rounds (5000)\n"
          "  --staleness TAU        model store SSP bound in clocks (COFAB_AGG_STALENESS, 3)\n"
+         "  --version-staleness V  model store bound in versions for apply-and-pull: older\n"
+         "                         updates are dropped (COFAB_AGG_VERSION_STALENESS, 16)\n"
          "  --credit-bytes B       credit window per worker, 0 = off (COFAB_AGG_CREDIT_BYTES)\n"
          "  --http HOST:PORT|off   /healthz and /metrics (COFAB_AGG_HTTP, 127.0.0.1:0)\n"
          "  --config FILE          key = value lines, '#' comments (COFAB_AGG_CONFIG)\n";
@@ -151,6 +155,9 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
   } else if (name == "staleness") {
     COFAB_ASSIGN_OR_RETURN(s.engine.staleness, parseInt(name, v));
     if (s.engine.staleness < 0) return InvalidArgument("--staleness must be >= 0");
+  } else if (name == "version-staleness") {
+    COFAB_ASSIGN_OR_RETURN(s.engine.versionStaleness, parseInt(name, v));
+    if (s.engine.versionStaleness < 0) return InvalidArgument("--version-staleness must be >= 0");
   } else if (name == "credit-bytes") {
     COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
     if (x < 0) return InvalidArgument("--credit-bytes must be >= 0, got " + v);
@@ -181,6 +188,7 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   c.server.maxChunkBytes = static_cast<size_t>(maxChunk);
   COFAB_ASSIGN_OR_RETURN(c.server.drainTimeoutMs, kAggDrainMs.get());
   COFAB_ASSIGN_OR_RETURN(c.server.engine.staleness, kAggStaleness.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.engine.versionStaleness, kAggVersionStaleness.get());
   COFAB_ASSIGN_OR_RETURN(int64_t creditBytes, kAggCreditBytes.get());
   c.server.creditBytes = static_cast<size_t>(creditBytes);
   COFAB_ASSIGN_OR_RETURN(c.http, kAggHttp.get());

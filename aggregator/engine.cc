@@ -73,7 +73,8 @@ Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn for
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
       goneReason_(static_cast<size_t>(options.numWorkers)),
       models_(std::make_unique<ModelStore>(
-          ModelStoreOptions{options.numWorkers, options.staleness, options.deadWorkerMs},
+          ModelStoreOptions{options.numWorkers, options.staleness, options.deadWorkerMs,
+                            options.versionStaleness},
           metrics)) {
   thread_ = std::thread([this] { run(); });
 }

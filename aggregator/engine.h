@@ -42,6 +42,7 @@ struct EngineOptions {
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
   int64_t staleness = 3;  // model store: SSP bound tau in clocks (model_store.h)
+  int64_t versionStaleness = 16;  // model store: bound tau_v in model versions (model_store.h)
   // Gradient coding (gradient_groups.h): a round completes once every group of s+1 workers has
   // one contribution. -1: off (every worker needed). Validated by AggregatorServer::create.
   int gradientStragglers = -1;

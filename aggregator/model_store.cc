@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/clock.h"
@@ -74,7 +75,8 @@ bool isModelRequest(uint8_t op) {
          op == static_cast<uint8_t>(ControlOp::kModelPull) ||
          op == static_cast<uint8_t>(ControlOp::kModelApply) ||
          op == static_cast<uint8_t>(ControlOp::kModelElastic) ||
-         op == static_cast<uint8_t>(ControlOp::kModelLeave);
+         op == static_cast<uint8_t>(ControlOp::kModelLeave) ||
+         op == static_cast<uint8_t>(ControlOp::kModelApplyPull);
 }
 
 ModelStore::ModelStore(ModelStoreOptions options, Metrics& metrics)
@@ -118,6 +120,9 @@ void ModelStore::onMessage(Event& e) {
       return;
     case ControlOp::kModelElastic:
       onElastic(e);
+      return;
+    case ControlOp::kModelApplyPull:
+      onApplyPull(e);
       return;
     default:
       e.peer->reject(metrics_, RejectReason::kMalformed, e.header, "not a model store request");
@@ -176,8 +181,8 @@ ModelStore::Slot* ModelStore::find(Event& e, bool needValue) {
 void ModelStore::onPull(Event& e) {
   Slot* s = find(e, false);
   if (!s) return;
-  auto p = std::make_shared<std::vector<uint8_t>>(s->value.size() * sizeof(float));
-  std::memcpy(p->data(), s->value.data(), p->size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(s->value.data());
+  auto p = std::make_shared<std::vector<uint8_t>>(bytes, bytes + s->value.size() * sizeof(float));
   metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
   metrics_.bytesOut.fetch_add(p->size(), std::memory_order_relaxed);
   answer(*e.peer, ControlOp::kModelValue, e.header, s->version, std::move(p), DType::kF32);
@@ -226,6 +231,54 @@ void ModelStore::onApply(Event& e) {
   held.clock = static_cast<int64_t>(e.header.iteration);
   s->held.push_back(std::move(held));
   release(*s, nowNs());
+}
+
+void ModelStore::onApplyPull(Event& e) {
+  Slot* s = find(e, true);
+  if (!s) return;
+  const uint64_t base = e.header.iteration;
+  if (base > s->version) {
+    e.peer->reject(metrics_, RejectReason::kMalformed, e.header,
+                   "model " + where(s->key, s->chunk) + ": the update was computed on version " +
+                       std::to_string(base) + " but the chunk is only at version " +
+                       std::to_string(s->version));
+    return;
+  }
+  const uint64_t staleness = s->version - base;
+  const uint64_t tau = static_cast<uint64_t>(options_.versionStaleness);
+  const bool dropped = staleness > tau;
+  if (dropped) {
+    metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const auto* delta = reinterpret_cast<const float*>(e.payload->data());
+    float* v = s->value.data();
+    for (size_t i = 0; i < s->value.size(); ++i) {
+      float d;
+      std::memcpy(&d, delta + i, sizeof(float));
+      v[i] += d;
+    }
+    s->version++;
+    metrics_.sync.modelApplied.fetch_add(1, std::memory_order_relaxed);
+    metrics_.sync.observeStaleness(staleness);
+  }
+  // One round trip: the answer is the apply's outcome and the chunk's value after it.
+  const size_t valueBytes = s->value.size() * sizeof(float);
+  const size_t size = ps::kModelApplyReplyBytes + valueBytes;
+  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(size);  // no zero-fill
+  std::memset(p.get(), 0, ps::kModelApplyReplyBytes);
+  p[0] = dropped ? 1 : 0;
+  const auto tau32 = static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX));
+  std::memcpy(p.get() + 4, &tau32, 4);
+  std::memcpy(p.get() + 8, &s->version, 8);
+  std::memcpy(p.get() + 16, &staleness, 8);
+  std::memcpy(p.get() + ps::kModelApplyReplyBytes, s->value.data(), valueBytes);
+  metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
+  metrics_.bytesOut.fetch_add(valueBytes, std::memory_order_relaxed);
+  wire::Header h = ps::controlHeader(ControlOp::kModelAppliedValue, e.header);
+  h.iteration = s->version;
+  h.dtype = DType::kU8;
+  const uint8_t* data = p.get();
+  e.peer->conn->send(h, data, size, [p = std::move(p)](const Status&) {});
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {

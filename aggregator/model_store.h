@@ -9,6 +9,12 @@
 //     c - min p[u] > tau              -> deferred until that holds (the fast worker waits)
 //     otherwise applied, staleness = max(0, c - min p[u], max L[u] - c) <= tau
 //
+// Version-bounded apply-and-pull (kModelApplyPull, bound tau_v = --version-staleness): the update
+// carries the chunk version v its delta was computed on; with V the chunk's current version,
+//     V - v <= tau_v  -> applied (staleness V - v), answered with the new value
+//     otherwise       -> dropped (staleness V - v), answered with the current value
+// Nobody waits for anybody in this mode; clocks and liveness play no part.
+//
 // A worker is live until it sends kModelLeave, or until --dead-worker-ms after its connection
 // broke (kWorkerGone); any later message from it makes it live again.
 //
@@ -33,6 +39,7 @@ struct ModelStoreOptions {
   int numWorkers = 1;
   int64_t staleness = 3;  // tau, in clocks
   int64_t deadWorkerMs = 2000;
+  int64_t versionStaleness = 16;  // tau_v, in model versions (apply-and-pull)
 };
 
 // ControlOps of the model store that workers may send.
@@ -60,6 +67,7 @@ class ModelStore {
   void onPull(Event& e);
   void onApply(Event& e);
   void onElastic(Event& e);
+  void onApplyPull(Event& e);
   Slot* find(Event& e, bool needValue);
   // Applies, drops or keeps `held`; true when it is finished (applied or dropped).
   bool tryApply(Slot& s, Held& held, int64_t now);

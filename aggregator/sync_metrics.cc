@@ -30,9 +30,9 @@ void SyncMetrics::render(std::ostringstream& os, const std::string& id) const {
   line("cofab_agg_model_elastic_total", "counter", "EASGD elastic steps", ld(modelElastic));
   line("cofab_agg_model_deferred_now", "gauge", "model store updates held right now",
        ld(modelDeferredNow));
-  line("cofab_agg_model_staleness_max", "gauge", "largest staleness of an applied update (clocks)",
-       ld(stalenessMax));
-  os << "# HELP cofab_agg_model_staleness staleness of applied updates (clocks)\n"
+  line("cofab_agg_model_staleness_max", "gauge",
+       "largest staleness of an applied update (clocks or versions)", ld(stalenessMax));
+  os << "# HELP cofab_agg_model_staleness staleness of applied updates (clocks or versions)\n"
         "# TYPE cofab_agg_model_staleness histogram\n";
   uint64_t cum = 0;
   for (size_t b = 0; b <= kStalenessBounds.size(); ++b) {

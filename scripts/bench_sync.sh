@@ -4,8 +4,9 @@
 # slowed 2x (it sleeps as long as it computed, every step). One table, RESULT lines, and a PNG
 # of test accuracy against wall time.
 #   bash scripts/bench_sync.sh [epochs] [png]
-# Env: ALGOS (default all), SLOW ("0 1"), STALENESS (ssp's bound, default 4), EXTRA (more
-# train_mnist flags), BUILD_DIR.
+# Env: ALGOS (default all), SLOW ("0 1"), STALENESS (ssp's clock bound, default 4),
+# VERSION_STALENESS (ssp's version bound, default 16: ssp runs by versions unless EXTRA has
+# --staleness-unit clocks), EXTRA (more train_mnist flags), BUILD_DIR.
 # Ends with: RESULT train algo=<a> slow=<0|1> workers=4 test_acc=... samples_per_s=...
 #            bytes_sent=... secs_to_85=... skipped=... (gradcode: rounds completed without a
 #            worker, summed over the ranks)
@@ -26,6 +27,8 @@ trainer=$build/examples/train_mnist/train_mnist
 daemon=$build/aggregator/cofab-aggd
 # ssp's bound lives in the daemons (only a daemon with the model store knows --staleness).
 "$daemon" --help 2>&1 | grep -q -- --staleness && daemon="$daemon --staleness $staleness"
+"$build/aggregator/cofab-aggd" --help 2>&1 | grep -q -- --version-staleness &&
+  daemon="$daemon --version-staleness ${VERSION_STALENESS:-16}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

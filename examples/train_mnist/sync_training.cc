@@ -71,6 +71,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.gossipPeers = c.gossipPeers;
   so.shadowMode = c.shadowMode;
   so.shadowIntervalMs = c.shadowIntervalMs;
+  so.stalenessUnit = c.stalenessUnit;
   so.seed = c.seed;
   so.compressionBlock = c.compressionBlock;
   so.gradientStragglers = c.gradientStragglers;
@@ -215,19 +216,22 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
       std::fflush(stdout);
     }
   }
-  const uint64_t globalSamples = algo.globalSamples();
   std::vector<float> final(init.params().size());
   if (auto st = algo.finish(final); !st.ok()) return fail(st.withContext("finish"));
+  // After finish(): every worker's samples are published (the asynchronous algorithms publish
+  // every few steps during training).
+  const uint64_t globalSamples = algo.globalSamples();
   sync::SyncStats s = algo.stats();
   std::printf(
       "RESULT sync_worker algo=%s rank=%d steps=%llu syncs=%llu bytes_sent=%llu "
       "bytes_received=%llu max_staleness=%llu mean_staleness=%.2f dropped=%llu "
-      "syncs_per_s=%.1f steps_per_sync=%.2f skipped=%llu\n",
+      "dropped_samples=%llu syncs_per_s=%.1f steps_per_sync=%.2f skipped=%llu\n",
       c.algorithm.c_str(), rank, static_cast<unsigned long long>(s.steps),
       static_cast<unsigned long long>(s.syncs), static_cast<unsigned long long>(s.bytesSent),
       static_cast<unsigned long long>(s.bytesReceived),
       static_cast<unsigned long long>(s.maxStaleness), s.meanStaleness,
-      static_cast<unsigned long long>(s.dropped), s.syncsPerSecond, s.stepsPerSync,
+      static_cast<unsigned long long>(s.dropped),
+      static_cast<unsigned long long>(s.droppedSamples), s.syncsPerSecond, s.stepsPerSync,
       static_cast<unsigned long long>(s.skipped));
   if (rank == 0) {
     eval.params() = final;

@@ -31,6 +31,7 @@ struct SyncTrainConfig {
   float elasticAlpha = 0;  // 0: 0.9 / workers
   std::string gossipPeers = "ring";
   std::string shadowMode = "average";
+  std::string stalenessUnit = "versions";  // ssp: versions | clocks
   int64_t shadowIntervalMs = 0;
   size_t compressionBlock = 0;  // int8/onebit, 0: the codec's default
   int gradientStragglers = 1;   // gradcode: s (the daemons need --gradient-stragglers s)

@@ -55,10 +55,10 @@ void usage() {
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
                "                   [--reply-feedback on|off (onebit; default off)]\n"
-               "                   [--slow-rank R --slow-factor F]\n"
+               "                   [--slow-rank R --slow-factor F] [--staleness-unit versions|clocks]\n"
                "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
                "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
-               "  (ssp's staleness bound is the daemons' --staleness)\n",
+               "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n",
                ex::syncModes().c_str());
 }
 
@@ -94,6 +94,7 @@ bool parse(int argc, char** argv, Options* o) {
       o->algo.replyFeedback = v == "on";
       continue;
     }
+    else if (a == "--staleness-unit") { o->algo.stalenessUnit = v; continue; }
     else return false;
     if (end == nullptr || *end != '\0') return false;
   }

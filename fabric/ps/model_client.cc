@@ -15,8 +15,8 @@
 #include <unordered_map>
 
 #include "core/param.h"
-#include "fabric/ps/placement.h"
 #include "fabric/ps/daemon_directory.h"
+#include "fabric/ps/placement.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
 
@@ -39,6 +39,7 @@ struct Call {
   uint64_t minVersion = ~0ull;
   uint64_t maxStaleness = 0;
   bool dropped = false;
+  uint32_t droppedChunks = 0;
   std::string dropText;
   std::string deferredText;
 
@@ -58,8 +59,10 @@ struct Request {
   uint64_t key = 0;
   uint32_t chunk = 0;
   int server = 0;
-  float* out = nullptr;  // pull / elastic: where the chunk's answer goes
+  float* out = nullptr;  // pull / elastic / apply-pull: where the chunk's answer goes
   size_t count = 0;
+  uint32_t chunkCount = 0;
+  bool recordVersion = false;  // pull / apply-pull: the answer's version is the chunk's new base
 };
 
 struct Server {
@@ -112,6 +115,17 @@ class ModelClient::Impl {
       return call;
     }
     const int m = static_cast<int>(servers_.size());
+    const std::vector<uint64_t>* bases = nullptr;
+    if (op == ControlOp::kModelApplyPull) {
+      auto it = versions_.find(key);
+      if (it == versions_.end() || it->second.size() != layout.chunkCount) {
+        failLocked(call, FailedPrecondition(call->what +
+                                            ": no model version known for this key and size on "
+                                            "this client (pull it first)"));
+        return call;
+      }
+      bases = &it->second;
+    }
     for (uint32_t c = 0; c < layout.chunkCount; ++c) {
       const int server = primaryServer(key, c, m);
       Server& s = servers_[static_cast<size_t>(server)];
@@ -130,6 +144,8 @@ class ModelClient::Impl {
       r.server = server;
       r.out = out ? out + first : nullptr;
       r.count = n;
+      r.chunkCount = layout.chunkCount;
+      r.recordVersion = op == ControlOp::kModelPull || op == ControlOp::kModelApplyPull;
       pending_.emplace(seq, r);
       call->seqs.push_back(seq);
       {
@@ -144,7 +160,7 @@ class ModelClient::Impl {
       h.chunkIndex = c;
       h.chunkCount = layout.chunkCount;
       h.dtype = DType::kF32;
-      h.iteration = iteration;
+      h.iteration = bases ? (*bases)[c] : iteration;
       h.sequence = seq;
       auto conn = s.conn;
       auto onSent = [this, server, conn](const Status& st) {
@@ -152,8 +168,9 @@ class ModelClient::Impl {
       };
       if (payload) {
         // A copy: the caller's tensor is only lent for the call, which may end first (deadline).
-        auto buf = std::make_shared<std::vector<uint8_t>>(n * sizeof(float));
-        std::memcpy(buf->data(), payload + first, buf->size());
+        // Built from the range: no zero-fill of a buffer that is overwritten at once.
+        const auto* src = reinterpret_cast<const uint8_t*>(payload + first);
+        auto buf = std::make_shared<std::vector<uint8_t>>(src, src + n * sizeof(float));
         bytesOut_.fetch_add(buf->size(), std::memory_order_relaxed);
         const uint8_t* data = buf->data();
         const size_t size = buf->size();
@@ -195,6 +212,11 @@ class ModelClient::Impl {
     return call->status;
   }
 
+  void leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) sendLeaveLocked();
+  }
+
   void close() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -207,13 +229,9 @@ class ModelClient::Impl {
     std::vector<std::shared_ptr<std::atomic<bool>>> sent;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      sendLeaveLocked();
       for (auto& s : servers_) {
         if (s.dead || !s.conn) continue;
-        wire::Header leave;
-        leave.type = wire::MessageType::kControl;
-        leave.opcode = static_cast<uint8_t>(ControlOp::kModelLeave);
-        leave.senderRank = static_cast<uint32_t>(rank_);
-        s.conn->send(leave, nullptr, 0, [](const Status&) {});
         wire::Header bye;
         bye.type = wire::MessageType::kGoodbye;
         bye.senderRank = static_cast<uint32_t>(rank_);
@@ -255,6 +273,24 @@ class ModelClient::Impl {
       onMessage(server, h, std::move(payload));
       postRecv(server, conn);
     });
+  }
+
+  // kModelLeave to every daemon still there (fire and forget: the connection keeps the order).
+  void sendLeaveLocked() {
+    for (auto& s : servers_) {
+      if (s.dead || !s.conn) continue;
+      wire::Header leave;
+      leave.type = wire::MessageType::kControl;
+      leave.opcode = static_cast<uint8_t>(ControlOp::kModelLeave);
+      leave.senderRank = static_cast<uint32_t>(rank_);
+      s.conn->send(leave, nullptr, 0, [](const Status&) {});
+    }
+  }
+
+  void recordVersionLocked(const Request& r, uint64_t version) {
+    std::vector<uint64_t>& v = versions_[r.key];
+    if (v.size() != r.chunkCount) v.assign(r.chunkCount, 0);
+    v[r.chunk] = version;
   }
 
   // Fails `call` and withdraws its other requests.
@@ -302,6 +338,7 @@ class ModelClient::Impl {
           return;
         }
         std::memcpy(r.out, payload.data(), payload.size());
+        if (r.recordVersion) recordVersionLocked(r, h.iteration);
         chunkDoneLocked(h.sequence, r, h.iteration);
         return;
       case ControlOp::kModelApplied: {
@@ -317,8 +354,42 @@ class ModelClient::Impl {
           r.call->maxStaleness = std::max(r.call->maxStaleness, staleness);
           if (payload[0] != 0) {
             r.call->dropped = true;
+            r.call->droppedChunks++;
             if (r.call->dropText.empty()) {
               r.call->dropText.assign(payload.begin() + kModelApplyReplyBytes, payload.end());
+            }
+          }
+        }
+        chunkDoneLocked(h.sequence, r, version);
+        return;
+      }
+      case ControlOp::kModelAppliedValue: {
+        if (!r.out || payload.size() != kModelApplyReplyBytes + r.count * sizeof(float)) {
+          failLocked(r.call,
+                     DataLoss(chunkName + " sent an apply-pull answer of " +
+                              std::to_string(payload.size()) + " bytes, expected " +
+                              std::to_string(kModelApplyReplyBytes + r.count * sizeof(float))));
+          return;
+        }
+        uint32_t bound = 0;
+        uint64_t version = 0, staleness = 0;
+        std::memcpy(&bound, payload.data() + 4, 4);
+        std::memcpy(&version, payload.data() + 8, 8);
+        std::memcpy(&staleness, payload.data() + 16, 8);
+        std::memcpy(r.out, payload.data() + kModelApplyReplyBytes, r.count * sizeof(float));
+        recordVersionLocked(r, version);
+        {
+          std::lock_guard<std::mutex> l(r.call->mu);
+          r.call->maxStaleness = std::max(r.call->maxStaleness, staleness);
+          if (payload[0] != 0) {
+            r.call->dropped = true;
+            r.call->droppedChunks++;
+            if (r.call->dropText.empty()) {
+              r.call->dropText = chunkName + " dropped: " + std::to_string(staleness) +
+                                 " updates were applied since its version " +
+                                 std::to_string(version - staleness) +
+                                 " was read, more than the bound " + std::to_string(bound) +
+                                 " (the answer carries the current value)";
             }
           }
         }
@@ -373,6 +444,8 @@ class ModelClient::Impl {
   uint64_t nextSeq_ = 1;
   std::shared_ptr<transport::Context> ctx_;
   std::unordered_map<uint64_t, Request> pending_;
+  // Per key, per chunk: the version of the value this client last received (apply-pull's base).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> versions_;
 };
 
 namespace {
@@ -386,6 +459,17 @@ Status checkF32(const TensorView& t, const char* what) {
   }
   if (t.count == 0) return InvalidArgument(std::string(what) + ": empty tensor");
   return OkStatus();
+}
+
+ApplyResult resultOf(const Call& call) {  // call.mu held
+  ApplyResult r;
+  r.outcome = call.dropped ? ApplyOutcome::kDropped : ApplyOutcome::kApplied;
+  r.version = call.minVersion;
+  r.staleness = call.maxStaleness;
+  r.chunks = static_cast<uint32_t>(call.chunkServer.size());
+  r.droppedChunks = call.droppedChunks;
+  r.dropReason = call.dropText;
+  return r;
 }
 
 std::string name(const char* op, uint64_t key) {
@@ -465,11 +549,39 @@ StatusOr<ApplyResult> ModelClient::apply(uint64_t key, TensorView delta, uint64_
                            nullptr, clock, what);
   COFAB_RETURN_IF_ERROR(impl_->wait(call, deadline));
   std::lock_guard<std::mutex> lock(call->mu);
-  ApplyResult r;
-  r.outcome = call->dropped ? ApplyOutcome::kDropped : ApplyOutcome::kApplied;
-  r.version = call->minVersion;
-  r.staleness = call->maxStaleness;
-  return r;
+  return resultOf(*call);
+}
+
+StatusOr<std::vector<ApplyResult>> ModelClient::applyAndPull(std::span<const ModelUpdate> updates,
+                                                             Deadline deadline) {
+  for (const ModelUpdate& u : updates) {
+    const std::string what = name("apply-pull", u.key);
+    COFAB_RETURN_IF_ERROR(checkF32(u.delta, "apply-pull delta").withContext(what));
+    COFAB_RETURN_IF_ERROR(checkF32(u.out, "apply-pull out").withContext(what));
+    COFAB_RETURN_IF_ERROR(checkSameShape(u.delta, u.out, "apply-pull delta/out").withContext(what));
+  }
+  std::vector<std::shared_ptr<Call>> calls;
+  calls.reserve(updates.size());
+  for (const ModelUpdate& u : updates) {
+    calls.push_back(impl_->begin(ControlOp::kModelApplyPull, u.key, u.delta.count,
+                                 u.delta.as<const float>(), u.out.as<float>(), 0,
+                                 name("apply-pull", u.key)));
+  }
+  // Every call is waited for (or withdrawn at the deadline), even after one failed, so nothing
+  // writes into the callers' `out` tensors after this returns.
+  Status first;
+  for (auto& call : calls) {
+    Status st = impl_->wait(call, deadline);
+    if (first.ok() && !st.ok()) first = st;
+  }
+  COFAB_RETURN_IF_ERROR(first);
+  std::vector<ApplyResult> results;
+  results.reserve(calls.size());
+  for (auto& call : calls) {
+    std::lock_guard<std::mutex> lock(call->mu);
+    results.push_back(resultOf(*call));
+  }
+  return results;
 }
 
 Status ModelClient::elastic(uint64_t key, TensorView x, float alpha, TensorView diffOut,
@@ -488,6 +600,7 @@ Status ModelClient::elastic(uint64_t key, TensorView x, float alpha, TensorView 
   return impl_->wait(call, deadline);
 }
 
+void ModelClient::leave() { impl_->leave(); }
 void ModelClient::close() { impl_->close(); }
 int ModelClient::rank() const { return impl_->rank_; }
 int ModelClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }

@@ -16,6 +16,14 @@
 // chunkBytes on every worker); model keys are a namespace of their own (key 7 here and key 7 of
 // a pushPull are different things).
 //
+// Two staleness units (docs/MODEL_STORE.md "Staleness units"; pick one per key):
+//  - versions (applyAndPull): every update carries the chunk version its delta was computed on
+//    (the version of this client's last pull / applyAndPull of that chunk); the daemon applies it
+//    if at most tau_v (the daemons' --version-staleness) updates were applied since, else drops
+//    it, and in both cases answers with the chunk's fresh value: one round trip per step and
+//    nobody ever waits for a slow worker.
+//  - clocks (apply + pull, SSP as below): a fast worker waits for the slowest.
+//
 // Staleness (SSP, bound tau = the daemons' --staleness): every apply carries the worker's clock
 // (its iteration, increasing per key). A worker more than tau clocks ahead of the slowest live
 // worker is DEFERRED: the daemon holds the update, and apply() blocks, until the slowest catches
@@ -35,6 +43,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -47,9 +58,20 @@ namespace cofab::ps {
 enum class ApplyOutcome : uint8_t { kApplied, kDropped };  // deferred = the call waits
 
 struct ApplyResult {
-  ApplyOutcome outcome = ApplyOutcome::kApplied;
-  uint64_t version = 0;    // applied: min over chunks of the version after this update
-  uint64_t staleness = 0;  // max over chunks (clocks; definition in docs/MODEL_STORE.md)
+  ApplyOutcome outcome = ApplyOutcome::kApplied;  // kDropped: at least one chunk was dropped
+  uint64_t version = 0;        // applied: min over chunks of the version after this update
+  uint64_t staleness = 0;      // max over chunks (clocks or versions: docs/MODEL_STORE.md)
+  uint32_t chunks = 0;         // chunks of the tensor
+  uint32_t droppedChunks = 0;  // of which the daemons dropped (the others were applied)
+  std::string dropReason;      // the first dropped chunk's reason, from the daemon
+};
+
+// One tensor of an applyAndPull: `delta` is added to `key`, whose fresh value lands in `out`
+// (same element count; may alias `delta`).
+struct ModelUpdate {
+  uint64_t key = 0;
+  TensorView delta;
+  TensorView out;
 };
 
 class ModelClient {
@@ -75,10 +97,21 @@ class ModelClient {
   // Adds `delta` (computed at this worker's iteration `clock`) to the value: version += 1.
   // Blocks while the daemons defer it (SSP); kDropped when too stale.
   StatusOr<ApplyResult> apply(uint64_t key, TensorView delta, uint64_t clock, Deadline deadline);
+  // Version-bounded apply-and-pull: each chunk's delta carries the version of this client's last
+  // pull / applyAndPull of that chunk (pull the key first: FailedPrecondition otherwise); the
+  // daemon applies it when at most tau_v versions old, else drops it (reported per update), and
+  // answers with the chunk's value, which goes into `out`. Every chunk of every update is in
+  // flight at once: one round trip for the whole step. Never blocks on other workers.
+  StatusOr<std::vector<ApplyResult>> applyAndPull(std::span<const ModelUpdate> updates,
+                                                  Deadline deadline);
   // EASGD elastic step: the daemon computes d = alpha * (x - center), center += d, version += 1,
   // and returns d in `diffOut` (may alias `x`); the worker then does x -= d itself.
   Status elastic(uint64_t key, TensorView x, float alpha, TensorView diffOut, Deadline deadline);
 
+  // Tells the daemons this worker stops applying for now (clock-based SSP: nobody waits for it
+  // any more) without closing; its next request makes it take part again. For a worker that
+  // is done training but must still wait for the others (a barrier) before its final pull.
+  void leave();
   // Tells the daemons this worker leaves the model store (it no longer holds others back), then
   // closes the connections; pending calls fail with Cancelled. Idempotent.
   void close();

@@ -57,6 +57,12 @@ enum class ControlOp : uint8_t {
   kModelApplied = 16,   // daemon -> worker: payload ModelApplyReply (+ reason text if dropped)
   kModelDeferred = 17,  // daemon -> worker: the apply is held; payload text names the slow worker
   kModelLeave = 18,     // worker -> daemon: this worker leaves the model store (no payload)
+  // Version-bounded apply-and-pull (docs/MODEL_STORE.md "Staleness units"): iteration = the
+  // chunk's model version the delta was computed on, payload: delta; answer kModelAppliedValue.
+  kModelApplyPull = 19,
+  // daemon -> worker: payload ModelApplyReply (byte 4..7: the daemon's version bound, u32) then
+  // the chunk's value after the apply (or, dropped, unchanged); iteration = that value's version.
+  kModelAppliedValue = 20,
   // worker -> daemon: free the fan-out slots (kPushFanOut) of keys [key, key + count), chunk 0,
   // once every puller has its result (coded shuffling: the uploader, after the epoch). Payload:
   // count as 8 bytes little-endian. Answered with kAck once every engine has released them;

@@ -59,7 +59,7 @@ class AlgorithmBase : public SyncAlgorithm {
   std::atomic<uint64_t> steps_{0}, syncs_{0}, bytesSent_{0}, bytesReceived_{0};
   std::atomic<uint64_t> localSamples_{0}, unpublishedSamples_{0}, globalSamples_{0};
   std::atomic<uint64_t> staleUpdates_{0}, maxStaleness_{0}, stalenessSum_{0}, applies_{0};
-  std::atomic<uint64_t> dropped_{0}, skipped_{0};
+  std::atomic<uint64_t> dropped_{0}, droppedSamples_{0}, skipped_{0};
 };
 
 // A push-pull client to the job's aggregators (env.store, or env.client.serverAddresses).

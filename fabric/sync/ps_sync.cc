@@ -1,9 +1,11 @@
 // ssp, easgd, eawild: the algorithms on the aggregators' model store (ps::ModelClient).
 //
-// ssp: the parameter server holds the model. Each step a worker applies its SGD-with-momentum
-//   update as a delta (-lr/W * v, so that W workers' updates add up to one synchronous step),
-//   then pulls the model. The daemons bound the staleness (--staleness tau): a worker more than
-//   tau clocks ahead of the slowest waits inside apply().
+// ssp: the parameter server holds the model. Each step a worker sends its SGD-with-momentum
+//   update as a delta (-lr/W * v, so that W workers' updates add up to one synchronous step) and
+//   gets the model back. stalenessUnit "versions" (default): one apply-and-pull round trip for
+//   all tensors; the daemons drop an update more than --version-staleness versions old (its
+//   samples are then not counted as the job's), nobody waits. "clocks": apply then pull; a worker
+//   more than --staleness clocks ahead of the slowest waits inside apply().
 // easgd: each worker trains its local model (SGD with momentum, full lr); every syncEvery steps
 //   it makes the elastic move with the center held by the daemons: d = alpha (x - c),
 //   c += d, x -= d.
@@ -38,6 +40,9 @@ class ModelStoreSync : public AlgorithmBase {
   Status finish(std::span<float> out) override {
     if (client_ == nullptr) return FailedPrecondition("sync " + name_ + ": start() not called");
     Status s = publishSamples();
+    // Done applying: under clock-based SSP the others may be held waiting for this worker's
+    // clock; leaving first lets them finish their last steps and reach the barrier too.
+    client_->leave();
     if (s.ok()) s = storeBarrier("finish");
     if (s.ok()) s = pullAll(buf_);
     if (s.ok()) model_.assign(buf_);
@@ -77,25 +82,59 @@ class SspSync final : public ModelStoreSync {
     std::span<const float> v = momentum_[0]->update(grad);
     const float scale = -options_.lr / float(env_.worldSize);
     for (size_t i = 0; i < total_; ++i) buf_[i] = scale * v[i];
-    for (size_t t = 0; t < counts_.size(); ++t) {
-      COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r, client_->apply(t, view(buf_, t), step, deadline()));
-      applies_.fetch_add(1);
-      stalenessSum_.fetch_add(r.staleness);
-      if (r.staleness > 0) staleUpdates_.fetch_add(1);
-      if (r.outcome == ps::ApplyOutcome::kDropped) dropped_.fetch_add(1);
-      uint64_t prev = maxStaleness_.load();
-      while (r.staleness > prev && !maxStaleness_.compare_exchange_weak(prev, r.staleness)) {
+    bool dropped = false;
+    if (options_.stalenessUnit == "clocks") {
+      for (size_t t = 0; t < counts_.size(); ++t) {
+        COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r,
+                               client_->apply(t, view(buf_, t), step, deadline()));
+        dropped |= count(r);
       }
+      COFAB_RETURN_IF_ERROR(pullAll(buf_));
+    } else {
+      // The fresh model comes back into buf_, over the deltas (the client copied them first).
+      updates_.clear();
+      for (size_t t = 0; t < counts_.size(); ++t) {
+        updates_.push_back(ps::ModelUpdate{t, view(buf_, t), view(buf_, t)});
+      }
+      COFAB_ASSIGN_OR_RETURN(std::vector<ps::ApplyResult> rs,
+                             client_->applyAndPull(updates_, deadline()));
+      for (const ps::ApplyResult& r : rs) dropped |= count(r);
     }
-    COFAB_RETURN_IF_ERROR(pullAll(buf_));
     model_.write(0, buf_);
     steps_.fetch_add(1);
     syncs_.fetch_add(1);
-    unpublishedSamples_.fetch_add(samples);
     localSamples_.fetch_add(samples);
+    // Honest throughput: a step the daemons (partly) dropped did not train the job's model.
+    (dropped ? droppedSamples_ : unpublishedSamples_).fetch_add(samples);
     recordBytes();
+    // The store add is a round trip of its own: publish every few steps (finish() publishes the
+    // rest, so the job's total stays exact; the epoch ends a few steps late at most).
+    if (++sincePublish_ < kPublishEvery) return OkStatus();
+    sincePublish_ = 0;
     return publishSamples();
   }
+
+ private:
+  static constexpr int kPublishEvery = 8;
+
+  // Counts one tensor's apply; true when (part of) it was dropped.
+  bool count(const ps::ApplyResult& r) {
+    if (r.outcome == ps::ApplyOutcome::kDropped) {
+      dropped_.fetch_add(1);
+      return true;
+    }
+    // Staleness statistics are over applied updates (a dropped one's exceeds the bound).
+    applies_.fetch_add(1);
+    stalenessSum_.fetch_add(r.staleness);
+    if (r.staleness > 0) staleUpdates_.fetch_add(1);
+    uint64_t prev = maxStaleness_.load();
+    while (r.staleness > prev && !maxStaleness_.compare_exchange_weak(prev, r.staleness)) {
+    }
+    return false;
+  }
+
+  std::vector<ps::ModelUpdate> updates_;
+  int sincePublish_ = 0;
 };
 
 class ElasticSync final : public ModelStoreSync {

@@ -103,6 +103,7 @@ SyncStats AlgorithmBase::stats() const {
   uint64_t applies = applies_.load();
   s.meanStaleness = applies ? double(stalenessSum_.load()) / double(applies) : 0.0;
   s.dropped = dropped_.load();
+  s.droppedSamples = droppedSamples_.load();
   s.skipped = skipped_.load();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.syncsPerSecond = secs > 0 ? double(s.syncs) / secs : 0.0;
@@ -140,6 +141,10 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
   }
   if (options.replyFeedback && a != "onebit") {
     return InvalidArgument("sync " + a + ": replyFeedback applies to onebit only");
+  }
+  if (a == "ssp" && options.stalenessUnit != "versions" && options.stalenessUnit != "clocks") {
+    return InvalidArgument("sync ssp: stalenessUnit must be \"versions\" or \"clocks\", got \"" +
+                           options.stalenessUnit + "\"");
   }
   if (needsAggregators(a) && env.store == nullptr && env.client.serverAddresses.empty()) {
     return InvalidArgument("sync " + a + " needs aggregators: a store or client.serverAddresses");

@@ -4,7 +4,9 @@
 //   sync        BSP: gradients averaged through the aggregators' push-pull every step (reference)
 //   int8,onebit sync with compressed push-pull (8-bit min-max per block; 1-bit sign + scale with
 //               error feedback)
-//   ssp         bounded-staleness asynchronous parameter server (ps::ModelClient apply/pull)
+//   ssp         bounded-staleness asynchronous parameter server (ps::ModelClient): staleness in
+//               model versions (default: stale updates dropped, nobody waits) or in clocks (SSP:
+//               a fast worker waits for the slowest), SyncOptions::stalenessUnit
 //   shadowsync  training never waits for the network; a background thread averages the models
 //               (push-pull average, or EASGD with shadowMode "easgd") at its own pace
 //   easgd       local SGD + elastic averaging with a center variable on the aggregators
@@ -72,6 +74,11 @@ struct SyncOptions {
   // int8/onebit: elements per compression block (one scale / min-max each); 0: the codec's
   // default (compress::kDefaultBlock).
   size_t compressionBlock = 0;
+  // ssp: "versions" (each update carries the model version it was computed on; the daemons drop
+  // it when more than their --version-staleness updates were applied since; fast workers never
+  // wait) or "clocks" (SSP: a worker more than the daemons' --staleness clocks ahead of the
+  // slowest waits). docs/SYNC.md says when to use which.
+  std::string stalenessUnit = "versions";
   // gradcode: s, the stragglers tolerated; s+1 must divide the workers, and the daemons must run
   // with the same --gradient-stragglers s (start() checks).
   int gradientStragglers = 1;
@@ -92,13 +99,15 @@ struct SyncStats {
       0;  // synchronization rounds (push-pulls, applies, elastic updates, gossip rounds)
   uint64_t bytesSent = 0;  // payload bytes this worker sent (after compression)
   uint64_t bytesReceived = 0;
-  uint64_t staleUpdates = 0;  // ssp: applies that waited or saw staleness > 0
-  uint64_t maxStaleness = 0;  // ssp: largest staleness the parameter server reported
-  double meanStaleness = 0;   // ssp: over all applies
-  uint64_t dropped = 0;       // ssp: updates the server dropped as too stale
-  double syncsPerSecond = 0;  // achieved synchronization frequency (shadowsync), since start()
-  double stepsPerSync = 0;    // local steps per synchronization round
-  uint64_t skipped = 0;       // gradcode: rounds completed without this worker (not computed)
+  uint64_t staleUpdates = 0;    // ssp: applies that waited or saw staleness > 0
+  uint64_t maxStaleness = 0;    // ssp: largest staleness the parameter server reported
+  double meanStaleness = 0;     // ssp: over all applies
+  uint64_t dropped = 0;         // ssp: updates (tensors) the server dropped as too stale
+  uint64_t droppedSamples = 0;  // ssp: samples of the steps with a dropped update (not counted
+                                // in globalSamples())
+  double syncsPerSecond = 0;    // achieved synchronization frequency (shadowsync), since start()
+  double stepsPerSync = 0;      // local steps per synchronization round
+  uint64_t skipped = 0;         // gradcode: rounds completed without this worker (not computed)
 };
 
 // What the algorithms connect through; owned by the caller.
@@ -139,7 +148,8 @@ class SyncAlgorithm {
   // step() with an empty gradient, which applies the round's result. Always true for the others.
   virtual StatusOr<bool> needsGradient(int /*thread*/, uint64_t /*step*/) { return true; }
   // Samples processed by all workers of the job so far, as far as this worker knows (exact for
-  // sync, at the last round for the others). Lets a loop end an epoch on global progress so
+  // sync and after finish(), at the last publication for the others; ssp counts only the samples
+  // of steps whose updates were all applied). Lets a loop end an epoch on global progress so
   // fast workers do more of the work than slow ones.
   virtual uint64_t globalSamples() const = 0;
   // Collective: stops training and writes the job's final model into `out` (the average, the

@@ -1,8 +1,8 @@
 // The model store (docs/MODEL_STORE.md) on real cofab-aggd processes: init/pull/apply against a
 // serial reference, the SSP staleness bound under random per-worker delays (returned staleness
 // and the daemon's histogram), deferral that really blocks a fast worker and releases it, drops
-// reported with a reason, EASGD elastic math, and a killed worker that stops holding the others
-// back after the dead-worker deadline.
+// reported with a reason, leave() releasing the others, EASGD elastic math, and a killed worker
+// that stops holding the others back after the dead-worker deadline.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -304,6 +304,29 @@ TEST(ModelStore, TooStaleUpdatesAreDroppedWithAReason) {
   auto resync = (*b)->apply(8, view(one), 5, kLong());
   ASSERT_TRUE(resync.ok());
   EXPECT_EQ(resync->outcome, ApplyOutcome::kApplied);
+}
+
+// leave() without close(): a worker done applying (waiting at a barrier, say) stops holding the
+// others back at once, and its later requests still work.
+TEST(ModelStore, LeaveReleasesTheOthersWithoutClosing) {
+  DaemonCluster cluster(1, 2, {"--staleness", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto a = connectModel(cluster, 0);
+  auto b = connectModel(cluster, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> x{0}, one{1};
+  ASSERT_TRUE((*a)->init(6, view(x), kLong()).ok());
+  ASSERT_TRUE((*b)->apply(6, view(one), 0, kLong()).ok());
+  (*b)->leave();  // at clock 0: without this, a's clock 3 would be held (3 - 1 > tau)
+  for (uint64_t t = 0; t < 6; ++t) {
+    auto r = (*a)->apply(6, view(one), t, kLong());
+    ASSERT_TRUE(r.ok()) << "clock " << t << ": " << r.status();
+    EXPECT_EQ(r->outcome, ApplyOutcome::kApplied);
+  }
+  std::vector<float> out(1);
+  auto v = (*b)->pull(6, view(out), kLong());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(out[0], 7.0f);
 }
 
 TEST(ModelStore, ElasticStepsMatchTheEasgdDefinition) {

@@ -245,6 +245,13 @@ SyncOptions withReplyFeedback() {
   return o;
 }
 
+// ssp with the clock-based bound (SSP, the fast worker waits) instead of versions (dropped).
+SyncOptions sspByClocks() {
+  SyncOptions o = opts(0.02f);
+  o.stalenessUnit = "clocks";
+  return o;
+}
+
 // shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
 // thread fits into the training, which is timing (here training takes milliseconds).
 INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
@@ -256,6 +263,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
                                            Case{"gossip", "ring", opts(0.02f)},
                                            Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
                                            Case{"ssp", "", opts(0.02f)},
+                                           Case{"ssp", "clocks", sspByClocks()},
                                            Case{"easgd", "", opts(0.02f, 4)},
                                            Case{"eawild", "", opts(0.02f, 4, 4)},
                                            Case{"gradcode", "", opts(0.02f)}),
@@ -357,6 +365,11 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   o.algorithm = "int8";
   o.replyFeedback = true;  // onebit only
   EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
+  o.algorithm = "ssp";
+  o.stalenessUnit = "seconds";
+  auto u = makeSyncAlgorithm(o, env);
+  EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(u.status().message().find("clocks"), std::string::npos) << u.status();
   o = SyncOptions{};
   o.algorithm = "gossip";
   auto g = makeSyncAlgorithm(o, env);
