@@ -365,6 +365,7 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   o.algorithm = "int8";
   o.replyFeedback = true;  // onebit only
   EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
+  o.replyFeedback = false;
   o.algorithm = "ssp";
   o.stalenessUnit = "seconds";
   auto u = makeSyncAlgorithm(o, env);
