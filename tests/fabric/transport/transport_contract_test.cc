@@ -669,6 +669,9 @@ TEST_P(TransportContractTest, RecvRoutedLandsWhereTheRouteSays) {
     p.client->send(h, small.data(), small.size(), sent.sendCb());
   }
   ASSERT_TRUE(done.wait(3));
+  // The sends complete too (the third possibly with the connection's error) before the locals
+  // their callbacks use go away.
+  ASSERT_TRUE(sent.wait(3));
   EXPECT_EQ(done.inlineCalls(), 0);
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(routedKeys, (std::vector<uint64_t>{1, 2, 3}));
