@@ -4,12 +4,16 @@
 
 #include "aggregator/model_store.h"
 #include "core/log.h"
+#include "core/param.h"
 #include "fabric/ps/placement.h"
 #include "fabric/transport/registry.h"
 
 namespace cofab::aggregator {
 
 using ps::RejectReason;
+
+COFAB_PARAM_INT(kPoolBytes, "COFAB_AGG_POOL_BYTES", int64_t{256} << 20, 0, int64_t{1} << 40,
+                "idle receive buffers a daemon keeps for reuse by later pushes (payload_pool.h)");
 
 AggregatorServer::AggregatorServer(const ServerOptions& options)
     : options_(options),
@@ -48,6 +52,8 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
   lo.address = options.listenAddress;
   COFAB_ASSIGN_OR_RETURN(s->listener_, s->ctx_->listen(lo));
   s->address_ = s->listener_->address();
+  COFAB_ASSIGN_OR_RETURN(int64_t poolBytes, kPoolBytes.get());
+  s->pool_ = PayloadPool::create(static_cast<size_t>(poolBytes));
   EngineOptions eo = options.engine;
   eo.numWorkers = options.numWorkers;
   AggregatorServer* self = s.get();
@@ -80,6 +86,23 @@ void AggregatorServer::acceptNext() {
   });
 }
 
+StatusOr<std::shared_ptr<transport::PipeEnd>> AggregatorServer::connectInProcess(int workerRank) {
+  if (workerRank < 0 || workerRank >= options_.numWorkers) {
+    return InvalidArgument("aggregator: in-process worker rank " + std::to_string(workerRank) +
+                           " outside " + std::to_string(options_.numWorkers) + " workers");
+  }
+  if (draining_) return FailedPrecondition("aggregator: shutting down");
+  transport::PipeEnds ends =
+      transport::makeInProcessPipe(ps::workerPeerId(workerRank), ps::aggregatorPeerId(options_.id),
+                                   std::max<uint64_t>(2 * options_.maxChunkBytes, 1 << 20));
+  {
+    std::lock_guard<std::mutex> lock(inProcessMu_);
+    inProcess_.push_back(ends.b);
+  }
+  onAccepted(ends.b);
+  return ends.a;
+}
+
 void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   metrics_.connectionsAccepted.fetch_add(1, std::memory_order_relaxed);
   auto peer = std::make_shared<Peer>();
@@ -106,15 +129,28 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
 }
 
 void AggregatorServer::postRecv(const std::shared_ptr<Peer>& peer) {
-  peer->conn->recvOwned(
+  peer->conn->recvRouted(
+      [this, peer](const wire::Header& h) { return routePush(*peer, h); },
       [this, peer](const Status& st, const wire::Header& h, std::vector<uint8_t>&& payload) {
+        Payload pooled = std::move(peer->routed);
         if (!st.ok()) {
           onPeerError(peer, st);
           return;
         }
-        onMessage(peer, h, std::move(payload));
+        onMessage(peer, h, std::move(payload), std::move(pooled));
         postRecv(peer);
       });
+}
+
+// Pushes land in a recycled buffer of their size (no allocation, zero-fill or copy per chunk);
+// everything else, and sizes onMessage will reject anyway, in a transport buffer.
+transport::MutableSlice AggregatorServer::routePush(Peer& peer, const wire::Header& h) {
+  if (h.type != wire::MessageType::kPush || h.payloadLength == 0 ||
+      h.payloadLength > options_.maxChunkBytes) {
+    return {};
+  }
+  peer.routed = pool_->take(h.payloadLength);
+  return {peer.routed->data(), peer.routed->size(), nullptr};
 }
 
 void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Status& st) {
@@ -199,16 +235,17 @@ bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, siz
 }
 
 void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
-                                 std::vector<uint8_t>&& payload) {
+                                 std::vector<uint8_t>&& payload, Payload pooled) {
   switch (h.type) {
     case wire::MessageType::kPush: {
       if (draining_) {
         peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
         return;
       }
-      if (!validatePush(*peer, h, payload.size())) return;
-      metrics_.bytesIn.fetch_add(payload.size(), std::memory_order_relaxed);
-      if (metrics_.noteReceived(peer->creditUsed, payload.size(), peer->workerRank >= 0) &&
+      const size_t bytes = pooled ? pooled->size() : payload.size();
+      if (!validatePush(*peer, h, bytes)) return;
+      metrics_.bytesIn.fetch_add(bytes, std::memory_order_relaxed);
+      if (metrics_.noteReceived(peer->creditUsed, bytes, peer->workerRank >= 0) &&
           !peer->creditWarned.exchange(true)) {
         COFAB_LOG(kWarn, "aggd") << peer->describe() << " pushed beyond its credit window of "
                                  << options_.creditBytes << " bytes (counted in "
@@ -222,7 +259,8 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       e.kind = Event::Kind::kPush;
       e.peer = peer;
       e.header = h;
-      e.payload = std::make_shared<std::vector<uint8_t>>(std::move(payload));
+      e.payload =
+          pooled ? std::move(pooled) : std::make_shared<std::vector<uint8_t>>(std::move(payload));
       engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
       return;
     }
@@ -343,6 +381,15 @@ void AggregatorServer::shutdown(const std::string& why) {
   if (ctx_) {
     ctx_->close();
     ctx_->join();
+  }
+  std::vector<std::shared_ptr<transport::PipeEnd>> local;
+  {
+    std::lock_guard<std::mutex> lock(inProcessMu_);
+    local.swap(inProcess_);
+  }
+  for (auto& end : local) {
+    end->close();
+    end->join();
   }
 }
 

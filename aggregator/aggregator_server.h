@@ -18,9 +18,11 @@
 
 #include "aggregator/engine.h"
 #include "aggregator/metrics.h"
+#include "aggregator/payload_pool.h"
 #include "aggregator/peer.h"
 #include "core/status.h"
 #include "fabric/transport/context.h"
+#include "fabric/transport/inproc_pipe.h"
 
 namespace cofab::aggregator {
 
@@ -55,6 +57,10 @@ class AggregatorServer {
   // forwards every accepted contribution to it from then on.
   Status connectBackup(const std::string& backupAddress, Deadline deadline);
 
+  // Colocated shard in the worker's own process: a connection to this server for worker
+  // `workerRank` that skips sockets (transport/inproc_pipe.h: one copy per message). Give it to
+  // ps::ClientOptions::inProcess; the server treats it like an accepted connection.
+  StatusOr<std::shared_ptr<transport::PipeEnd>> connectInProcess(int workerRank);
   // Graceful stop: refuses new chunks (kDraining), waits up to drainTimeoutMs for open rounds
   // to finish, fails the rest with kRoundFailed(`why`), closes everything. Idempotent.
   void shutdown(const std::string& why);
@@ -70,8 +76,10 @@ class AggregatorServer {
   void acceptNext();
   void onAccepted(std::shared_ptr<transport::Connection> conn);
   void postRecv(const std::shared_ptr<Peer>& peer);
+  // `pooled`: a push received straight into a pool buffer (routePush); `payload` is then empty.
   void onMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
-                 std::vector<uint8_t>&& payload);
+                 std::vector<uint8_t>&& payload, Payload pooled = nullptr);
+  transport::MutableSlice routePush(Peer& peer, const wire::Header& h);
   void onPeerError(const std::shared_ptr<Peer>& peer, const Status& st);
   bool validatePush(const Peer& peer, const wire::Header& h, size_t payloadSize);
   bool forward(const wire::Header& h, const Payload& payload);
@@ -91,6 +99,9 @@ class AggregatorServer {
   std::unique_ptr<transport::Listener> listener_;
   std::string address_;
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::shared_ptr<PayloadPool> pool_;  // receive buffers for pushes (payload_pool.h)
+  std::mutex inProcessMu_;
+  std::vector<std::shared_ptr<transport::PipeEnd>> inProcess_;  // server ends, joined at shutdown
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
   std::unique_ptr<std::atomic<int>[]> activeLinks_;  // live active connections per worker rank

@@ -28,6 +28,8 @@ struct Peer {
   // consumed yet. Grows on the I/O thread, shrinks on engine threads.
   std::atomic<uint64_t> creditUsed{0};
   std::atomic<bool> creditWarned{false};
+  // The push being received into a pool buffer (AggregatorServer::routePush); I/O thread only.
+  std::shared_ptr<std::vector<uint8_t>> routed;
 
   std::string describe() const { return conn ? conn->describe() : "(no connection)"; }
 

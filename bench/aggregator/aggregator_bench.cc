@@ -1,20 +1,25 @@
 // cofab_aggregator_bench: what the aggregator costs and how it compares, in one run.
 //
 //   cofab_aggregator_bench [--workers 2,4] [--bytes 64M] [--iters 5] [--skip-failover]
+//                          [--modes dedicated,colocated,colocated_tcp] [--skip-reduce]
 //
 // 1. Reduction throughput of one engine thread (aggregator/reducer.h) against a STREAM-like
 //    add c = a + b measured in the same process on the same buffer sizes (GB/s of memory
 //    traffic: inputs read + output written).
 // 2. Push-pull of one f32 tensor (default 64 MiB) with N workers (forked processes):
 //    dedicated (2 cofab-aggd processes) and colocated (every worker process hosts a shard,
-//    AggregatorServer in-process), against cofab's ring allreduce (fabric/comm) in the same
-//    processes and Gloo's allreduce (bench/comm's gloo_allreduce_bench, run as is) when built.
-//    Time per op = the slowest rank's mean over --iters back-to-back ops after one warm-up.
+//    AggregatorServer in-process, and reaches it through an in-process pipe; colocated_tcp:
+//    through loopback tcp like the other workers, the layout before the pipe existed), against
+//    cofab's ring allreduce (fabric/comm) in the same processes and Gloo's allreduce (bench/comm's
+//    gloo_allreduce_bench, run as is) when built. Time per op = the slowest rank's mean over
+//    --iters back-to-back ops after one warm-up; cpu = user + system ms per op of the worker
+//    processes (all ranks together, shard threads included; dedicated daemons not counted).
 // 3. Failover pause: 2 daemons with replication, 2 workers pushing 1 MiB tensors back to back;
 //    SIGKILL the primary; pause = first completion after the kill - the kill.
 // Ends with RESULT lines (DESIGN.md §7).
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,7 +141,23 @@ std::vector<pid_t> startDaemons(const std::string& storeUrl, const std::string& 
 struct Times {
   double pushPullMs = -1;
   double ringMs = -1;
+  double pushPullCpuMs = -1;
+  double ringCpuMs = -1;
 };
+
+double cpuMs() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+enum class Mode { kDedicated, kColocated, kColocatedTcp };
+const char* modeName(Mode m) {
+  return m == Mode::kDedicated   ? "dedicated"
+         : m == Mode::kColocated ? "colocated"
+                                 : "colocated_tcp";
+}
 
 Status barrier(Store& store, const std::string& name, int ranks) {
   COFAB_ASSIGN_OR_RETURN(int64_t n, store.add(name, 1));
@@ -149,8 +170,9 @@ Status barrier(Store& store, const std::string& name, int ranks) {
 }
 
 // One worker process: push-pull (dedicated or colocated) then ring allreduce on the same data.
-int workerMain(int rank, int ranks, const std::string& storeUrl, const std::string& tag,
-               bool colocated, size_t bytes, int iters) {
+int workerMain(int rank, int ranks, const std::string& storeUrl, const std::string& tag, Mode mode,
+               size_t bytes, int iters) {
+  const bool colocated = mode != Mode::kDedicated;
   auto storeOr = openStore(storeUrl, Deadline::afterMs(30000));
   if (!storeOr.ok()) return 2;
   Store& store = **storeOr;
@@ -177,6 +199,11 @@ int workerMain(int rank, int ranks, const std::string& storeUrl, const std::stri
       if (!a.ok()) return 4;
       co.serverAddresses.push_back(toString(*a));
     }
+    if (mode == Mode::kColocated) {
+      auto end = local->connectInProcess(rank);
+      if (!end.ok()) return 4;
+      co.inProcess.emplace_back(rank, std::move(end).value());
+    }
   } else {
     co.storePrefix = tag + "/agg";
   }
@@ -193,11 +220,13 @@ int workerMain(int rank, int ranks, const std::string& storeUrl, const std::stri
   }
   if (!barrier(store, tag + "/b1", ranks).ok()) return 7;
   double t0 = nowMs();
+  double c0 = cpuMs();
   for (int i = 0; i < iters; ++i) {
     s = (*client)->pushPull(1, view, view).wait(Deadline::afterMs(120000));
     if (!s.ok()) return 8;
   }
   t.pushPullMs = (nowMs() - t0) / iters;
+  t.pushPullCpuMs = (cpuMs() - c0) / iters;
   (*client)->close();
 
   comm::CommOptions cc;
@@ -209,15 +238,18 @@ int workerMain(int rank, int ranks, const std::string& storeUrl, const std::stri
     ao.timeout = std::chrono::seconds(120);
     if (comm::allreduce(**commOr, view, ao).ok() && barrier(store, tag + "/b2", ranks).ok()) {
       t0 = nowMs();
+      const double c1 = cpuMs();
       bool ok = true;
       for (int i = 0; i < iters && ok; ++i) ok = comm::allreduce(**commOr, view, ao).ok();
       if (ok) t.ringMs = (nowMs() - t0) / iters;
+      if (ok) t.ringCpuMs = (cpuMs() - c1) / iters;
     }
   } else {
     std::fprintf(stderr, "rank %d: ring skipped: %s\n", rank, commOr.status().toString().c_str());
   }
   char buf[128];
-  std::snprintf(buf, sizeof(buf), "%.3f %.3f", t.pushPullMs, t.ringMs);
+  std::snprintf(buf, sizeof(buf), "%.3f %.3f %.3f %.3f", t.pushPullMs, t.ringMs, t.pushPullCpuMs,
+                t.ringCpuMs);
   (void)store.set(tag + "/times/" + std::to_string(rank), toBytes(buf));
   if (!barrier(store, tag + "/b3", ranks).ok()) return 9;
   if (local) local->shutdown("bench done");
@@ -244,8 +276,9 @@ double glooMs(int ranks, size_t bytes) {
   return ms;
 }
 
-void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, bool colocated,
+void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, Mode benchMode,
                    double gloo) {
+  const bool colocated = benchMode != Mode::kDedicated;
   static int run = 0;
   const std::string tag = "run" + std::to_string(run++);
   const std::string storeUrl = "file://" + dir;
@@ -256,7 +289,7 @@ void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, b
     const pid_t pid = fork();
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      _exit(workerMain(r, ranks, storeUrl, tag, colocated, bytes, iters));
+      _exit(workerMain(r, ranks, storeUrl, tag, benchMode, bytes, iters));
     }
     workers.push_back(pid);
   }
@@ -272,19 +305,25 @@ void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, b
   stopDaemons(daemons, SIGTERM);
   if (!ok) return;
   auto store = openStore(storeUrl, Deadline::afterMs(5000));
-  double pp = 0, ring = 0;
+  double pp = 0, ring = 0, ppCpu = 0, ringCpu = 0;
   for (int r = 0; r < ranks; ++r) {
     auto v = (*store)->get(tag + "/times/" + std::to_string(r), Deadline::afterMs(5000));
-    double a = -1, b = -1;
-    if (v.ok()) std::sscanf(toString(*v).c_str(), "%lf %lf", &a, &b);
+    double a = -1, b = -1, c = -1, d = -1;
+    if (v.ok()) std::sscanf(toString(*v).c_str(), "%lf %lf %lf %lf", &a, &b, &c, &d);
     pp = std::max(pp, a);
     ring = (b < 0 || ring < 0) ? -1 : std::max(ring, b);
+    ppCpu += c;
+    ringCpu = (d < 0 || ringCpu < 0) ? -1 : ringCpu + d;
   }
-  const char* mode = colocated ? "colocated" : "dedicated";
-  std::printf("push-pull %zu B, %d workers, %s: %.1f ms/op; ring allreduce %.1f ms; gloo %.1f ms\n",
-              bytes, ranks, mode, pp, ring, gloo);
-  std::printf("RESULT pushpull bytes=%zu ranks=%d mode=%s cofab_ms=%.1f ring_ms=%.1f gloo_ms=%.1f",
-              bytes, ranks, mode, pp, ring, gloo);
+  const char* mode = modeName(benchMode);
+  std::printf(
+      "push-pull %zu B, %d workers, %s: %.1f ms/op (cpu %.1f ms); ring allreduce %.1f ms (cpu "
+      "%.1f ms); gloo %.1f ms\n",
+      bytes, ranks, mode, pp, ppCpu, ring, ringCpu, gloo);
+  std::printf(
+      "RESULT pushpull bytes=%zu ranks=%d mode=%s cofab_ms=%.1f ring_ms=%.1f gloo_ms=%.1f "
+      "cofab_cpu_ms=%.1f ring_cpu_ms=%.1f",
+      bytes, ranks, mode, pp, ring, gloo, ppCpu, ringCpu);
   if (ring > 0) std::printf(" vs_ring=%.2f", pp / ring);
   if (gloo > 0) std::printf(" vs_gloo=%.2f", pp / gloo);
   std::printf("\n");
@@ -363,11 +402,18 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/cofab-aggbench-XXXXXX";
   const char* dir = mkdtemp(tmpl);
   if (!dir) return 1;
-  benchReduction(bytes);
+  const std::string modes = arg(argc, argv, "--modes", "dedicated,colocated");
+  if (!flag(argc, argv, "--skip-reduce")) benchReduction(bytes);
   for (int n : workerCounts) {
     const double gloo = glooMs(n, bytes);
-    benchPushPull(std::string(dir) + "/d" + std::to_string(n), n, bytes, iters, false, gloo);
-    benchPushPull(std::string(dir) + "/c" + std::to_string(n), n, bytes, iters, true, gloo);
+    for (Mode m : {Mode::kDedicated, Mode::kColocated, Mode::kColocatedTcp}) {
+      // Whole names in the comma list: "colocated" must not select colocated_tcp.
+      if (("," + modes + ",").find(std::string(",") + modeName(m) + ",") == std::string::npos) {
+        continue;
+      }
+      benchPushPull(std::string(dir) + "/" + modeName(m) + std::to_string(n), n, bytes, iters, m,
+                    gloo);
+    }
   }
   if (!flag(argc, argv, "--skip-failover")) benchFailover(std::string(dir) + "/f");
   std::filesystem::remove_all(dir);

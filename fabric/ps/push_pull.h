@@ -31,7 +31,8 @@
 //     operation fails with that Status.
 //
 // Threads: pushPull(), waitAll() and close() may be called from any thread. Completion happens
-// on the transport's I/O threads (results are copied into `out` there); handles are polled or
+// on the transport's I/O threads (results are received straight into `out`, or copied there for
+// compressed chunks); handles are polled or
 // waited on by the caller, there are no user callbacks. The client and its handles are
 // independent objects: a handle outlives the client (it then fails with Cancelled).
 #pragma once
@@ -48,6 +49,7 @@
 #include "core/tensor.h"
 #include "fabric/compress/codec.h"
 #include "fabric/rendezvous/store.h"
+#include "fabric/transport/inproc_pipe.h"
 
 namespace cofab::ps {
 
@@ -124,6 +126,10 @@ struct ClientOptions {
   // waits for every daemon's grant, so even the first chunks respect it. Off: grants are
   // honoured from the moment they arrive.
   int credits = -1;
+  // Colocated shards hosted in this process (aggregator::AggregatorServer::connectInProcess):
+  // daemon index -> its in-process connection, used instead of dialling that daemon's address
+  // (serverAddresses or the store still list every daemon). Saves the sockets, not the protocol.
+  std::vector<std::pair<int, std::shared_ptr<transport::PipeEnd>>> inProcess;
 };
 
 struct ClientStats {

@@ -1,7 +1,9 @@
 // PushPullClient implementation. One mutex (mu_) guards the table of chunks in flight and the
 // daemon states; it is held only to look up or update an entry (never across a wait), and the
-// transport never calls back inline, so sending under it cannot deadlock. Results are copied from
-// the transport's receive buffer into the caller's `out` on the I/O thread.
+// transport never calls back inline, so sending under it cannot deadlock. Results are received
+// straight into the caller's `out` (Connection::recvRouted, routeResult below); an op with such a
+// write in flight does not complete before it ends (OpState::beginWrite/endWrite), so a failure
+// elsewhere cannot hand `out` back while the transport still writes into it.
 #include "fabric/ps/push_pull.h"
 
 #include <algorithm>
@@ -51,12 +53,38 @@ struct OpState {
   std::function<void(const Status&)> onAcked;
   std::function<void(const Status&)> onDone;
   uint32_t unacked = 0;
+  // Results being received straight into `out` by the transport (routed receives): the op must
+  // not complete (the caller would take `out` back) until they have stopped writing. A finish()
+  // meanwhile is deferred to the last endWrite().
+  int writers = 0;
+  bool deferred = false;
+  Status deferredStatus;
 
-  // Returns false if the op had already finished.
+  void beginWrite() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++writers;
+  }
+  void endWrite() {
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (--writers > 0 || !deferred) return;
+      deferred = false;
+      s = std::move(deferredStatus);
+    }
+    finish(std::move(s));
+  }
+
+  // Returns false if the op had already finished (or a finish is already deferred).
   bool finish(Status s) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (done) return false;
+      if (done || deferred) return false;
+      if (writers > 0) {
+        deferred = true;
+        deferredStatus = std::move(s);
+        return true;
+      }
       done = true;
       status = std::move(s);
     }
@@ -154,6 +182,7 @@ struct Pending {
   std::shared_ptr<std::vector<uint8_t>> encoded;
   size_t count = 0;
   bool ackCounted = false;  // counted towards the op's onAcked (once, even across a failover)
+  bool writing = false;     // a routed receive is writing the result into `out`
   bool creditHeld = false;  // its bytes count against its daemon's credit window
 };
 
@@ -169,6 +198,10 @@ struct ServerState {
   uint64_t creditWindow = 0;
   uint64_t creditUsed = 0;
   std::deque<ChunkId> creditQueue;  // chunks waiting for credit, in send order
+  // The receive in progress on this connection was routed into this op's `out` (I/O thread;
+  // the connection's receives complete one at a time).
+  std::shared_ptr<detail::OpState> routedOp;
+  ChunkId routedId{};
 };
 
 }  // namespace
@@ -185,7 +218,22 @@ class PushPullClient::Impl {
     COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
     const Deadline deadline = Deadline::afterMs(options_.connectTimeoutMs);
     servers_.resize(addresses.size());
+    for (const auto& [index, end] : options_.inProcess) {
+      if (index < 0 || static_cast<size_t>(index) >= addresses.size() || !end) {
+        return InvalidArgument("ClientOptions::inProcess names daemon " + std::to_string(index) +
+                               " of " + std::to_string(addresses.size()) +
+                               (end ? "" : " with no connection"));
+      }
+    }
     for (size_t s = 0; s < addresses.size(); ++s) {
+      bool local = false;
+      for (const auto& [index, end] : options_.inProcess) {
+        if (index != static_cast<int>(s) || !end) continue;
+        servers_[s].address = addresses[s] + " (in-process)";
+        servers_[s].conn = end;
+        local = true;
+      }
+      if (local) continue;
       transport::ConnectOptions opts;
       opts.localId = workerPeerId(rank_);
       auto conn = ctx_->connect(addresses[s], opts, deadline);
@@ -365,6 +413,12 @@ class PushPullClient::Impl {
     }
     ctx_->close();
     ctx_->join();
+    // In-process shards run their callbacks on their pipe's thread, not the context's.
+    for (const auto& [index, end] : options_.inProcess) {
+      if (!end) continue;
+      end->close();
+      end->join();
+    }
     std::lock_guard<std::mutex> lock(mu_);
     failAllLocked(Cancelled("push-pull client closed"));
   }
@@ -524,15 +578,49 @@ class PushPullClient::Impl {
   }
 
   void postRecv(int server, std::shared_ptr<transport::Connection> conn) {
-    conn->recvOwned([this, server, conn](const Status& st, const wire::Header& h,
-                                         std::vector<uint8_t>&& payload) {
-      if (!st.ok()) {
-        onServerError(server, conn, st);
-        return;
-      }
-      onMessage(server, h, std::move(payload));
-      postRecv(server, conn);
-    });
+    conn->recvRouted([this, server](const wire::Header& h) { return routeResult(server, h); },
+                     [this, server, conn](const Status& st, const wire::Header& h,
+                                          std::vector<uint8_t>&& payload) {
+                       std::shared_ptr<detail::OpState> routed;
+                       {
+                         std::lock_guard<std::mutex> lock(mu_);
+                         routed = std::move(servers_[static_cast<size_t>(server)].routedOp);
+                         if (routed && !st.ok()) {
+                           auto it = pending_.find(servers_[static_cast<size_t>(server)].routedId);
+                           if (it != pending_.end()) it->second.writing = false;
+                         }
+                       }
+                       if (!st.ok()) {
+                         if (routed) routed->endWrite();
+                         onServerError(server, conn, st);
+                         return;
+                       }
+                       onMessage(server, h, std::move(payload), routed);
+                       postRecv(server, conn);
+                     });
+  }
+
+  // The transport's route for results: straight into the pending chunk's `out`, so a result
+  // costs no allocation, zero-fill or copy. Falls back to a transport buffer (copied in
+  // onMessage) for anything else: control messages, compressed results, unknown or duplicate
+  // chunks, and in-place chunks with replication on (their `in` may still have to be resent).
+  transport::MutableSlice routeResult(int server, const wire::Header& h) {
+    if (h.type != wire::MessageType::kPullReply || h.payloadLength == 0) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    const ChunkId id{h.key, h.iteration, h.chunkIndex};
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return {};
+    Pending& p = it->second;
+    if (p.writing || p.codec != compress::Compression::kNone || p.bytes != h.payloadLength) {
+      return {};
+    }
+    if (replication_ && p.in < p.out + p.bytes && p.out < p.in + p.bytes) return {};
+    p.writing = true;
+    ServerState& s = servers_[static_cast<size_t>(server)];
+    s.routedOp = p.op;
+    s.routedId = id;
+    p.op->beginWrite();
+    return {p.out, p.bytes, nullptr};
   }
 
   std::string serverName(int s) const {
@@ -540,21 +628,28 @@ class PushPullClient::Impl {
            ")";
   }
 
-  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload) {
+  // `routed`: the result was received straight into that op's `out` (routeResult).
+  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload,
+                 const std::shared_ptr<detail::OpState>& routed) {
     std::unique_lock<std::mutex> lock(mu_);
     servers_[static_cast<size_t>(server)].lastHeardNs = nowNs();
     const ChunkId id{h.key, h.iteration, h.chunkIndex};
+    // The write into `out` is over: a failure that came meanwhile may complete the op now.
+    if (routed) routed->endWrite();
     if (h.type == wire::MessageType::kPullReply) {
       auto it = pending_.find(id);
       if (it == pending_.end()) return;  // a duplicate result after a resend: already applied
       Pending& p = it->second;
-      if (payload.size() != p.bytes) {
+      const bool alreadyInOut = routed && p.writing;  // routeResult put it there
+      if (!alreadyInOut && payload.size() != p.bytes) {
         failOpLocked(
             p.op, DataLoss(serverName(server) + " sent " + std::to_string(payload.size()) +
                            " bytes for " + h.describe() + ", expected " + std::to_string(p.bytes)));
         return;
       }
-      if (p.codec != compress::Compression::kNone) {
+      if (alreadyInOut) {
+        p.writing = false;
+      } else if (p.codec != compress::Compression::kNone) {
         Status st = compress::decompress(p.codec, payload.data(), payload.size(), p.count,
                                          reinterpret_cast<float*>(p.out));
         if (!st.ok()) {
@@ -562,7 +657,7 @@ class PushPullClient::Impl {
                                       h.describe() + ": " + st.message()));
           return;
         }
-      } else {
+      } else if (p.bytes > 0) {
         std::memcpy(p.out, payload.data(), p.bytes);
       }
       bytesIn_.fetch_add(p.bytes, std::memory_order_relaxed);

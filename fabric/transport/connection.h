@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,6 +40,11 @@ using RecvCallback = std::function<void(const Status&, const wire::Header& heade
 // Completion of a receive into a buffer the transport allocated (exactly payloadLength bytes).
 using RecvOwnedCallback =
     std::function<void(const Status&, const wire::Header& header, std::vector<uint8_t>&& payload)>;
+// Where a message's payload goes, chosen once its header has arrived: memory of exactly
+// header.payloadLength bytes, or a null slice to have the transport allocate it (as recvOwned).
+// Runs on the I/O thread that completes the receive, before the payload is read; it must not
+// block and must not call into the connection.
+using RecvRoute = std::function<MutableSlice(const wire::Header& header)>;
 
 class Connection {
  public:
@@ -57,6 +63,30 @@ class Connection {
   // Receives the next message whatever its size into a vector the transport allocates: for
   // control messages and messages whose size is not known in advance.
   virtual void recvOwned(RecvOwnedCallback done) = 0;
+
+  // Receives the next message whatever its size into memory `route` picks from its header: the
+  // payload lands there directly (no intermediate buffer on tcp) and `done` gets an empty vector,
+  // or, when route returns a null slice, into a transport-allocated vector as with recvOwned.
+  // A non-null slice whose size differs from the payload's fails the receive with InvalidArgument
+  // (on tcp also the connection, as with recv). `route` is called at most once, and only for a
+  // header that arrived; `done` always runs exactly once. Transports without a native path receive
+  // into a vector and copy it to the routed memory (the default below).
+  virtual void recvRouted(RecvRoute route, RecvOwnedCallback done) {
+    recvOwned([route = std::move(route), done = std::move(done)](
+                  const Status& s, const wire::Header& h, std::vector<uint8_t>&& payload) {
+      if (!s.ok()) return done(s, h, std::move(payload));
+      const MutableSlice dest = route(h);
+      if (dest.data == nullptr) return done(s, h, std::move(payload));
+      if (dest.size != payload.size()) {
+        return done(InvalidArgument("recvRouted: message payload is " +
+                                    std::to_string(payload.size()) + " bytes but the route gave " +
+                                    std::to_string(dest.size) + " (" + h.describe() + ")"),
+                    h, {});
+      }
+      if (!payload.empty()) std::memcpy(dest.data, payload.data(), payload.size());
+      done(s, h, {});
+    });
+  }
 
   // Cancels pending operations (Cancelled) and releases the connection's resources. Idempotent;
   // returns without waiting for the cancellation callbacks (they may run before it returns, on

@@ -1,6 +1,7 @@
 # Transport interfaces, the registry and every backend (one subfolder each).
 list(APPEND COFAB_FABRIC_SOURCES
   transport/accept_queue.cc
+  transport/inproc_pipe.cc
   transport/registry.cc
   transport/loopback/loopback_connection.cc
   transport/loopback/loopback_context.cc

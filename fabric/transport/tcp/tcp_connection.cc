@@ -147,6 +147,7 @@ void TcpConnectionImpl::recv(MutableSlices dest, RecvCallback done) {
     op = takeRecvOp();
   }
   op->owned = false;
+  op->routed = false;
   op->done = std::move(done);
   op->dest.clear();
   op->expected = 0;
@@ -167,6 +168,24 @@ void TcpConnectionImpl::recvOwned(RecvOwnedCallback done) {
     op = takeRecvOp();
   }
   op->owned = true;
+  op->routed = false;
+  op->route = nullptr;
+  op->ownedDone = std::move(done);
+  op->dest.clear();
+  op->expected = 0;
+  op->error = OkStatus();
+  submitRecv(std::move(op));
+}
+
+void TcpConnectionImpl::recvRouted(RecvRoute route, RecvOwnedCallback done) {
+  std::unique_ptr<RecvOp> op;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op = takeRecvOp();
+  }
+  op->owned = true;
+  op->routed = false;
+  op->route = std::move(route);
   op->ownedDone = std::move(done);
   op->dest.clear();
   op->expected = 0;
@@ -497,8 +516,26 @@ bool TcpConnectionImpl::readHeader(RecvOp& op) {
   header_ = *decoded;
   inPayload_ = true;
   if (op.owned) {
-    op.buffer.resize(header_.payloadLength);
     payloadGot_ = 0;
+    const MutableSlice routed = op.route ? op.route(header_) : MutableSlice{};
+    op.route = nullptr;
+    if (routed.data != nullptr) {
+      if (routed.size != header_.payloadLength) {
+        const Status s =
+            InvalidArgument("recvRouted on " + describe() + ": message payload is " +
+                            std::to_string(header_.payloadLength) + " bytes but the route gave " +
+                            std::to_string(routed.size) + " bytes (" + header_.describe() + ")");
+        finishRecv(s);
+        fail(s);
+        return false;
+      }
+      // Straight into the routed memory: no allocation, zero-fill or copy.
+      op.routed = true;
+      op.dest.assign(1, iovec{routed.data, routed.size});
+      op.expected = routed.size;
+    } else {
+      op.buffer.resize(header_.payloadLength);
+    }
   } else {
     if (header_.payloadLength != op.expected) {
       // The stream cannot be resynchronised without reading a payload nobody asked for.
@@ -520,7 +557,7 @@ bool TcpConnectionImpl::readPayload(RecvOp& op) {
   if (payloadGot_ < len) {
     iovec iov[kMaxGather];
     int cnt = 0;
-    if (op.owned) {
+    if (op.owned && !op.routed) {
       iov[cnt++] = {op.buffer.data() + payloadGot_, len - payloadGot_};
     } else {
       size_t skip = payloadGot_;
@@ -553,7 +590,7 @@ bool TcpConnectionImpl::readPayload(RecvOp& op) {
   }
   if (header_.hasPayloadCrc()) {
     uint32_t crc = 0;
-    if (op.owned) {
+    if (op.owned && !op.routed) {
       crc = wire::crc32c(0, op.buffer.data(), op.buffer.size());
     } else {
       for (const auto& d : op.dest) crc = wire::crc32c(crc, d.iov_base, d.iov_len);
@@ -597,6 +634,8 @@ void TcpConnectionImpl::completeRecv(std::unique_ptr<RecvOp> op, const Status& s
     op->ownedDone = nullptr;
     std::vector<uint8_t> payload = std::move(op->buffer);
     op->buffer = {};
+    op->route = nullptr;
+    op->routed = false;
     {
       std::lock_guard<std::mutex> lock(submitMu_);
       freeRecvs_.push_back(std::move(op));

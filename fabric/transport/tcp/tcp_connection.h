@@ -48,6 +48,7 @@ class TcpConnectionImpl final : public EpollHandler,
   void send(const wire::Header& header, ConstSlices payload, SendCallback done);
   void recv(MutableSlices dest, RecvCallback done);
   void recvOwned(RecvOwnedCallback done);
+  void recvRouted(RecvRoute route, RecvOwnedCallback done);
   void close();
   Status status() const;
   const std::string& peerId() const { return peerId_; }
@@ -73,6 +74,8 @@ class TcpConnectionImpl final : public EpollHandler,
     RecvCallback done;
     RecvOwnedCallback ownedDone;
     std::vector<uint8_t> buffer;  // owned receive
+    RecvRoute route;              // routed receive: picks `dest` from the header (owned = true)
+    bool routed = false;          // the route gave memory: the payload goes to `dest`
     Status error;
   };
 
@@ -162,6 +165,9 @@ class TcpConnection final : public Connection {
   }
   void recv(MutableSlices dest, RecvCallback done) override { impl_->recv(dest, std::move(done)); }
   void recvOwned(RecvOwnedCallback done) override { impl_->recvOwned(std::move(done)); }
+  void recvRouted(RecvRoute route, RecvOwnedCallback done) override {
+    impl_->recvRouted(std::move(route), std::move(done));
+  }
   void close() override { impl_->close(); }
   Status status() const override { return impl_->status(); }
   const std::string& peerId() const override { return impl_->peerId(); }
