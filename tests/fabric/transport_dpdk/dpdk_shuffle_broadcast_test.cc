@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -150,11 +151,14 @@ int masterMain(const std::string& storeUrl, const std::string& resultFile) {
   return 0;
 }
 
-TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
-  TempDir dir;
-  const std::string storeUrl = "file://" + dir.path() + "/store";
-  const std::string reasonFile = dir.path() + "/skip";
-  const std::string resultFile = dir.path() + "/result";
+// Runs `live` worker processes (worker w: workerMain unless told otherwise) and the master
+// (masterBody, in the bridge's namespace) on one bridge. Returns "" or the skip reason; failures
+// are reported through gtest.
+std::string runOnBridge(int live, const std::function<int(const std::string&, int)>& workerBody,
+                        const std::function<int(const std::string&)>& masterBody,
+                        const std::string& dirPath) {
+  const std::string storeUrl = "file://" + dirPath + "/store";
+  const std::string reasonFile = dirPath + "/skip";
   ProcessGroup outer;
   outer.start(1, [&](int) -> int {
     auto skip = [&](const std::string& why) {
@@ -176,7 +180,7 @@ TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
     if (!store.ok()) return childFail(0, store.status().toString());
     // Workers fork before this process starts EAL (fork after EAL is not supported).
     ProcessGroup workers;
-    workers.start(kWorkers, [&](int w) -> int {
+    workers.start(live, [&](int w) -> int {
       const std::string iface = "cfd" + std::to_string(w + 1);
       if (::unshare(CLONE_NEWNET) != 0) return childFail(w, "unshare(CLONE_NEWNET)");
       std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
@@ -194,10 +198,9 @@ TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
       }
       ::setenv("COFAB_DPDK_EAL_ARGS", w % 2 ? kEal1 : kEal0, 1);
       ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
-      if (w == 0) ::setenv("COFAB_SHUFFLE_BCAST_DROP_EVERY", "5", 1);
-      return workerMain(storeUrl, w);
+      return workerBody(storeUrl, w);
     });
-    for (int w = 0; w < kWorkers; ++w) {
+    for (int w = 0; w < live; ++w) {
       Status s =
           (*store)->get("test/ready/" + std::to_string(w), Deadline::afterMs(10000)).status();
       if (s.ok() && std::system(("ip link set cfd" + std::to_string(w + 1) + " netns " +
@@ -210,17 +213,89 @@ TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
     }
     ::setenv("COFAB_DPDK_EAL_ARGS", kEal1, 1);
     ::setenv("COFAB_DPDK_VDEV", "net_af_packet0,iface=cfd0,framecnt=4096", 1);
-    const int masterCode = masterMain(storeUrl, resultFile);
+    const int masterCode = masterBody(storeUrl);
     const std::string f = failures(workers.waitAll(Deadline::afterMs(60000)));
     if (!f.empty()) return childFail(0, f);
     return masterCode;
   });
   auto exits = outer.waitAll(Deadline::afterMs(100000));
   if (exits.size() == 1 && exits[0].exited && exits[0].code == kSkipCode) {
-    GTEST_SKIP() << readFile(reasonFile);
+    return readFile(reasonFile);
   }
   EXPECT_EQ(failures(exits), "");
+  return "";
+}
+
+TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
+  TempDir dir;
+  const std::string resultFile = dir.path() + "/result";
+  const std::string skip = runOnBridge(
+      kWorkers,
+      [](const std::string& storeUrl, int w) {
+        // Worker 0 loses every 5th frame it needs: the NACK path must recover them.
+        if (w == 0) ::setenv("COFAB_SHUFFLE_BCAST_DROP_EVERY", "5", 1);
+        return workerMain(storeUrl, w);
+      },
+      [&](const std::string& storeUrl) { return masterMain(storeUrl, resultFile); }, dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
   std::printf("%s", readFile(resultFile).c_str());
+}
+
+// Worker 3 of the plan never shows up: the master's epoch fails at its deadline naming worker 3
+// (and only it), while the three live workers still decode the epoch exactly.
+TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
+  TempDir dir;
+  const std::string skip = runOnBridge(
+      kWorkers - 1,
+      [](const std::string& storeUrl, int w) -> int {
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(w, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data = dataSet();
+        auto cache = shuffle->buildCache(w, data, kRowBytes);
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
+        if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
+        if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
+          return childFail(w, "store");
+        }
+        auto plan = shuffle->planEpoch(0, kRowBytes);
+        std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+        const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kRowBytes, batch,
+                                             Deadline::afterMs(20000));
+        if (!s.ok()) return childFail(w, s.toString());
+        for (size_t i = 0; i < plan->batch[w].size(); ++i) {
+          if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
+                          kRowBytes) != 0) {
+            return childFail(w, "batch row " + std::to_string(i) + " differs");
+          }
+        }
+        return 0;
+      },
+      [](const std::string& storeUrl) -> int {
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(-1, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data = dataSet();
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
+        if (!ep.ok()) return childFail(-1, "master open: " + ep.status().toString());
+        std::vector<std::string> up;
+        for (int w = 0; w < kWorkers - 1; ++w) up.push_back("test/up/" + std::to_string(w));
+        if (Status s = (*store)->wait(up, Deadline::afterMs(20000)); !s.ok()) {
+          return childFail(-1, "workers not up: " + s.toString());
+        }
+        auto plan = shuffle->planEpoch(0, kRowBytes);
+        auto stats =
+            (*ep)->sendEpoch(*shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(2000));
+        if (stats.ok()) return childFail(-1, "the epoch completed without worker 3");
+        const std::string why = stats.status().toString();
+        if (stats.status().code() != StatusCode::kDeadlineExceeded ||
+            why.find("worker(s) 3 did not") == std::string::npos) {
+          return childFail(-1, "unexpected error: " + why);
+        }
+        return 0;
+      },
+      dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
 }
 
 }  // namespace
