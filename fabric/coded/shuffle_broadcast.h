@@ -11,7 +11,8 @@
 //         ack = segment index, window = segments in the message; payload = the segment
 //   Fin:  dstConn = epoch tag, seq = the master's round: "everything was sent, report gaps"
 //   Ack:  (worker -> master, unicast to the MAC the data came from) dstConn = epoch tag,
-//         srcConn = worker; payload = the missing message ids (u32 LE) — a NACK
+//         srcConn = worker; payload = the missing message ids (u32 LE) — a NACK; an empty
+//         one says "done, look at the store" (a hint that saves waiting for the next round)
 // Reliability: af_packet rings can drop frames. After the first pass the master broadcasts a Fin
 // every kRoundMs; a worker that still misses messages answers it with a NACK and the master
 // re-broadcasts those messages. A worker that has everything sets "<prefix>/done/<tag>/<w>" in
