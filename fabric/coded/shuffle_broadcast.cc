@@ -245,6 +245,9 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
   }
   stats.egressBytes = tx.bytes();
   stats.frames = tx.frames();
+  // Nobody reads an epoch's done keys again: keep the store from growing with the run.
+  for (int w = 0; w < n; ++w)
+    COFAB_RETURN_IF_ERROR(store_->remove(doneKey(prefix_, tag, w)).status());
   return stats;
 }
 

@@ -17,7 +17,8 @@
 // every kRoundMs; a worker that still misses messages answers it with a NACK and the master
 // re-broadcasts those messages. A worker that has everything sets "<prefix>/done/<tag>/<w>" in
 // the Store (reliable, so the master never waits on a lost "done" frame); the master returns
-// once every worker's key is there, or fails at the deadline naming the workers missing.
+// once every worker's key is there (and removes them), or fails at the deadline naming the
+// workers missing.
 //
 // One EAL per process (eal.h): an endpoint takes the process's first DPDK port (COFAB_DPDK_VDEV,
 // e.g. an af_packet vdev on a veth in a bridge) for its lifetime; ring mode (no vdev) has no
