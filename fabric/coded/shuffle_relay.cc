@@ -207,11 +207,10 @@ std::vector<int64_t> shuffleOffsetsFor(const coding::ShufflePlan& plan, int work
   return out;
 }
 
-StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
-                                               const coding::CodedShuffle& shuffle,
-                                               const coding::ShufflePlan& plan, bool coded,
-                                               std::span<const uint8_t> data, size_t rowBytes,
-                                               Deadline deadline) {
+StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& shuffle,
+                                                    const coding::ShufflePlan& plan, bool coded,
+                                                    std::span<const uint8_t> data,
+                                                    size_t rowBytes) {
   std::vector<uint8_t> messages;
   if (coded) {
     messages.resize(plan.messages.size() * rowBytes);
@@ -225,6 +224,16 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
       }
     }
   }
+  return messages;
+}
+
+StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
+                                               const coding::CodedShuffle& shuffle,
+                                               const coding::ShufflePlan& plan, bool coded,
+                                               std::span<const uint8_t> data, size_t rowBytes,
+                                               Deadline deadline) {
+  COFAB_ASSIGN_OR_RETURN(std::vector<uint8_t> messages,
+                         shuffleEpochMessages(shuffle, plan, coded, data, rowBytes));
   ShuffleEpochStats stats;
   stats.messages = static_cast<int64_t>(messages.size() / rowBytes);
   stats.payloadBytes = messages.size();
@@ -252,16 +261,26 @@ Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& 
                            const coding::ShufflePlan& plan, bool coded,
                            const coding::WorkerCache& cache, size_t rowBytes,
                            std::span<uint8_t> batchOut, Deadline deadline) {
-  const int w = cache.worker();
-  const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, w, coded);
+  const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, cache.worker(), coded);
   std::vector<uint8_t> pulled(offsets.size() * rowBytes);
   COFAB_RETURN_IF_ERROR(
       worker.pull(0, epochKeyBase(plan.epoch, coded), offsets, rowBytes, pulled, deadline));
+  return shuffleBuildBatch(shuffle, plan, coded, cache, rowBytes, offsets, pulled, batchOut);
+}
+
+Status shuffleBuildBatch(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
+                         bool coded, const coding::WorkerCache& cache, size_t rowBytes,
+                         std::span<const int64_t> offsets, std::span<const uint8_t> received,
+                         std::span<uint8_t> batchOut) {
+  const int w = cache.worker();
+  if (received.size() != offsets.size() * rowBytes) {
+    return InvalidArgument("shuffle receive: one received row per offset expected");
+  }
   if (coded) {
-    // decode() indexes messages by their plan index: place the pulled ones there.
+    // decode() indexes messages by their plan index: place the received ones there.
     std::vector<uint8_t> all(plan.messages.size() * rowBytes, 0);
     for (size_t i = 0; i < offsets.size(); ++i) {
-      std::memcpy(all.data() + offsets[i] * rowBytes, pulled.data() + i * rowBytes, rowBytes);
+      std::memcpy(all.data() + offsets[i] * rowBytes, received.data() + i * rowBytes, rowBytes);
     }
     return shuffle.decode(plan, cache, all, batchOut);
   }
@@ -279,7 +298,7 @@ Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& 
                                   " is not in worker " + std::to_string(w) + "'s cache");
       }
     } else {
-      src = pulled.data() + (next++) * rowBytes;
+      src = received.data() + (next++) * rowBytes;
     }
     std::memcpy(batchOut.data() + i * rowBytes, src, rowBytes);
   }

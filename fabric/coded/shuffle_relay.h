@@ -107,4 +107,16 @@ Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& 
                            const coding::WorkerCache& cache, size_t rowBytes,
                            std::span<uint8_t> batchOut, Deadline deadline);
 
+// Shared with the other multicast paths (shuffle_broadcast.h), so that every path numbers and
+// decodes messages the same way:
+// the epoch's messages in shuffleOffsetsFor() numbering (rows of rowBytes);
+StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& shuffle,
+                                                    const coding::ShufflePlan& plan, bool coded,
+                                                    std::span<const uint8_t> data, size_t rowBytes);
+// a worker's batch from its cache and the messages it received (row i = message offsets[i]).
+Status shuffleBuildBatch(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
+                         bool coded, const coding::WorkerCache& cache, size_t rowBytes,
+                         std::span<const int64_t> offsets, std::span<const uint8_t> received,
+                         std::span<uint8_t> batchOut);
+
 }  // namespace cofab::coded

@@ -1,0 +1,313 @@
+// Coded shuffling over DPDK Ethernet broadcast (fabric/coded/shuffle_broadcast.h): a master and
+// four workers, each its own process with its own EAL and af_packet port on a veth in one Linux
+// bridge (network namespaces the test creates: the bridge's for the master, one per worker, see
+// dpdk_aggd_test.cc for why). Each epoch, coded and uncoded, every worker's batch must equal the
+// data set's rows exactly; one worker discards every 5th frame it needs, so the NACK/re-send
+// path must recover; the master's first-pass egress coded vs uncoded must be the plan's reduction
+// (1 + t) within 10%. Skipped with the reason when EAL, namespaces, veths or bridges are missing.
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "coding/shuffle/coded_shuffle.h"
+#include "fabric/coded/shuffle_broadcast.h"
+#include "tests/support/process_group.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::testing {
+namespace {
+
+constexpr int kSkipCode = 77;
+constexpr int kWorkers = 4;
+constexpr size_t kRowBytes = 4096;            // three frames per row at MTU 1500
+constexpr int64_t kRows = kWorkers * 6 * 10;  // n C(n, t) x 10 with t = 2: equal lists
+constexpr int kEpochs = 2;
+// Where a child writes why the test cannot run here (set before the first fork).
+std::string gReasonFile;
+
+// In the master: EAL cannot start here (no hugepage-free mode, no af_packet PMD...) is a skip.
+int skipOrFail(const Status& s) {
+  if (s.code() != StatusCode::kUnavailable) return childFail(-1, "master open: " + s.toString());
+  std::ofstream(gReasonFile) << "EAL cannot start: " << s.toString();
+  return kSkipCode;
+}
+constexpr const char* kEal0 = "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry";
+constexpr const char* kEal1 = "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry";
+
+std::vector<uint8_t> dataSet() {
+  std::vector<uint8_t> data(kRows * kRowBytes);
+  std::mt19937 rng(3);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  return data;
+}
+
+StatusOr<coding::CodedShuffle> makeShuffle() {
+  return coding::CodedShuffle::create({.workers = kWorkers, .cacheFraction = 0.5, .rows = kRows});
+}
+
+bool linkUp(const std::string& iface, int ms) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  const Deadline deadline = Deadline::afterMs(ms);
+  bool up = false;
+  for (;;) {
+    ifreq req{};
+    std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", iface.c_str());
+    up = ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP) &&
+         (req.ifr_flags & IFF_RUNNING);
+    if (up || deadline.expired()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(fd);
+  return up;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Worker `w` (its veth already moved into its namespace): every epoch, both modes, exact batch.
+int workerMain(const std::string& storeUrl, int w) {
+  auto store = openStore(storeUrl, Deadline::afterMs(10000));
+  if (!store.ok()) return childFail(w, store.status().toString());
+  auto shuffle = makeShuffle();
+  if (!shuffle.ok()) return childFail(w, shuffle.status().toString());
+  const std::vector<uint8_t> data = dataSet();
+  auto cache = shuffle->buildCache(w, data, kRowBytes);
+  if (!cache.ok()) return childFail(w, cache.status().toString());
+  auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
+  if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
+  if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) return childFail(w, "store");
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    for (bool coded : {true, false}) {
+      auto plan = shuffle->planEpoch(epoch, kRowBytes);
+      if (!plan.ok()) return childFail(w, plan.status().toString());
+      std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+      const Status s = (*ep)->receiveEpoch(*shuffle, *plan, coded, *cache, kRowBytes, batch,
+                                           Deadline::afterMs(20000));
+      if (!s.ok()) return childFail(w, s.toString());
+      for (size_t i = 0; i < plan->batch[w].size(); ++i) {
+        if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
+                        kRowBytes) != 0) {
+          return childFail(w, "epoch " + std::to_string(epoch) + (coded ? " coded" : " uncoded") +
+                                  ": batch row " + std::to_string(i) + " differs from row " +
+                                  std::to_string(plan->batch[w][i]));
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+// The master (in the bridge's namespace, port on cfd0): sends every epoch and checks egress.
+int masterMain(const std::string& storeUrl, const std::string& resultFile) {
+  auto store = openStore(storeUrl, Deadline::afterMs(10000));
+  if (!store.ok()) return childFail(-1, store.status().toString());
+  auto shuffle = makeShuffle();
+  if (!shuffle.ok()) return childFail(-1, shuffle.status().toString());
+  const std::vector<uint8_t> data = dataSet();
+  auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
+  if (!ep.ok()) return skipOrFail(ep.status());
+  std::vector<std::string> up;
+  for (int w = 0; w < kWorkers; ++w) up.push_back("test/up/" + std::to_string(w));
+  if (Status s = (*store)->wait(up, Deadline::afterMs(20000)); !s.ok()) {
+    return childFail(-1, "workers not up: " + s.toString());
+  }
+  int64_t resent = 0;
+  std::ofstream out(resultFile);
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    uint64_t first[2] = {0, 0};
+    for (bool coded : {true, false}) {
+      auto plan = shuffle->planEpoch(epoch, kRowBytes);
+      if (!plan.ok()) return childFail(-1, plan.status().toString());
+      auto stats =
+          (*ep)->sendEpoch(*shuffle, *plan, coded, data, kRowBytes, Deadline::afterMs(20000));
+      if (!stats.ok()) return childFail(-1, stats.status().toString());
+      const int64_t planned = coded ? plan->accounting.codedBytes : plan->accounting.uncodedBytes;
+      if (static_cast<int64_t>(stats->payloadBytes) != planned) {
+        return childFail(-1, "payload " + std::to_string(stats->payloadBytes) + " != plan " +
+                                 std::to_string(planned));
+      }
+      first[coded ? 0 : 1] = stats->firstPassBytes;
+      resent += stats->resentMessages;
+      out << "epoch " << epoch << (coded ? " coded" : " uncoded")
+          << " first_pass_bytes=" << stats->firstPassBytes << " egress_bytes=" << stats->egressBytes
+          << " resent=" << stats->resentMessages << " rounds=" << stats->rounds << "\n";
+    }
+    const double ratio = double(first[1]) / double(first[0]);
+    const double theory = 1.0 + shuffle->cachedBy();
+    out << "epoch " << epoch << " ratio=" << ratio << " theory=" << theory << "\n";
+    if (std::abs(ratio - theory) > 0.1 * theory) {
+      return childFail(-1, "egress reduction " + std::to_string(ratio) + " is not " +
+                               std::to_string(theory) + " within 10%");
+    }
+  }
+  // Worker 0 discarded every 5th frame it needed: the re-send path must have run.
+  if (resent == 0) return childFail(-1, "no message was re-sent although worker 0 lost frames");
+  return 0;
+}
+
+// Runs `live` worker processes (worker w: workerMain unless told otherwise) and the master
+// (masterBody, in the bridge's namespace) on one bridge. Returns "" or the skip reason; failures
+// are reported through gtest.
+std::string runOnBridge(int live, const std::function<int(const std::string&, int)>& workerBody,
+                        const std::function<int(const std::string&)>& masterBody,
+                        const std::string& dirPath) {
+  const std::string storeUrl = "file://" + dirPath + "/store";
+  const std::string reasonFile = dirPath + "/skip";
+  gReasonFile = reasonFile;
+  ProcessGroup outer;
+  outer.start(1, [&](int) -> int {
+    auto skip = [&](const std::string& why) {
+      std::ofstream(reasonFile) << why;
+      return kSkipCode;
+    };
+    if (::unshare(CLONE_NEWNET) != 0) {
+      return skip(std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
+    }
+    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
+    if (std::system("ip link set lo up && ip link add cfbr0 type bridge && ip link set cfbr0 up && "
+                    "for i in 0 1 2 3 4; do ip link add cfd$i type veth peer name cfb$i && "
+                    "ip link set cfb$i master cfbr0 && ip link set cfb$i up || exit 1; done && "
+                    "ip link set cfd0 up") != 0) {
+      return skip("cannot make a bridge with veth pairs in a new network namespace");
+    }
+    if (!linkUp("cfd0", 10000)) return childFail(0, "cfd0 has no carrier");
+    auto store = openStore(storeUrl, Deadline::afterMs(10000));
+    if (!store.ok()) return childFail(0, store.status().toString());
+    // Workers fork before this process starts EAL (fork after EAL is not supported).
+    ProcessGroup workers;
+    workers.start(live, [&](int w) -> int {
+      const std::string iface = "cfd" + std::to_string(w + 1);
+      if (::unshare(CLONE_NEWNET) != 0) return childFail(w, "unshare(CLONE_NEWNET)");
+      std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
+      auto st = openStore(storeUrl, Deadline::afterMs(10000));
+      if (!st.ok()) return childFail(w, st.status().toString());
+      if (!(*st)->set("test/ready/" + std::to_string(w), Bytes{1}).ok()) {
+        return childFail(w, "store");
+      }
+      if (!(*st)->get("test/moved/" + std::to_string(w), Deadline::afterMs(10000)).ok()) {
+        return childFail(w, iface + " was not moved into this namespace");
+      }
+      std::ofstream("/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6") << "1";
+      if (std::system(("ip link set " + iface + " up").c_str()) != 0 || !linkUp(iface, 10000)) {
+        return childFail(w, iface + " does not come up");
+      }
+      ::setenv("COFAB_DPDK_EAL_ARGS", w % 2 ? kEal1 : kEal0, 1);
+      ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
+      return workerBody(storeUrl, w);
+    });
+    for (int w = 0; w < live; ++w) {
+      Status s =
+          (*store)->get("test/ready/" + std::to_string(w), Deadline::afterMs(10000)).status();
+      if (s.ok() && std::system(("ip link set cfd" + std::to_string(w + 1) + " netns " +
+                                 std::to_string(workers.pid(w)))
+                                    .c_str()) != 0) {
+        s = Internal("ip link set cfd" + std::to_string(w + 1) + " netns <worker pid> failed");
+      }
+      if (s.ok()) s = (*store)->set("test/moved/" + std::to_string(w), Bytes{1});
+      if (!s.ok()) return childFail(0, s.toString());
+    }
+    ::setenv("COFAB_DPDK_EAL_ARGS", kEal1, 1);
+    ::setenv("COFAB_DPDK_VDEV", "net_af_packet0,iface=cfd0,framecnt=4096", 1);
+    const int masterCode = masterBody(storeUrl);
+    if (masterCode == kSkipCode) return kSkipCode;  // the workers are killed with `workers`
+    const std::string f = failures(workers.waitAll(Deadline::afterMs(60000)));
+    if (!f.empty()) return childFail(0, f);
+    return masterCode;
+  });
+  auto exits = outer.waitAll(Deadline::afterMs(100000));
+  if (exits.size() == 1 && exits[0].exited && exits[0].code == kSkipCode) {
+    return readFile(reasonFile);
+  }
+  EXPECT_EQ(failures(exits), "");
+  return "";
+}
+
+TEST(DpdkShuffleBroadcast, WorkersDecodeExactlyOverEthernetBroadcast) {
+  TempDir dir;
+  const std::string resultFile = dir.path() + "/result";
+  const std::string skip = runOnBridge(
+      kWorkers,
+      [](const std::string& storeUrl, int w) {
+        // Worker 0 loses every 5th frame it needs: the NACK path must recover them.
+        if (w == 0) ::setenv("COFAB_SHUFFLE_BCAST_DROP_EVERY", "5", 1);
+        return workerMain(storeUrl, w);
+      },
+      [&](const std::string& storeUrl) { return masterMain(storeUrl, resultFile); }, dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  std::printf("%s", readFile(resultFile).c_str());
+}
+
+// Worker 3 of the plan never shows up: the master's epoch fails at its deadline naming worker 3
+// (and only it), while the three live workers still decode the epoch exactly.
+TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
+  TempDir dir;
+  const std::string skip = runOnBridge(
+      kWorkers - 1,
+      [](const std::string& storeUrl, int w) -> int {
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(w, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data = dataSet();
+        auto cache = shuffle->buildCache(w, data, kRowBytes);
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
+        if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
+        if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
+          return childFail(w, "store");
+        }
+        auto plan = shuffle->planEpoch(0, kRowBytes);
+        std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+        const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kRowBytes, batch,
+                                             Deadline::afterMs(20000));
+        if (!s.ok()) return childFail(w, s.toString());
+        for (size_t i = 0; i < plan->batch[w].size(); ++i) {
+          if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
+                          kRowBytes) != 0) {
+            return childFail(w, "batch row " + std::to_string(i) + " differs");
+          }
+        }
+        return 0;
+      },
+      [](const std::string& storeUrl) -> int {
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(-1, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data = dataSet();
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
+        if (!ep.ok()) return skipOrFail(ep.status());
+        std::vector<std::string> up;
+        for (int w = 0; w < kWorkers - 1; ++w) up.push_back("test/up/" + std::to_string(w));
+        if (Status s = (*store)->wait(up, Deadline::afterMs(20000)); !s.ok()) {
+          return childFail(-1, "workers not up: " + s.toString());
+        }
+        auto plan = shuffle->planEpoch(0, kRowBytes);
+        auto stats =
+            (*ep)->sendEpoch(*shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(2000));
+        if (stats.ok()) return childFail(-1, "the epoch completed without worker 3");
+        const std::string why = stats.status().toString();
+        if (stats.status().code() != StatusCode::kDeadlineExceeded ||
+            why.find("worker(s) 3 did not") == std::string::npos) {
+          return childFail(-1, "unexpected error: " + why);
+        }
+        return 0;
+      },
+      dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+}
+
+}  // namespace
+}  // namespace cofab::testing
