@@ -43,6 +43,17 @@ struct Call {
   std::string dropText;
   std::string deferredText;
 
+  // One chunk's apply outcome (both answer kinds). `why` is called only for the first drop.
+  template <typename Why>
+  void noteOutcome(uint64_t staleness, bool wasDropped, Why&& why) {
+    std::lock_guard<std::mutex> l(mu);
+    maxStaleness = std::max(maxStaleness, staleness);
+    if (!wasDropped) return;
+    dropped = true;
+    droppedChunks++;
+    if (dropText.empty()) dropText = why();
+  }
+
   void finish(Status s) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -349,17 +360,9 @@ class ModelClient::Impl {
         uint64_t version = 0, staleness = 0;
         std::memcpy(&version, payload.data() + 8, 8);
         std::memcpy(&staleness, payload.data() + 16, 8);
-        {
-          std::lock_guard<std::mutex> l(r.call->mu);
-          r.call->maxStaleness = std::max(r.call->maxStaleness, staleness);
-          if (payload[0] != 0) {
-            r.call->dropped = true;
-            r.call->droppedChunks++;
-            if (r.call->dropText.empty()) {
-              r.call->dropText.assign(payload.begin() + kModelApplyReplyBytes, payload.end());
-            }
-          }
-        }
+        r.call->noteOutcome(staleness, payload[0] != 0, [&] {
+          return std::string(payload.begin() + kModelApplyReplyBytes, payload.end());
+        });
         chunkDoneLocked(h.sequence, r, version);
         return;
       }
@@ -378,21 +381,12 @@ class ModelClient::Impl {
         std::memcpy(&staleness, payload.data() + 16, 8);
         std::memcpy(r.out, payload.data() + kModelApplyReplyBytes, r.count * sizeof(float));
         recordVersionLocked(r, version);
-        {
-          std::lock_guard<std::mutex> l(r.call->mu);
-          r.call->maxStaleness = std::max(r.call->maxStaleness, staleness);
-          if (payload[0] != 0) {
-            r.call->dropped = true;
-            r.call->droppedChunks++;
-            if (r.call->dropText.empty()) {
-              r.call->dropText = chunkName + " dropped: " + std::to_string(staleness) +
-                                 " updates were applied since its version " +
-                                 std::to_string(version - staleness) +
-                                 " was read, more than the bound " + std::to_string(bound) +
-                                 " (the answer carries the current value)";
-            }
-          }
-        }
+        r.call->noteOutcome(staleness, payload[0] != 0, [&] {
+          return chunkName + " dropped: " + std::to_string(staleness) +
+                 " updates were applied since its version " + std::to_string(version - staleness) +
+                 " was read, more than the bound " + std::to_string(bound) +
+                 " (the answer carries the current value)";
+        });
         chunkDoneLocked(h.sequence, r, version);
         return;
       }

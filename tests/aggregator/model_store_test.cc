@@ -16,6 +16,7 @@
 #include "fabric/ps/placement.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/model_store_test_util.h"
 #include "tests/support/process_group.h"
 #include "tests/support/thread_ranks.h"
 
@@ -25,17 +26,6 @@ namespace {
 using ps::ApplyOutcome;
 using ps::ApplyResult;
 using ps::ModelClient;
-
-const Deadline kLong() { return Deadline::afterMs(20000); }
-
-StatusOr<std::unique_ptr<ModelClient>> connectModel(DaemonCluster& c, int rank,
-                                                    size_t chunkBytes = 0) {
-  ps::ClientOptions o;
-  o.chunkBytes = chunkBytes;
-  return ModelClient::connect(c.store(), rank, c.workers(), o);
-}
-
-TensorView view(std::vector<float>& v) { return TensorView::of(v.data(), v.size(), DType::kF32); }
 
 // Values that sum exactly in f32 in any order (multiples of 1/8, small), so the result of
 // concurrent applies has one right answer.

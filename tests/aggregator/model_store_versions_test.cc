@@ -13,6 +13,7 @@
 #include "fabric/ps/model_client.h"
 #include "fabric/ps/placement.h"
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/model_store_test_util.h"
 #include "tests/aggregator/raw_peer.h"
 #include "tests/support/thread_ranks.h"
 
@@ -23,17 +24,6 @@ using ps::ApplyOutcome;
 using ps::ApplyResult;
 using ps::ModelClient;
 using ps::ModelUpdate;
-
-const Deadline kLong() { return Deadline::afterMs(20000); }
-
-StatusOr<std::unique_ptr<ModelClient>> connectModel(DaemonCluster& c, int rank,
-                                                    size_t chunkBytes = 0) {
-  ps::ClientOptions o;
-  o.chunkBytes = chunkBytes;
-  return ModelClient::connect(c.store(), rank, c.workers(), o);
-}
-
-TensorView view(std::vector<float>& v) { return TensorView::of(v.data(), v.size(), DType::kF32); }
 
 // One key's apply-and-pull.
 StatusOr<ApplyResult> applyPull(ModelClient& mc, uint64_t key, std::vector<float>& delta,

@@ -1,0 +1,31 @@
+// Helpers shared by the model store's tests (model_store_test.cc, model_store_versions_test.cc):
+// a ModelClient connected to a DaemonCluster's store, f32 views of vectors, and the generous
+// deadline those tests use for every call (real daemon processes on a loaded 2-core machine).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "fabric/ps/model_client.h"
+#include "fabric/ps/push_pull.h"
+#include "tests/aggregator/daemon_cluster.h"
+
+namespace cofab::testing {
+
+inline Deadline kLong() { return Deadline::afterMs(20000); }
+
+inline StatusOr<std::unique_ptr<ps::ModelClient>> connectModel(DaemonCluster& c, int rank,
+                                                               size_t chunkBytes = 0) {
+  ps::ClientOptions o;
+  o.chunkBytes = chunkBytes;
+  return ps::ModelClient::connect(c.store(), rank, c.workers(), o);
+}
+
+inline TensorView view(std::vector<float>& v) {
+  return TensorView::of(v.data(), v.size(), DType::kF32);
+}
+
+}  // namespace cofab::testing
