@@ -3,7 +3,10 @@
 // deadline those tests use for every call (real daemon processes on a loaded 2-core machine).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/clock.h"
@@ -26,6 +29,21 @@ inline StatusOr<std::unique_ptr<ps::ModelClient>> connectModel(DaemonCluster& c,
 
 inline TensorView view(std::vector<float>& v) {
   return TensorView::of(v.data(), v.size(), DType::kF32);
+}
+
+// Every daemon's staleness gauge and histogram stay within tau: the largest applied staleness is
+// <= tau and every observation is counted in the buckets up to tau.
+inline void expectDaemonStalenessWithin(DaemonCluster& cluster, int64_t tau) {
+  for (int s = 0; s < cluster.servers(); ++s) {
+    auto max = cluster.metric(s, "cofab_agg_model_staleness_max");
+    ASSERT_TRUE(max.ok()) << max.status();
+    EXPECT_LE(*max, tau) << "daemon " << s;
+    auto count = cluster.metric(s, "cofab_agg_model_staleness_count");
+    auto withinTau =
+        cluster.metric(s, "cofab_agg_model_staleness_bucket", "le=\"" + std::to_string(tau) + "\"");
+    ASSERT_TRUE(count.ok() && withinTau.ok());
+    EXPECT_EQ(*withinTau, *count) << "daemon " << s << ": an observation above tau";
+  }
 }
 
 }  // namespace cofab::testing
