@@ -13,9 +13,6 @@
 //   RESULT dist_coded_shuffle path=dpdk_broadcast n=4 alpha=... coded_egress_bytes=...
 //          uncoded_egress_bytes=... reduction=... theory_reduction=... vs_theory=...
 //          coded_epoch_ms=... uncoded_epoch_ms=... resent_messages=...
-#include <sched.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +20,6 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/support/result_reporter.h"
@@ -31,6 +27,7 @@
 #include "fabric/coded/shuffle_broadcast.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/veth_netns.h"
 
 namespace cofab {
 namespace {
@@ -162,42 +159,26 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   testing::ProcessGroup outer;
   outer.start(1, [&](int) -> int {
-    if (::unshare(CLONE_NEWNET) != 0) {
-      return testing::childFail(0, std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
+    if (std::string why = testing::makeBridgeNetns(kWorkers + 1); !why.empty()) {
+      return testing::childFail(0, why);
     }
-    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-    if (std::system("ip link set lo up && ip link add cfbr0 type bridge && ip link set cfbr0 up && "
-                    "for i in 0 1 2 3 4; do ip link add cfd$i type veth peer name cfb$i && "
-                    "ip link set cfb$i master cfbr0 && ip link set cfb$i up || exit 1; done && "
-                    "ip link set cfd0 up") != 0) {
-      return testing::childFail(0, "cannot make a bridge with veth pairs");
-    }
-    auto store = openStore(storeUrl, Deadline::afterMs(10000));
-    if (!store.ok()) return testing::childFail(0, store.status().toString());
+    if (!testing::linkUp("cfd0", 10000)) return testing::childFail(0, "cfd0 has no carrier");
     testing::ProcessGroup workers;
     workers.start(kWorkers, [&](int w) -> int {
-      const std::string iface = "cfd" + std::to_string(w + 1);
-      if (::unshare(CLONE_NEWNET) != 0) return testing::childFail(w, "unshare");
-      auto st = openStore(storeUrl, Deadline::afterMs(10000));
-      if (!st.ok() || !(*st)->set("bench/ready/" + std::to_string(w), Bytes{1}).ok() ||
-          !(*st)->get("bench/moved/" + std::to_string(w), Deadline::afterMs(10000)).ok()) {
-        return testing::childFail(w, "not moved");
+      const std::string iface = testing::bridgeVeth(w + 1);
+      if (std::string why = testing::unshareNetns(); !why.empty()) {
+        return testing::childFail(w, why);
       }
-      if (std::system(("ip link set " + iface + " up && sleep 0.5").c_str()) != 0) {
-        return testing::childFail(w, iface + " does not come up");
+      if (Status s = testing::bringUp(iface, 10000); !s.ok()) {
+        return testing::childFail(w, s.toString());
       }
       ::setenv("COFAB_DPDK_EAL_ARGS", w % 2 ? kEal1 : kEal0, 1);
       ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
       return worker(storeUrl, w, epochs, rowBytes);
     });
     for (int w = 0; w < kWorkers; ++w) {
-      if (!(*store)->get("bench/ready/" + std::to_string(w), Deadline::afterMs(10000)).ok() ||
-          std::system(("ip link set cfd" + std::to_string(w + 1) + " netns " +
-                       std::to_string(workers.pid(w)))
-                          .c_str()) != 0 ||
-          !(*store)->set("bench/moved/" + std::to_string(w), Bytes{1}).ok()) {
-        return testing::childFail(0, "moving the veths failed");
-      }
+      const Status s = testing::moveToNetnsOf(testing::bridgeVeth(w + 1), workers.pid(w), 10000);
+      if (!s.ok()) return testing::childFail(0, s.toString());
     }
     ::setenv("COFAB_DPDK_EAL_ARGS", kEal1, 1);
     ::setenv("COFAB_DPDK_VDEV", "net_af_packet0,iface=cfd0,framecnt=4096", 1);

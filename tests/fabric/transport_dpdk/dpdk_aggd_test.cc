@@ -9,17 +9,11 @@
 // This test process never starts EAL itself: the probe, the daemon and the worker each run in
 // their own process (one EAL per process).
 #include <gtest/gtest.h>
-#include <net/if.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <thread>
 
 #include "fabric/ps/push_pull.h"
 #include "fabric/transport/dpdk/factory.h"
@@ -27,6 +21,7 @@
 #include "tests/aggregator/test_data.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/veth_netns.h"
 
 namespace cofab::testing {
 namespace {
@@ -166,25 +161,6 @@ TEST(DpdkAggd, PushPullThroughDaemonOverMemif) {
   EXPECT_EQ(cluster.wait(0, Deadline::afterMs(15000)), 0);
 }
 
-// Whether `iface` is up with carrier, within `ms` (ioctl: /sys/class/net shows the namespace
-// sysfs was mounted in, not this process's).
-bool linkUp(const std::string& iface, int ms) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return false;
-  const Deadline deadline = Deadline::afterMs(ms);
-  bool up = false;
-  for (;;) {
-    ifreq req{};
-    std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", iface.c_str());
-    up = ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP) &&
-         (req.ifr_flags & IFF_RUNNING);
-    if (up || deadline.expired()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ::close(fd);
-  return up;
-}
-
 // One daemon, two workers, one L2 segment: a Linux bridge with three veth pairs, in a network
 // namespace an intermediate child creates; the daemon's af_packet port sits on the bridge's
 // namespace side of cfd0, each worker unshares a namespace of its own and is handed its veth end
@@ -203,16 +179,7 @@ TEST(DpdkAggd, TwoWorkersSumThroughDaemonOverAfPacketBridge) {
       std::ofstream(reasonFile) << why;
       return kSkipCode;
     };
-    if (::unshare(CLONE_NEWNET) != 0) {
-      return skip(std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
-    }
-    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-    if (std::system("ip link set lo up && ip link add cfbr0 type bridge && ip link set cfbr0 up && "
-                    "for i in 0 1 2; do ip link add cfd$i type veth peer name cfb$i && "
-                    "ip link set cfb$i master cfbr0 && ip link set cfb$i up || exit 1; done && "
-                    "ip link set cfd0 up") != 0) {
-      return skip("cannot make a bridge with veth pairs in a new network namespace");
-    }
+    if (std::string why = makeBridgeNetns(3); !why.empty()) return skip(why);
     if (!linkUp("cfd0", 10000)) return childFail(0, "cfd0 has no carrier");
     ::setenv("COFAB_DPDK_EAL_ARGS", kServerEal, 1);
     ::setenv("COFAB_DPDK_VDEV", "net_af_packet0,iface=cfd0,framecnt=4096", 1);
@@ -222,34 +189,17 @@ TEST(DpdkAggd, TwoWorkersSumThroughDaemonOverAfPacketBridge) {
     const std::string storeUrl = cluster.storeUrl();
     ProcessGroup workers;
     workers.start(2, [&](int rank) -> int {
-      const std::string iface = "cfd" + std::to_string(rank + 1);
-      if (::unshare(CLONE_NEWNET) != 0) return childFail(rank, "unshare(CLONE_NEWNET)");
-      std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-      auto store = openStore(storeUrl, Deadline::afterMs(10000));
-      if (!store.ok()) return childFail(rank, store.status().toString());
-      const std::string key = "test/moved/" + std::to_string(rank);
-      if (!(*store)->set("test/ready/" + std::to_string(rank), Bytes{1}).ok()) {
-        return childFail(rank, "store");
-      }
-      if (!(*store)->get(key, Deadline::afterMs(10000)).ok()) return childFail(rank, "not moved");
-      std::ofstream("/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6") << "1";
-      if (std::system(("ip link set " + iface + " up").c_str()) != 0 || !linkUp(iface, 10000)) {
-        return childFail(rank, iface + " does not come up");
-      }
+      const std::string iface = bridgeVeth(rank + 1);
+      if (std::string why = unshareNetns(); !why.empty()) return childFail(rank, why);
+      if (Status s = bringUp(iface, 10000); !s.ok()) return childFail(rank, s.toString());
       ::setenv("COFAB_DPDK_EAL_ARGS", rank == 0 ? kClientEal : kServerEal, 1);
       ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
       return pushPullRounds(storeUrl, rank, 2);
     });
     for (int r = 0; r < 2; ++r) {
-      Status s =
-          cluster.store().get("test/ready/" + std::to_string(r), Deadline::afterMs(10000)).status();
-      if (s.ok() && std::system(("ip link set cfd" + std::to_string(r + 1) + " netns " +
-                                 std::to_string(workers.pid(r)))
-                                    .c_str()) != 0) {
-        s = Internal("ip link set cfd" + std::to_string(r + 1) + " netns <worker pid> failed");
+      if (Status s = moveToNetnsOf(bridgeVeth(r + 1), workers.pid(r), 10000); !s.ok()) {
+        return childFail(0, s.toString());
       }
-      if (s.ok()) s = cluster.store().set("test/moved/" + std::to_string(r), Bytes{1});
-      if (!s.ok()) return childFail(0, s.toString());
     }
     const std::string f = failures(workers.waitAll(Deadline::afterMs(60000)));
     if (!f.empty()) return childFail(0, f);

@@ -5,18 +5,10 @@
 // same echo over af_packet on a veth pair in a network namespace the test creates.
 // A child that cannot start EAL exits with kSkipCode after storing the reason; the test skips.
 #include <gtest/gtest.h>
-#include <net/if.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <thread>
 
 #include "core/param.h"
 #include "fabric/rendezvous/file_store.h"
@@ -24,13 +16,18 @@
 #include "tests/fabric/transport/transport_test_util.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/veth_netns.h"
 
 namespace cofab::transport::testing {
 namespace {
 
 constexpr int kSkipCode = 77;
+using cofab::testing::bringUp;
 using cofab::testing::childFail;
+using cofab::testing::makeVethPairNetns;
+using cofab::testing::moveToNetnsOf;
 using cofab::testing::ProcessGroup;
+using cofab::testing::unshareNetns;
 
 Bytes toBytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string toString(const Bytes& b) { return std::string(b.begin(), b.end()); }
@@ -177,28 +174,6 @@ TEST_F(DpdkMemifTest, EchoSizesInOrderThenClose) {
   finish(group, 2);
 }
 
-// Whether every interface is up with carrier (IFF_RUNNING), within `ms`. Asked with ioctl, in
-// this process's network namespace: /sys/class/net still shows the namespace sysfs was mounted in.
-bool linksUp(const std::vector<std::string>& ifaces, int ms) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return false;
-  const Deadline deadline = Deadline::afterMs(ms);
-  bool all = false;
-  while (!all) {
-    all = true;
-    for (const auto& i : ifaces) {
-      ifreq req{};
-      std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", i.c_str());
-      all = all && ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP) &&
-            (req.ifr_flags & IFF_RUNNING);
-    }
-    if (all || deadline.expired()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ::close(fd);
-  return all;
-}
-
 // The same echo over a real kernel wire: af_packet on each end of a veth pair, each end in its
 // own network namespace the test creates (an intermediate child unshares the first and makes the
 // pair; the client unshares the second and is handed its end), so nothing outlives the test: the
@@ -206,7 +181,8 @@ bool linksUp(const std::vector<std::string>& ifaces, int ms) {
 // af_packet port joins a PACKET_FANOUT group numbered (pid ^ ifindex) & 0xffff, and fanout
 // groups are per namespace: two ports in one namespace collide whenever pid0 ^ if0 == pid1 ^ if1
 // (consecutive pids and ifindexes: about every other run), the second probe then fails and that
-// process had no port at all. IPv6 is off, so the ports see only the test's frames. Skipped
+// process had no port at all (tests/support/veth_netns.h). IPv6 is off, so the ports see only the
+// test's frames. Skipped
 // with the reason when the namespaces or the veth pair cannot be made (not root, no iproute2).
 TEST_F(DpdkMemifTest, EchoSizesOverAfPacketVethInOwnNetns) {
   ProcessGroup ns;
@@ -216,29 +192,16 @@ TEST_F(DpdkMemifTest, EchoSizesOverAfPacketVethInOwnNetns) {
       st->set("skip", toBytes(why)).ignoreError();
       return kSkipCode;
     };
-    if (::unshare(CLONE_NEWNET) != 0) {
-      return skip(std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
-    }
-    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-    if (std::system("ip link add cfdk0 type veth peer name cfdk1") != 0) {
-      return skip("cannot create a veth pair in a new network namespace (ip link add type veth)");
-    }
+    if (std::string why = makeVethPairNetns("cfdk0", "cfdk1"); !why.empty()) return skip(why);
     ProcessGroup pair;
     pair.start(2, [this](int rank) -> int {
       auto st2 = store();
       const std::string iface = "cfdk" + std::to_string(rank);
+      // The client takes a namespace of its own; the parent moves cfdk1 into it.
       if (rank == 1) {
-        // A namespace of its own; the parent moves cfdk1 into it.
-        if (::unshare(CLONE_NEWNET) != 0) return childFail(rank, "unshare(CLONE_NEWNET)");
-        std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-        if (!st2->set("netns-ready", toBytes("1")).ok()) return childFail(rank, "store");
-        if (!st2->get("moved", Deadline::afterMs(10000)).ok()) return childFail(rank, "not moved");
+        if (std::string why = unshareNetns(); !why.empty()) return childFail(rank, why);
       }
-      std::ofstream("/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6") << "1";
-      if (std::system(("ip link set " + iface + " up").c_str()) != 0) {
-        return childFail(rank, "ip link set " + iface + " up failed");
-      }
-      if (!linksUp({iface}, 10000)) return childFail(rank, iface + " has no carrier");
+      if (Status s = bringUp(iface, 10000); !s.ok()) return childFail(rank, s.toString());
       ::setenv("COFAB_DPDK_EAL_ARGS",
                rank == 0 ? "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry"
                          : "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry",
@@ -255,13 +218,7 @@ TEST_F(DpdkMemifTest, EchoSizesOverAfPacketVethInOwnNetns) {
       }
       return echoSizes(rank, **ctx, *st2);
     });
-    Status moved = st->get("netns-ready", Deadline::afterMs(10000)).status();
-    if (moved.ok() &&
-        std::system(("ip link set cfdk1 netns " + std::to_string(pair.pid(1))).c_str()) != 0) {
-      moved = Internal("ip link set cfdk1 netns <client pid> failed");
-    }
-    if (moved.ok()) moved = st->set("moved", toBytes("1"));
-    if (!moved.ok()) {
+    if (Status moved = moveToNetnsOf("cfdk1", pair.pid(1), 10000); !moved.ok()) {
       pair.waitAll(Deadline::afterMs(0));
       return childFail(0, moved.toString());
     }

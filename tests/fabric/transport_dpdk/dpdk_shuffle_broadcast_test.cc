@@ -1,17 +1,12 @@
 // Coded shuffling over DPDK Ethernet broadcast (fabric/coded/shuffle_broadcast.h): a master and
 // four workers, each its own process with its own EAL and af_packet port on a veth in one Linux
 // bridge (network namespaces the test creates: the bridge's for the master, one per worker, see
-// dpdk_aggd_test.cc for why). Each epoch, coded and uncoded, every worker's batch must equal the
-// data set's rows exactly; one worker discards every 5th frame it needs, so the NACK/re-send
-// path must recover; the master's first-pass egress coded vs uncoded must be the plan's reduction
-// (1 + t) within 10%. Skipped with the reason when EAL, namespaces, veths or bridges are missing.
+// tests/support/veth_netns.h for why). Each epoch, coded and uncoded, every worker's batch must
+// equal the data set's rows exactly; one worker discards every 5th frame it needs, so the
+// NACK/re-send path must recover; the master's first-pass egress coded vs uncoded must be the
+// plan's reduction (1 + t) within 10%. Skipped with the reason when EAL, namespaces, veths or
+// bridges are missing.
 #include <gtest/gtest.h>
-#include <net/if.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,12 +14,12 @@
 #include <fstream>
 #include <functional>
 #include <random>
-#include <thread>
 
 #include "coding/shuffle/coded_shuffle.h"
 #include "fabric/coded/shuffle_broadcast.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/veth_netns.h"
 
 namespace cofab::testing {
 namespace {
@@ -55,23 +50,6 @@ std::vector<uint8_t> dataSet() {
 
 StatusOr<coding::CodedShuffle> makeShuffle() {
   return coding::CodedShuffle::create({.workers = kWorkers, .cacheFraction = 0.5, .rows = kRows});
-}
-
-bool linkUp(const std::string& iface, int ms) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return false;
-  const Deadline deadline = Deadline::afterMs(ms);
-  bool up = false;
-  for (;;) {
-    ifreq req{};
-    std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", iface.c_str());
-    up = ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP) &&
-         (req.ifr_flags & IFF_RUNNING);
-    if (up || deadline.expired()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ::close(fd);
-  return up;
 }
 
 std::string readFile(const std::string& path) {
@@ -175,51 +153,22 @@ std::string runOnBridge(int live, const std::function<int(const std::string&, in
       std::ofstream(reasonFile) << why;
       return kSkipCode;
     };
-    if (::unshare(CLONE_NEWNET) != 0) {
-      return skip(std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno));
-    }
-    std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-    if (std::system("ip link set lo up && ip link add cfbr0 type bridge && ip link set cfbr0 up && "
-                    "for i in 0 1 2 3 4; do ip link add cfd$i type veth peer name cfb$i && "
-                    "ip link set cfb$i master cfbr0 && ip link set cfb$i up || exit 1; done && "
-                    "ip link set cfd0 up") != 0) {
-      return skip("cannot make a bridge with veth pairs in a new network namespace");
-    }
+    if (std::string why = makeBridgeNetns(kWorkers + 1); !why.empty()) return skip(why);
     if (!linkUp("cfd0", 10000)) return childFail(0, "cfd0 has no carrier");
-    auto store = openStore(storeUrl, Deadline::afterMs(10000));
-    if (!store.ok()) return childFail(0, store.status().toString());
     // Workers fork before this process starts EAL (fork after EAL is not supported).
     ProcessGroup workers;
     workers.start(live, [&](int w) -> int {
-      const std::string iface = "cfd" + std::to_string(w + 1);
-      if (::unshare(CLONE_NEWNET) != 0) return childFail(w, "unshare(CLONE_NEWNET)");
-      std::ofstream("/proc/sys/net/ipv6/conf/default/disable_ipv6") << "1";
-      auto st = openStore(storeUrl, Deadline::afterMs(10000));
-      if (!st.ok()) return childFail(w, st.status().toString());
-      if (!(*st)->set("test/ready/" + std::to_string(w), Bytes{1}).ok()) {
-        return childFail(w, "store");
-      }
-      if (!(*st)->get("test/moved/" + std::to_string(w), Deadline::afterMs(10000)).ok()) {
-        return childFail(w, iface + " was not moved into this namespace");
-      }
-      std::ofstream("/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6") << "1";
-      if (std::system(("ip link set " + iface + " up").c_str()) != 0 || !linkUp(iface, 10000)) {
-        return childFail(w, iface + " does not come up");
-      }
+      const std::string iface = bridgeVeth(w + 1);
+      if (std::string why = unshareNetns(); !why.empty()) return childFail(w, why);
+      if (Status s = bringUp(iface, 10000); !s.ok()) return childFail(w, s.toString());
       ::setenv("COFAB_DPDK_EAL_ARGS", w % 2 ? kEal1 : kEal0, 1);
       ::setenv("COFAB_DPDK_VDEV", ("net_af_packet0,iface=" + iface + ",framecnt=4096").c_str(), 1);
       return workerBody(storeUrl, w);
     });
     for (int w = 0; w < live; ++w) {
-      Status s =
-          (*store)->get("test/ready/" + std::to_string(w), Deadline::afterMs(10000)).status();
-      if (s.ok() && std::system(("ip link set cfd" + std::to_string(w + 1) + " netns " +
-                                 std::to_string(workers.pid(w)))
-                                    .c_str()) != 0) {
-        s = Internal("ip link set cfd" + std::to_string(w + 1) + " netns <worker pid> failed");
+      if (Status s = moveToNetnsOf(bridgeVeth(w + 1), workers.pid(w), 10000); !s.ok()) {
+        return childFail(0, s.toString());
       }
-      if (s.ok()) s = (*store)->set("test/moved/" + std::to_string(w), Bytes{1});
-      if (!s.ok()) return childFail(0, s.toString());
     }
     ::setenv("COFAB_DPDK_EAL_ARGS", kEal1, 1);
     ::setenv("COFAB_DPDK_VDEV", "net_af_packet0,iface=cfd0,framecnt=4096", 1);
