@@ -282,6 +282,7 @@ bool Conn::buildDataFrame(uint64_t now) {
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
   auto& f = inflight_[nxt_ % kWindow];
   f = InFlight{m, 0, 0, false};
+  Engine::bump(engine_->counters().txDataFrames);
   transmit(nxt_, now);
   ++nxt_;
   return true;
@@ -586,6 +587,7 @@ void Conn::deliver() {
     rte_pktmbuf_free(slot.m);
     slot = RxSlot{};
     ++rcvHead_;
+    Engine::bump(engine_->counters().rxDataDelivered);
     headOffset_ = 0;
     // Tell the sender the window moved once a quarter of it opened up.
     if (static_cast<uint32_t>(rcvHead_ + kWindow - advertisedEnd_) >= kWindow / 4) {

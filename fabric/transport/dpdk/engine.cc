@@ -5,6 +5,9 @@
 #include <rte_mempool.h>
 #include <rte_pause.h>
 
+#include <pthread.h>
+#include <time.h>
+
 #include <cstring>
 
 #include "core/log.h"
@@ -139,10 +142,13 @@ int Engine::drainCommands() {
 
 void Engine::run() {
   const bool registered = rte_thread_register() == 0;
+  if (pthread_getcpuclockid(pthread_self(), &cpuClock_) == 0) cpuClockSet_ = true;
   uint64_t lastTick = 0;
   uint64_t idleSince = 0;
+  uint64_t workStart = 0;  // start of the previous iteration when it did work
   while (!stopping_.load(std::memory_order_relaxed)) {
     const uint64_t now = monoNs();
+    if (workStart != 0) bump(counters_.pollerBusyNs, now - workStart);
     int work = drainCommands();
     work += pollRx(now);
     if (now - lastTick > kTickNs) {
@@ -152,6 +158,7 @@ void Engine::run() {
     pumpAll(now);
     flushTx();
     reapDone();
+    workStart = work > 0 ? now : 0;
     if (work > 0) {
       idleSince = 0;
     } else if (idleSince == 0) {
@@ -168,6 +175,13 @@ void Engine::run() {
     }
   }
   shutdownAll();
+  if (cpuClockSet_.load()) {
+    timespec ts{};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) {
+      finalCpuNs_ =
+          static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+    }
+  }
   if (registered) rte_thread_unregister();
 }
 
@@ -575,7 +589,16 @@ DpdkStats Engine::stats() const {
       r(c.rxFrames),      r(c.txFrames),      r(c.rxForeign),           r(c.rxBadLength),
       r(c.rxBadChecksum), r(c.rxBadHeader),   r(c.rxUnknownConnection), r(c.rxInjectedDrops),
       r(c.rxDuplicates),  r(c.rxOutOfWindow), r(c.retransmits),         r(c.timeouts),
-      r(c.txDrops)};
+      r(c.txDrops),       r(c.txDataFrames),  r(c.rxDataDelivered),     pollerCpuNs(),
+      r(c.pollerBusyNs)};
+}
+
+uint64_t Engine::pollerCpuNs() const {
+  if (const uint64_t f = finalCpuNs_.load(); f != 0) return f;
+  if (!cpuClockSet_.load()) return 0;
+  timespec ts{};
+  if (clock_gettime(cpuClock_, &ts) != 0) return finalCpuNs_.load();
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace cofab::transport::dpdk

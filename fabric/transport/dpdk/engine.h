@@ -12,6 +12,7 @@
 #pragma once
 
 #include <rte_ring.h>
+#include <time.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -103,7 +104,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct Counters {
     std::atomic<uint64_t> rxFrames{0}, txFrames{0}, rxForeign{0}, rxBadLength{0}, rxBadChecksum{0},
         rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0}, rxDuplicates{0},
-        rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0};
+        rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0}, txDataFrames{0},
+        rxDataDelivered{0}, pollerBusyNs{0};
   };
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -146,6 +148,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   NetAddress local_;
   uint16_t maxFramePayload_ = 0;
   Counters counters_;
+  // The poller's CPU clock (pthread_getcpuclockid), set once it runs; its final reading once it
+  // stopped (the clock dies with the thread).
+  std::atomic<bool> cpuClockSet_{false};
+  clockid_t cpuClock_{};
+  std::atomic<uint64_t> finalCpuNs_{0};
+  uint64_t pollerCpuNs() const;
 
   std::thread thread_;
   std::atomic<bool> stopping_{false};
