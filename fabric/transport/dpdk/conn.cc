@@ -319,9 +319,10 @@ void Conn::sendAck(uint64_t now) {
   rte_mbuf* m = engine_->allocFrame(peer_, h, &out, false);
   if (m == nullptr) return;  // retried at the next pump or keepalive
   std::memset(out, 0, kSackBytes);
+  // Nothing is held past rcvMax_: without holes (the common case) the bitmap is all zeros.
   for (uint32_t i = 0; i < kSackBits; ++i) {
     const uint32_t seq = rcvNxt_ + 1 + i;
-    if (!seqLess(seq, rcvHead_ + kWindow)) break;
+    if (!seqLess(seq, rcvMax_) || !seqLess(seq, rcvHead_ + kWindow)) break;
     if (rx_[seq % kWindow].m != nullptr) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
   }
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
@@ -367,6 +368,9 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     // nothing about the path's round trip. Under steady loss there is nearly always a hole, so
     // SACKs give samples too (below); without them SRTT froze at its first value and the holes'
     // fast retransmit waited on a stale, often inflated, estimate.
+    if (last.transmissions == 1 && last.m != nullptr) {
+      rackXmitNs_ = std::max(rackXmitNs_, last.sentNs);
+    }
     if (!last.sacked && last.transmissions == 1 && last.m != nullptr) {
       updateRtt(elapsed(now, last.sentNs));
     } else if (srttNs_ != 0) {
@@ -385,6 +389,10 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     bool any = false;
     uint64_t newestSample = 0;  // sent time of the latest frame SACKed for the first time
     for (uint32_t i = 0; i < kSackBits; ++i) {
+      if (f.payload[i / 8] == 0) {  // skip empty bytes: most of a 1024-bit bitmap
+        i |= 7;
+        continue;
+      }
       if ((f.payload[i / 8] >> (i % 8)) & 1u) {
         const uint32_t seq = ack + 1 + i;
         if (seqLess(seq, una_) || !seqLess(seq, nxt_)) continue;
@@ -397,7 +405,10 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
         any = true;
       }
     }
-    if (newestSample != 0) updateRtt(elapsed(now, newestSample));
+    if (newestSample != 0) {
+      updateRtt(elapsed(now, newestSample));
+      rackXmitNs_ = std::max(rackXmitNs_, newestSample);
+    }
     if (any && seqLess(highestSacked_, highest + 1)) highestSacked_ = highest + 1;
     if (any) retransmitHoles(now);
   }
@@ -412,10 +423,18 @@ void Conn::retransmitHoles(uint64_t now) {
   // variance term (at least the slack). 1.25 × SRTT + 50 µs resent holes again while acks built
   // before the retransmission arrived were still coming (under a loaded host's RTT spread, up to
   // 1.7 retransmissions per injected drop; about 1.05 with the variance term).
+  //
+  // RACK without a reordering window: a point-to-point link (memif, a cable, one switch) does
+  // not reorder, so a hole whose last transmission went out before a frame known delivered
+  // was lost, and it is resent at once rather than a variance-padded SRTT later. Only frames
+  // sent once advance rackXmitNs_ (Karn: the ack of a retransmitted frame may be its first
+  // copy's), and a resent hole waits until a frame sent after the resend is delivered, so a
+  // hole is not resent again while its retransmission is still on the way.
   const uint64_t age = srttNs_ + std::max<uint64_t>(4 * rttvarNs_, kFastRetransmitSlackNs);
   for (uint32_t s = una_; seqLess(s, highestSacked_) && seqLess(s, nxt_); ++s) {
     auto& fl = inflight_[s % kWindow];
-    if (fl.m != nullptr && !fl.sacked && elapsed(now, fl.sentNs) > age) {
+    if (fl.m != nullptr && !fl.sacked &&
+        (fl.sentNs < rackXmitNs_ || elapsed(now, fl.sentNs) > age)) {
       transmit(s, now);
       Engine::bump(engine_->counters().retransmits);
     }
@@ -443,6 +462,7 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   slot.length = f.header.length;
   slot.fin = f.header.kind == FrameKind::kFin;
   kept = true;
+  if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
 }
 
