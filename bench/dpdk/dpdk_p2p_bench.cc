@@ -318,6 +318,9 @@ std::string side(const std::string& transport, bool server, const std::string& d
              " timeouts=" + std::to_string(st->timeouts) +
              " injected_drops=" + std::to_string(st->rxInjectedDrops) +
              " tx_drops=" + std::to_string(st->txDrops) +
+             " stall_inflight=" + std::to_string(st->txStallInFlight) +
+             " stall_peer_window=" + std::to_string(st->txStallPeerWindow) +
+             " stall_pool=" + std::to_string(st->txStallPool) +
              " rx_frames=" + std::to_string(st->rxFrames);
     }
   }

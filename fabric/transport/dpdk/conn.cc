@@ -234,6 +234,10 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
 bool Conn::buildDataFrame(uint64_t now) {
   if (sends_.empty()) return false;
   if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
+  if (engine_->txBacklogged()) {
+    pumpWanted_ = true;  // again at the next step, after the port took the backlog
+    return false;
+  }
   size_t avail = 0;
   for (const auto& op : sends_) {
     avail += op.total - op.offset;
@@ -336,6 +340,12 @@ void Conn::pump(uint64_t now) {
   pumpWanted_ = false;
   if (state_ != State::kEstablished && state_ != State::kClosing) return;
   while (buildDataFrame(now)) {
+  }
+  if (!sends_.empty()) {
+    auto& c = engine_->counters();
+    Engine::bump(nxt_ - una_ >= kWindow           ? c.txStallInFlight
+                 : !seqLess(nxt_, peerWindowEnd_) ? c.txStallPeerWindow
+                                                  : c.txStallPool);
   }
   buildFin(now);
   if (ackPending_) sendAck(now);

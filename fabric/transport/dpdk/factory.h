@@ -71,6 +71,13 @@ struct DpdkStats {
   // Wall time of the poller's loop iterations that did work (idle spins and naps excluded, and
   // iterations over 200 us: those were preempted by another process).
   uint64_t pollerBusyNs = 0;
+  // Why a connection with data to send stopped building frames (counted once per poller step):
+  // the in-flight window was full (waiting on the oldest unacked frame: a hole being repaired),
+  // or the receiver's advertised window (waiting on its application), or the pool's reserve or
+  // a TX backlog the port has not taken yet.
+  uint64_t txStallInFlight = 0;
+  uint64_t txStallPeerWindow = 0;
+  uint64_t txStallPool = 0;
 };
 
 // InvalidArgument if `context` is not a dpdk context.
