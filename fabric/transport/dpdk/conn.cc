@@ -467,6 +467,14 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
     Engine::bump(engine_->counters().rxDuplicates);
     return;
   }
+  // Frames held past a hole come from the receiving port's pool. With 1024-frame windows a
+  // handful of connections with holes could empty it, and then the retransmissions that fill
+  // the holes could not be received: past a hole, frames are dropped (resent later) when the
+  // pool runs low, so the in-order frame can always get in.
+  if (seq != rcvNxt_ && engine_->poolLow()) {
+    Engine::bump(engine_->counters().rxOutOfWindow);
+    return;
+  }
   slot.m = m;
   slot.payload = f.payload;
   slot.length = f.header.length;

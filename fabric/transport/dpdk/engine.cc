@@ -467,6 +467,8 @@ void Engine::reapDone() {
   done_.clear();
 }
 
+bool Engine::poolLow() const { return rte_mempool_avail_count(port_->pool()) < 2 * kPoolReserve; }
+
 rte_mbuf* Engine::allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload,
                              bool data) {
   if (data && rte_mempool_avail_count(port_->pool()) < kPoolReserve) return nullptr;

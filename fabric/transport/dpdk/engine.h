@@ -96,6 +96,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Queues a sealed frame for the next TX burst; takes one reference.
   void queueTx(rte_mbuf* m);
   uint16_t maxFramePayload() const { return maxFramePayload_; }
+  // Few mbufs left: out-of-order frames are not held (conn.cc), so that holes can still be
+  // received and repaired when many connections hold full reassembly windows.
+  bool poolLow() const;
   // Frames the port refused are still queued: build no new data frames until they are out.
   bool txBacklogged() const { return txCount_ >= kTxBuffer / 2; }
   uint64_t peerTimeoutNs() const { return options_.peerTimeoutNs; }
