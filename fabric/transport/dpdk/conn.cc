@@ -13,10 +13,8 @@ constexpr uint64_t kInitialRtoNs = 5'000'000;
 constexpr uint64_t kMinRtoNs = 1'000'000;
 constexpr uint64_t kMaxRtoNs = 200'000'000;
 constexpr uint64_t kKeepaliveNs = 100'000'000;
-// Fast retransmit: a hole below a SACKed frame is resent once it is SRTT + max(4 RTTVAR, this)
-// old (reordering cannot happen on a point-to-point link, only loss). RACK (resend as
-// soon as a later-sent frame is SACKed) was tried: on the loaded dev VM it gave 0.15-0.59 of the
-// lossless goodput at 10% loss against 0.40-0.60 without it, so it is not used.
+// Backup hole retransmission (retransmitHoles(); RACK does the fast part): a hole below a SACKed
+// frame is also resent once it is SRTT + max(4 RTTVAR, this) old, from the timer when acks stop.
 constexpr uint64_t kFastRetransmitSlackNs = 50'000;
 // Retransmissions per timer tick per connection: bounds the burst after a long stall.
 constexpr int kMaxRetransmitsPerTick = 64;
