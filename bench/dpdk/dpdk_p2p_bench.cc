@@ -233,6 +233,34 @@ std::string ping(Connection& conn) {
          " rtt_p99_us=" + std::to_string(rtts[rtts.size() * 99 / 100]);
 }
 
+// Poller CPU and frame counters of a dpdk context (zeros for other transports).
+transport::dpdk::DpdkStats bulkCost(Context& ctx, const std::string& transport) {
+  if (transport != "dpdk") return {};
+  auto st = transport::dpdk::stats(ctx);
+  return st.ok() ? *st : transport::dpdk::DpdkStats{};
+}
+// The bulk phase's cost: poller CPU ns per Data frame (built, on the sender; delivered in
+// order, on the receiver) and the frame counts, so that loss efficiency (delivered / sent
+// including retransmissions) and retransmissions per injected drop can be read off.
+std::string bulkCostText(Context& ctx, const std::string& transport,
+                         const transport::dpdk::DpdkStats& before, bool receiver) {
+  if (transport != "dpdk") return "";
+  const auto after = bulkCost(ctx, transport);
+  const uint64_t cpu = after.pollerCpuNs - before.pollerCpuNs;
+  const uint64_t busy = after.pollerBusyNs - before.pollerBusyNs;
+  const uint64_t frames = receiver ? after.rxDataDelivered - before.rxDataDelivered
+                                   : after.txDataFrames - before.txDataFrames;
+  return " bulk_cpu_ns=" + std::to_string(cpu) + " bulk_frames=" + std::to_string(frames) +
+         " bulk_retransmits=" + std::to_string(after.retransmits - before.retransmits) +
+         " bulk_drops=" + std::to_string(after.rxInjectedDrops - before.rxInjectedDrops) +
+         " cpu_ns_per_frame=" +
+         (frames > 0 ? std::to_string(static_cast<double>(cpu) / static_cast<double>(frames))
+                     : std::string("nan")) +
+         " busy_ns_per_frame=" +
+         (frames > 0 ? std::to_string(static_cast<double>(busy) / static_cast<double>(frames))
+                     : std::string("nan"));
+}
+
 // One side of a transport case. `transport` is "dpdk" or "tcp".
 std::string side(const std::string& transport, bool server, const std::string& dir, double seconds,
                  double dropRate, int64_t spinUs) {
@@ -264,7 +292,9 @@ std::string side(const std::string& transport, bool server, const std::string& d
     if (!c2.ok()) return "error=" + c2.status().toString();
     // Syns can arrive in either order (one may be lost at 10% loss): tell them apart by id.
     if ((*conn)->peerId() != "bulk") std::swap(*conn, *c2);
+    const auto before = bulkCost(**ctx, transport);
     out = serve(**conn);
+    out += bulkCostText(**ctx, transport, before, true);
     // No round trips under loss: single-frame messages lost at the tail wait for the RTO.
     const std::string e = dropRate > 0 ? "" : echo(**c2);
     if (!e.empty()) out = e;
@@ -275,8 +305,10 @@ std::string side(const std::string& transport, bool server, const std::string& d
     if (!conn.ok()) return "error=" + conn.status().toString();
     auto c2 = (*ctx)->connect(addr, {.localId = "ping"}, Deadline::afterMs(30000));
     if (!c2.ok()) return "error=" + c2.status().toString();
+    const auto before = bulkCost(**ctx, transport);
     out = blast(**conn, seconds);
-    if (out.empty() && dropRate == 0) out = ping(**c2);
+    out += bulkCostText(**ctx, transport, before, false);
+    if (out.find("error=") == std::string::npos && dropRate == 0) out += " " + ping(**c2);
   }
   if (transport == "dpdk") {
     // What the reliability layer did, for reading the lossy figures.
@@ -286,6 +318,9 @@ std::string side(const std::string& transport, bool server, const std::string& d
              " timeouts=" + std::to_string(st->timeouts) +
              " injected_drops=" + std::to_string(st->rxInjectedDrops) +
              " tx_drops=" + std::to_string(st->txDrops) +
+             " stall_inflight=" + std::to_string(st->txStallInFlight) +
+             " stall_peer_window=" + std::to_string(st->txStallPeerWindow) +
+             " stall_pool=" + std::to_string(st->txStallPool) +
              " rx_frames=" + std::to_string(st->rxFrames);
     }
   }
@@ -406,6 +441,36 @@ int main(int argc, char** argv) {
       "busy_poll_goodput_gbps=%s busy_poll_rtt_p50_us=%s\n",
       ratio(good, rawGood).c_str(), ratio(good, tcpGood).c_str(), ratio(lossyGood, good).c_str(),
       valueOf(busy.first, "goodput_gbps").c_str(), valueOf(busy.second, "rtt_p50_us").c_str());
+  // Poller CPU per Data frame (sender: built; receiver: delivered), and under loss: frames
+  // delivered per frame sent (retransmissions included) and sender retransmissions per drop
+  // injected at the receiver.
+  auto eff = [&](const std::pair<std::string, std::string>& c) {
+    const double delivered = num(valueOf(c.first, "bulk_frames"));
+    const double sent =
+        num(valueOf(c.second, "bulk_frames")) + num(valueOf(c.second, "bulk_retransmits"));
+    return sent > 0 ? std::to_string(delivered / sent) : std::string("nan");
+  };
+  auto perDrop = [&](const std::pair<std::string, std::string>& c) {
+    const double drops = num(valueOf(c.first, "bulk_drops"));
+    return drops > 0 ? std::to_string(num(valueOf(c.second, "bulk_retransmits")) / drops)
+                     : std::string("nan");
+  };
+  std::printf(
+      "RESULT dpdk_p2p_cost tx_cpu_ns_per_frame=%s rx_cpu_ns_per_frame=%s "
+      "lossy10_tx_cpu_ns_per_frame=%s lossy10_rx_cpu_ns_per_frame=%s "
+      "lossy10_delivered_per_sent=%s lossy10_retransmits_per_drop=%s "
+      "busy_tx_cpu_ns_per_frame=%s busy_rx_cpu_ns_per_frame=%s tx_busy_ns_per_frame=%s "
+      "rx_busy_ns_per_frame=%s lossy10_tx_busy_ns_per_frame=%s lossy10_rx_busy_ns_per_frame=%s\n",
+      valueOf(dpdk.second, "cpu_ns_per_frame").c_str(),
+      valueOf(dpdk.first, "cpu_ns_per_frame").c_str(),
+      valueOf(lossy.second, "cpu_ns_per_frame").c_str(),
+      valueOf(lossy.first, "cpu_ns_per_frame").c_str(), eff(lossy).c_str(), perDrop(lossy).c_str(),
+      valueOf(busy.second, "cpu_ns_per_frame").c_str(),
+      valueOf(busy.first, "cpu_ns_per_frame").c_str(),
+      valueOf(dpdk.second, "busy_ns_per_frame").c_str(),
+      valueOf(dpdk.first, "busy_ns_per_frame").c_str(),
+      valueOf(lossy.second, "busy_ns_per_frame").c_str(),
+      valueOf(lossy.first, "busy_ns_per_frame").c_str());
   std::filesystem::remove_all(dir);  // stores and memif sockets
   return 0;
 }

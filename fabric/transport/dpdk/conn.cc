@@ -13,10 +13,8 @@ constexpr uint64_t kInitialRtoNs = 5'000'000;
 constexpr uint64_t kMinRtoNs = 1'000'000;
 constexpr uint64_t kMaxRtoNs = 200'000'000;
 constexpr uint64_t kKeepaliveNs = 100'000'000;
-// Fast retransmit: a hole below a SACKed frame is resent once it is SRTT + max(4 RTTVAR, this)
-// old (reordering cannot happen on a point-to-point link, only loss). RACK (resend as
-// soon as a later-sent frame is SACKed) was tried: on the loaded dev VM it gave 0.15-0.59 of the
-// lossless goodput at 10% loss against 0.40-0.60 without it, so it is not used.
+// Backup hole retransmission (retransmitHoles(); RACK does the fast part): a hole below a SACKed
+// frame is also resent once it is SRTT + max(4 RTTVAR, this) old, from the timer when acks stop.
 constexpr uint64_t kFastRetransmitSlackNs = 50'000;
 // Retransmissions per timer tick per connection: bounds the burst after a long stall.
 constexpr int kMaxRetransmitsPerTick = 64;
@@ -234,6 +232,10 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
 bool Conn::buildDataFrame(uint64_t now) {
   if (sends_.empty()) return false;
   if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
+  if (engine_->txBacklogged()) {
+    pumpWanted_ = true;  // again at the next step, after the port took the backlog
+    return false;
+  }
   size_t avail = 0;
   for (const auto& op : sends_) {
     avail += op.total - op.offset;
@@ -282,6 +284,7 @@ bool Conn::buildDataFrame(uint64_t now) {
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
   auto& f = inflight_[nxt_ % kWindow];
   f = InFlight{m, 0, 0, false};
+  Engine::bump(engine_->counters().txDataFrames);
   transmit(nxt_, now);
   ++nxt_;
   return true;
@@ -318,9 +321,10 @@ void Conn::sendAck(uint64_t now) {
   rte_mbuf* m = engine_->allocFrame(peer_, h, &out, false);
   if (m == nullptr) return;  // retried at the next pump or keepalive
   std::memset(out, 0, kSackBytes);
+  // Nothing is held past rcvMax_: without holes (the common case) the bitmap is all zeros.
   for (uint32_t i = 0; i < kSackBits; ++i) {
     const uint32_t seq = rcvNxt_ + 1 + i;
-    if (!seqLess(seq, rcvHead_ + kWindow)) break;
+    if (!seqLess(seq, rcvMax_) || !seqLess(seq, rcvHead_ + kWindow)) break;
     if (rx_[seq % kWindow].m != nullptr) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
   }
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
@@ -334,6 +338,12 @@ void Conn::pump(uint64_t now) {
   pumpWanted_ = false;
   if (state_ != State::kEstablished && state_ != State::kClosing) return;
   while (buildDataFrame(now)) {
+  }
+  if (!sends_.empty()) {
+    auto& c = engine_->counters();
+    Engine::bump(nxt_ - una_ >= kWindow           ? c.txStallInFlight
+                 : !seqLess(nxt_, peerWindowEnd_) ? c.txStallPeerWindow
+                                                  : c.txStallPool);
   }
   buildFin(now);
   if (ackPending_) sendAck(now);
@@ -366,6 +376,9 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     // nothing about the path's round trip. Under steady loss there is nearly always a hole, so
     // SACKs give samples too (below); without them SRTT froze at its first value and the holes'
     // fast retransmit waited on a stale, often inflated, estimate.
+    if (last.transmissions == 1 && last.m != nullptr) {
+      rackXmitNs_ = std::max(rackXmitNs_, last.sentNs);
+    }
     if (!last.sacked && last.transmissions == 1 && last.m != nullptr) {
       updateRtt(elapsed(now, last.sentNs));
     } else if (srttNs_ != 0) {
@@ -384,6 +397,10 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     bool any = false;
     uint64_t newestSample = 0;  // sent time of the latest frame SACKed for the first time
     for (uint32_t i = 0; i < kSackBits; ++i) {
+      if (f.payload[i / 8] == 0) {  // skip empty bytes: most of a 1024-bit bitmap
+        i |= 7;
+        continue;
+      }
       if ((f.payload[i / 8] >> (i % 8)) & 1u) {
         const uint32_t seq = ack + 1 + i;
         if (seqLess(seq, una_) || !seqLess(seq, nxt_)) continue;
@@ -396,7 +413,10 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
         any = true;
       }
     }
-    if (newestSample != 0) updateRtt(elapsed(now, newestSample));
+    if (newestSample != 0) {
+      updateRtt(elapsed(now, newestSample));
+      rackXmitNs_ = std::max(rackXmitNs_, newestSample);
+    }
     if (any && seqLess(highestSacked_, highest + 1)) highestSacked_ = highest + 1;
     if (any) retransmitHoles(now);
   }
@@ -411,10 +431,18 @@ void Conn::retransmitHoles(uint64_t now) {
   // variance term (at least the slack). 1.25 × SRTT + 50 µs resent holes again while acks built
   // before the retransmission arrived were still coming (under a loaded host's RTT spread, up to
   // 1.7 retransmissions per injected drop; about 1.05 with the variance term).
+  //
+  // RACK without a reordering window: a point-to-point link (memif, a cable, one switch) does
+  // not reorder, so a hole whose last transmission went out before a frame known delivered
+  // was lost, and it is resent at once rather than a variance-padded SRTT later. Only frames
+  // sent once advance rackXmitNs_ (Karn: the ack of a retransmitted frame may be its first
+  // copy's), and a resent hole waits until a frame sent after the resend is delivered, so a
+  // hole is not resent again while its retransmission is still on the way.
   const uint64_t age = srttNs_ + std::max<uint64_t>(4 * rttvarNs_, kFastRetransmitSlackNs);
   for (uint32_t s = una_; seqLess(s, highestSacked_) && seqLess(s, nxt_); ++s) {
     auto& fl = inflight_[s % kWindow];
-    if (fl.m != nullptr && !fl.sacked && elapsed(now, fl.sentNs) > age) {
+    if (fl.m != nullptr && !fl.sacked &&
+        (fl.sentNs < rackXmitNs_ || elapsed(now, fl.sentNs) > age)) {
       transmit(s, now);
       Engine::bump(engine_->counters().retransmits);
     }
@@ -437,11 +465,20 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
     Engine::bump(engine_->counters().rxDuplicates);
     return;
   }
+  // Frames held past a hole come from the receiving port's pool. With 1024-frame windows a
+  // handful of connections with holes could empty it, and then the retransmissions that fill
+  // the holes could not be received: past a hole, frames are dropped (resent later) when the
+  // pool runs low, so the in-order frame can always get in.
+  if (seq != rcvNxt_ && engine_->poolLow()) {
+    Engine::bump(engine_->counters().rxOutOfWindow);
+    return;
+  }
   slot.m = m;
   slot.payload = f.payload;
   slot.length = f.header.length;
   slot.fin = f.header.kind == FrameKind::kFin;
   kept = true;
+  if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
 }
 
@@ -586,6 +623,7 @@ void Conn::deliver() {
     rte_pktmbuf_free(slot.m);
     slot = RxSlot{};
     ++rcvHead_;
+    Engine::bump(engine_->counters().rxDataDelivered);
     headOffset_ = 0;
     // Tell the sender the window moved once a quarter of it opened up.
     if (static_cast<uint32_t>(rcvHead_ + kWindow - advertisedEnd_) >= kWindow / 4) {

@@ -128,8 +128,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   State state_ = State::kSynSent;
 
   mutable std::mutex statusMu_;
-  Status status_;         // sticky; mirrored from error_ for status()
-  Status error_;          // poller copy
+  Status status_;  // sticky; mirrored from error_ for status()
+  Status error_;   // poller copy
   bool closedByApp_ = false;
 
   // Send side.
@@ -144,12 +144,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
   uint64_t srttNs_ = 0;
   uint64_t rttvarNs_ = 0;
   uint32_t highestSacked_ = 1;  // one past the highest SACKed frame
+  // Latest send time of a frame known delivered (sent once, then acked or SACKed): a hole sent
+  // before it is lost (RACK, RFC 8985, with no reordering window: see retransmitHoles()).
+  uint64_t rackXmitNs_ = 0;
 
   // Receive side.
   std::deque<RecvOp> recvs_;
   std::array<RxSlot, kWindow> rx_{};
   uint32_t rcvHead_ = 1;  // oldest frame not fully consumed
   uint32_t rcvNxt_ = 1;   // first missing
+  uint32_t rcvMax_ = 1;   // one past the highest frame held (SACK bitmaps stop there)
   size_t headOffset_ = 0;
   uint32_t advertisedEnd_ = 1 + kWindow;
   bool ackPending_ = false;

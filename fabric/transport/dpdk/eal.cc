@@ -98,8 +98,8 @@ Status Eal::start() {
     if (!p.ok()) return p.status();
   }
   ringMode_ = ports_.empty();
-  COFAB_LOG(kInfo, "dpdk") << "EAL started (" << joined << "), " << ports_.size()
-                           << " port(s)" << (ringMode_ ? ", ring mode" : "");
+  COFAB_LOG(kInfo, "dpdk") << "EAL started (" << joined << "), " << ports_.size() << " port(s)"
+                           << (ringMode_ ? ", ring mode" : "");
   return OkStatus();
 }
 
@@ -120,16 +120,20 @@ StatusOr<Port*> Eal::setupPort(uint16_t portId, rte_ring* ringRx, rte_ring* ring
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof(conf));
   rc = rte_eth_dev_configure(portId, 1, 1, &conf);
-  if (rc != 0) return dpdkError(StatusCode::kUnavailable, "rte_eth_dev_configure(" + name + ")", rc);
+  if (rc != 0)
+    return dpdkError(StatusCode::kUnavailable, "rte_eth_dev_configure(" + name + ")", rc);
   uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
   rc = rte_eth_dev_adjust_nb_rx_tx_desc(portId, &rxd, &txd);
   if (rc != 0) {
-    return dpdkError(StatusCode::kUnavailable, "rte_eth_dev_adjust_nb_rx_tx_desc(" + name + ")", rc);
+    return dpdkError(StatusCode::kUnavailable, "rte_eth_dev_adjust_nb_rx_tx_desc(" + name + ")",
+                     rc);
   }
   rc = rte_eth_rx_queue_setup(portId, 0, rxd, rte_eth_dev_socket_id(portId), nullptr, pool);
-  if (rc != 0) return dpdkError(StatusCode::kUnavailable, "rte_eth_rx_queue_setup(" + name + ")", rc);
+  if (rc != 0)
+    return dpdkError(StatusCode::kUnavailable, "rte_eth_rx_queue_setup(" + name + ")", rc);
   rc = rte_eth_tx_queue_setup(portId, 0, txd, rte_eth_dev_socket_id(portId), nullptr);
-  if (rc != 0) return dpdkError(StatusCode::kUnavailable, "rte_eth_tx_queue_setup(" + name + ")", rc);
+  if (rc != 0)
+    return dpdkError(StatusCode::kUnavailable, "rte_eth_tx_queue_setup(" + name + ")", rc);
   // The MTU is a wish: keep what the port accepts (ring ports take anything).
   uint16_t mtu = static_cast<uint16_t>(wantMtu);
   if (info.max_mtu != 0 && mtu > info.max_mtu) mtu = info.max_mtu;

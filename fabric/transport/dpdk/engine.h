@@ -12,6 +12,7 @@
 #pragma once
 
 #include <rte_ring.h>
+#include <time.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -95,6 +96,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Queues a sealed frame for the next TX burst; takes one reference.
   void queueTx(rte_mbuf* m);
   uint16_t maxFramePayload() const { return maxFramePayload_; }
+  // Few mbufs left: out-of-order frames are not held (conn.cc), so that holes can still be
+  // received and repaired when many connections hold full reassembly windows.
+  bool poolLow() const;
+  // Frames the port refused are still queued: build no new data frames until they are out.
+  bool txBacklogged() const { return txCount_ >= kTxBuffer / 2; }
   uint64_t peerTimeoutNs() const { return options_.peerTimeoutNs; }
   void sendRst(const NetAddress& to, uint32_t dstConn, uint32_t srcConn);
   void connDone(uint32_t id);  // the connection is finished: remove it after this step
@@ -103,7 +109,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct Counters {
     std::atomic<uint64_t> rxFrames{0}, txFrames{0}, rxForeign{0}, rxBadLength{0}, rxBadChecksum{0},
         rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0}, rxDuplicates{0},
-        rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0};
+        rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0}, txDataFrames{0},
+        rxDataDelivered{0}, pollerBusyNs{0}, txStallInFlight{0}, txStallPeerWindow{0},
+        txStallPool{0};
   };
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -136,7 +144,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void finishConnect(Connecting& c, const Status& s);
   void timers(uint64_t now);
   void pumpAll(uint64_t now);
-  void flushTx();
+  // Sends the queued frames; what the port refuses stays queued, or is freed when `final`.
+  void flushTx(bool final = false);
   void reapDone();
   void shutdownAll();
   bool dropThisFrame();
@@ -146,6 +155,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   NetAddress local_;
   uint16_t maxFramePayload_ = 0;
   Counters counters_;
+  // The poller's CPU clock (pthread_getcpuclockid), set once it runs; its final reading once it
+  // stopped (the clock dies with the thread).
+  std::atomic<bool> cpuClockSet_{false};
+  clockid_t cpuClock_{};
+  std::atomic<uint64_t> finalCpuNs_{0};
+  uint64_t pollerCpuNs() const;
 
   std::thread thread_;
   std::atomic<bool> stopping_{false};

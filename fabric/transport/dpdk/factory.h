@@ -61,6 +61,23 @@ struct DpdkStats {
   uint64_t retransmits = 0;
   uint64_t timeouts = 0;  // retransmission timeouts (each backs off the RTO)
   uint64_t txDrops = 0;   // frames the port refused
+  // For cost and loss-efficiency figures (bench/dpdk): Data frames built (first transmissions;
+  // retransmissions are `retransmits`), Data frames delivered in order to the application side,
+  // and the CPU time the poller thread has used so far (CLOCK_THREAD_CPUTIME_ID; its total once
+  // it has stopped).
+  uint64_t txDataFrames = 0;
+  uint64_t rxDataDelivered = 0;
+  uint64_t pollerCpuNs = 0;
+  // Wall time of the poller's loop iterations that did work (idle spins and naps excluded, and
+  // iterations over 200 us: those were preempted by another process).
+  uint64_t pollerBusyNs = 0;
+  // Why a connection with data to send stopped building frames (counted once per poller step):
+  // the in-flight window was full (waiting on the oldest unacked frame: a hole being repaired),
+  // or the receiver's advertised window (waiting on its application), or the pool's reserve or
+  // a TX backlog the port has not taken yet.
+  uint64_t txStallInFlight = 0;
+  uint64_t txStallPeerWindow = 0;
+  uint64_t txStallPool = 0;
 };
 
 // InvalidArgument if `context` is not a dpdk context.

@@ -66,8 +66,8 @@ StatusOr<NetAddress> parseNetAddress(std::string_view text) {
   unsigned m[6];
   unsigned a, b, c, d, port;
   char tail;
-  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x/%u.%u.%u.%u:%u%c", &m[0], &m[1], &m[2],
-                  &m[3], &m[4], &m[5], &a, &b, &c, &d, &port, &tail) != 11) {
+  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x/%u.%u.%u.%u:%u%c", &m[0], &m[1], &m[2], &m[3],
+                  &m[4], &m[5], &a, &b, &c, &d, &port, &tail) != 11) {
     return bad;
   }
   if (a > 255 || b > 255 || c > 255 || d > 255 || port == 0 || port > 65535) return bad;

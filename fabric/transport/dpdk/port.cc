@@ -14,7 +14,9 @@ Status dpdkError(StatusCode code, std::string_view call, int err) {
                           " (rte_errno " + std::to_string(err < 0 ? -err : err) + ")");
 }
 
-uint16_t Port::rxBurst(rte_mbuf** pkts, uint16_t n) { return rte_eth_rx_burst(portId_, 0, pkts, n); }
+uint16_t Port::rxBurst(rte_mbuf** pkts, uint16_t n) {
+  return rte_eth_rx_burst(portId_, 0, pkts, n);
+}
 
 uint16_t Port::txBurst(rte_mbuf** pkts, uint16_t n) {
   const uint16_t sent = rte_eth_tx_burst(portId_, 0, pkts, n);
@@ -23,8 +25,8 @@ uint16_t Port::txBurst(rte_mbuf** pkts, uint16_t n) {
   // peer lookup per run of frames to the same MAC (a burst usually goes to one peer).
   rte_mbuf* batch[64];
   unsigned got;
-  while ((got = rte_ring_sc_dequeue_burst(ringTx_, reinterpret_cast<void**>(batch), 64,
-                                          nullptr)) > 0) {
+  while ((got = rte_ring_sc_dequeue_burst(ringTx_, reinterpret_cast<void**>(batch), 64, nullptr)) >
+         0) {
     unsigned i = 0;
     while (i < got) {
       const auto* eth = rte_pktmbuf_mtod(batch[i], const uint8_t*);

@@ -59,10 +59,16 @@ class Eal;
 
 class Port {
  public:
-  Port(Eal* eal, uint16_t portId, std::string name, rte_mempool* pool, MacAddress mac,
-       uint16_t mtu, rte_ring* ringRx, rte_ring* ringTx)
-      : eal_(eal), portId_(portId), name_(std::move(name)), pool_(pool), mac_(mac), mtu_(mtu),
-        ringRx_(ringRx), ringTx_(ringTx) {}
+  Port(Eal* eal, uint16_t portId, std::string name, rte_mempool* pool, MacAddress mac, uint16_t mtu,
+       rte_ring* ringRx, rte_ring* ringTx)
+      : eal_(eal),
+        portId_(portId),
+        name_(std::move(name)),
+        pool_(pool),
+        mac_(mac),
+        mtu_(mtu),
+        ringRx_(ringRx),
+        ringTx_(ringTx) {}
 
   uint16_t rxBurst(rte_mbuf** pkts, uint16_t n);
   // Returns how many frames were taken; the caller frees or retries the rest.

@@ -49,7 +49,9 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryAlignmentAndLength) {
   std::vector<uint8_t> buf(4096 + 16);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   for (size_t off = 0; off < 9; ++off) {
-    for (size_t len : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4096}) {
+    // Around the three-stream block sizes (3 x 64 and 3 x 480 bytes) and a dpdk frame (1472).
+    for (size_t len : {0,   1,   7,   8,   9,    63,   64,   65,   191,  192, 193,
+                       200, 767, 768, 769, 1000, 1472, 1535, 1536, 1537, 4096}) {
       EXPECT_EQ(crc32c(0, buf.data() + off, len), crc32cPortable(0, buf.data() + off, len))
           << "off " << off << " len " << len;
     }
@@ -57,6 +59,13 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryAlignmentAndLength) {
   // Incremental == one shot.
   const uint32_t whole = crc32c(0, buf.data(), 3000);
   EXPECT_EQ(crc32c(crc32c(0, buf.data(), 1234), buf.data() + 1234, 3000 - 1234), whole);
+  EXPECT_EQ(crc32c(0, buf.data(), 3000), crc32cPortable(0, buf.data(), 3000));
+  // Every length up to 3 long blocks plus a tail, nonzero starting CRC.
+  for (size_t len = 0; len <= 3 * 480 + 200; ++len) {
+    ASSERT_EQ(crc32c(0x12345678u, buf.data() + 3, len),
+              crc32cPortable(0x12345678u, buf.data() + 3, len))
+        << "len " << len;
+  }
 }
 
 TEST(HeaderTest, RoundTrip) {
