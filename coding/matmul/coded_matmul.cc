@@ -36,7 +36,7 @@ StatusOr<CodedMatmul> CodedMatmul::create(const RealMdsOptions& options) {
   return CodedMatmul(std::move(code));
 }
 
-StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a) const {
+StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a, Device device, void* stream) const {
   COFAB_RETURN_IF_ERROR(a.validate("CodedMatmul::encode A"));
   if (a.rows == 0 || a.cols == 0) {
     return InvalidArgument("CodedMatmul::encode: A is empty (" + std::to_string(a.rows) + "x" +
@@ -54,7 +54,21 @@ StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a) const {
   for (int64_t r = 0; r < a.rows; ++r) {
     std::memcpy(e.storage_.data() + r * a.cols, a.row(r), sizeof(float) * a.cols);
   }
-  COFAB_RETURN_IF_ERROR(encodeParity(e.storage_.data(), blockElems));
+  if (device.isCpu()) {
+    COFAB_RETURN_IF_ERROR(encodeParity(e.storage_.data(), blockElems));
+    return e;
+  }
+  // The k systematic blocks in, the n-k parity blocks back (encodeParity synchronizes).
+  const size_t bytes = blockElems * sizeof(float);
+  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer d, gpu::DeviceBuffer::allocate(bytes * n, device.index));
+  gpu::Stream s = gpu::Stream::borrow(stream, device.index);
+  COFAB_RETURN_IF_ERROR(d.copyFromHost(e.storage_.data(), bytes * k, s));
+  auto* blocks = static_cast<float*>(d.data());
+  COFAB_RETURN_IF_ERROR(encodeParity(blocks, blockElems, device, stream));
+  gpu::DeviceBuffer parity =
+      gpu::DeviceBuffer::borrow(blocks + blockElems * k, bytes * (n - k), device.index);
+  COFAB_RETURN_IF_ERROR(parity.copyToHost(e.storage_.data() + blockElems * k, bytes * (n - k), s));
+  COFAB_RETURN_IF_ERROR(s.synchronize());
   return e;
 }
 
@@ -119,6 +133,34 @@ Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<
                              .stream = stream});
 }
 
+Status CodedMatmul::decodeOnDevice(std::span<const TaskResult> results,
+                                   std::span<const int> missing, size_t blockElems, Device device,
+                                   void* stream, float* rebuilt) const {
+  // The k host results in, the missing blocks back (contiguous, in `missing` order).
+  const size_t bytes = blockElems * sizeof(float);
+  const size_t k = results.size(), e = missing.size();
+  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer in,
+                         gpu::DeviceBuffer::allocate(bytes * k, device.index));
+  COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer out,
+                         gpu::DeviceBuffer::allocate(bytes * e, device.index));
+  gpu::Stream s = gpu::Stream::borrow(stream, device.index);
+  auto* inBase = static_cast<float*>(in.data());
+  auto* outBase = static_cast<float*>(out.data());
+  std::vector<TaskResult> onDevice;
+  for (size_t i = 0; i < k; ++i) {
+    gpu::DeviceBuffer slot =
+        gpu::DeviceBuffer::borrow(inBase + blockElems * i, bytes, device.index);
+    COFAB_RETURN_IF_ERROR(slot.copyFromHost(results[i].data, bytes, s));
+    onDevice.push_back({results[i].task, inBase + blockElems * i});
+  }
+  std::vector<float*> outputs;
+  for (size_t i = 0; i < e; ++i) outputs.push_back(outBase + blockElems * i);
+  COFAB_RETURN_IF_ERROR(decodeBlocks(onDevice, missing, outputs, blockElems, device, stream));
+  COFAB_RETURN_IF_ERROR(out.copyToHost(rebuilt, bytes * e, s));
+  // in and out are freed on return: wait for the work that uses them.
+  return s.synchronize();
+}
+
 Status CodedMatmul::multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b,
                                  MatrixView out) const {
   if (a.n() != n() || a.k() != k()) {
@@ -133,7 +175,7 @@ Status CodedMatmul::multiplyTask(const EncodedMatrix& a, int task, ConstMatrixVi
 
 StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
                                            std::span<const TaskResult> results, int64_t outCols,
-                                           MatrixView c) const {
+                                           MatrixView c, Device device, void* stream) const {
   const int n = code_.n(), k = code_.k();
   COFAB_RETURN_IF_ERROR(c.validate("CodedMatmul::decode C"));
   if (a.n() != n || a.k() != k) return InvalidArgument("decode: matrix encoded for another (n, k)");
@@ -196,11 +238,16 @@ StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
   const int e = static_cast<int>(missing.size());
   std::vector<TaskResult> inputs;
   for (int t : report.used) inputs.push_back({t, byTask[t]});
-  std::vector<std::vector<float>> rebuilt(e, std::vector<float>(blockElems));
-  std::vector<float*> outputs;
-  for (auto& r : rebuilt) outputs.push_back(r.data());
-  COFAB_RETURN_IF_ERROR(decodeBlocks(inputs, missing, outputs, blockElems));
-  for (int w = 0; w < e; ++w) placeBlock(missing[w], rebuilt[w].data());
+  std::vector<float> rebuilt(blockElems * e);
+  if (device.isCpu()) {
+    std::vector<float*> outputs;
+    for (int w = 0; w < e; ++w) outputs.push_back(rebuilt.data() + blockElems * w);
+    COFAB_RETURN_IF_ERROR(decodeBlocks(inputs, missing, outputs, blockElems));
+  } else {
+    COFAB_RETURN_IF_ERROR(
+        decodeOnDevice(inputs, missing, blockElems, device, stream, rebuilt.data()));
+  }
+  for (int w = 0; w < e; ++w) placeBlock(missing[w], rebuilt.data() + blockElems * w);
   report.decodeMs = (nowNs() - t0) / 1e6;
   return report;
 }

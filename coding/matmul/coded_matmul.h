@@ -65,17 +65,22 @@ class CodedMatmul {
   int n() const { return code_.n(); }
   int k() const { return code_.k(); }
 
-  // Splits `a` into k row blocks and computes the n coded blocks (parity through sgemm).
-  StatusOr<EncodedMatrix> encode(ConstMatrixView a) const;
+  // Splits `a` into k row blocks and computes the n coded blocks (parity through sgemm). With a
+  // CUDA `device` the parity GEMM runs there (the systematic blocks copied in, the parity copied
+  // back, on `stream`, synchronized before returning); the blocks live on the host either way.
+  StatusOr<EncodedMatrix> encode(ConstMatrixView a, Device device = Device::cpu(),
+                                 void* stream = nullptr) const;
 
   // out (blockRows x b.cols) = coded block `task` x b.
   Status multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b, MatrixView out) const;
 
   // Builds c (a.rows() x outCols) from the results, which must name at least k distinct tasks;
   // systematic results are preferred, then parity results in the order given. Fewer than k
-  // results is DataLoss.
+  // results is DataLoss. With a CUDA `device` the FP64 combination runs there (the k results
+  // copied in, the rebuilt blocks copied back, as encode does); results and c stay host memory.
   StatusOr<DecodeReport> decode(const EncodedMatrix& a, std::span<const TaskResult> results,
-                                int64_t outCols, MatrixView c) const;
+                                int64_t outCols, MatrixView c, Device device = Device::cpu(),
+                                void* stream = nullptr) const;
 
   // The same two steps on raw blocks that may live on a GPU (`device`; CUDA calls are
   // asynchronous on `stream`), for callers that keep blocks on the device:
@@ -90,6 +95,11 @@ class CodedMatmul {
                       Device device = Device::cpu(), void* stream = nullptr) const;
 
  private:
+  // decode's combination on a CUDA device: host results in, the `missing` blocks to `rebuilt`
+  // (host, contiguous).
+  Status decodeOnDevice(std::span<const TaskResult> results, std::span<const int> missing,
+                        size_t blockElems, Device device, void* stream, float* rebuilt) const;
+
   RealMdsCode code_;
 };
 

@@ -3,7 +3,8 @@
 //   cofab-coded worker [--store=URL] [--index=I] [--name=NAME] [--transport=tcp]
 //   cofab-coded master [--store=URL] [--mode=coded|uncoded|replicated] [--n=8] [--k=6]
 //                      [--replicas=2] [--rows=960] [--cols=256] [--bcols=16] [--requests=10]
-//                      [--shift_ms=0] [--tail_ms=0] [--name=NAME] [--transport=tcp]
+//                      [--shift_ms=0] [--tail_ms=0] [--device=cpu|gpu] [--name=NAME]
+//                      [--transport=tcp]
 //
 // The store defaults to $COFAB_STORE and the worker index to $COFAB_ROLE_RANK, so that
 //   cofab-run -n 1 --role coded:8:"cofab-coded worker" -- cofab-coded master --n=8 --k=6
@@ -37,7 +38,8 @@ int usage() {
                "usage: cofab-coded worker [--store=URL] [--index=I] [--name=NAME]\n"
                "       cofab-coded master [--store=URL] [--mode=coded|uncoded|replicated] "
                "[--n=N] [--k=K] [--replicas=R] [--rows=R] [--cols=C] [--bcols=C] "
-               "[--requests=N] [--shift_ms=MS] [--tail_ms=MS] [--name=NAME]\n");
+               "[--requests=N] [--shift_ms=MS] [--tail_ms=MS] [--device=cpu|gpu] "
+               "[--name=NAME]\n");
   return 2;
 }
 
@@ -87,6 +89,7 @@ int master(std::map<std::string, std::string>& f) {
   o.replicas = static_cast<int>(num("replicas", 2));
   o.shiftMs = num("shift_ms", 0);
   o.tailMeanMs = num("tail_ms", 0);
+  if (f.count("device")) o.device = f["device"];  // else COFAB_CODED_DEVICE, default cpu
   if (f.count("name")) o.name = f["name"];
   if (f.count("transport")) o.transport = f["transport"];
   const int64_t rows = static_cast<int64_t>(num("rows", 960));

@@ -9,11 +9,16 @@
 
 #include "core/param.h"
 #include "fabric/transport/registry.h"
+#include "gpu/device.h"
 
 namespace cofab::coded {
 
 COFAB_PARAM_INT(kCodedRequestTimeoutMs, "COFAB_CODED_REQUEST_TIMEOUT_MS", 10000, 1, 3600000,
                 "coded task service: deadline of one multiply request on the master");
+COFAB_PARAM_ENUM(kCodedDevice, "COFAB_CODED_DEVICE", "cpu",
+                 (std::vector<std::string>{"cpu", "gpu"}),
+                 "coded task service: where the master encodes and decodes (gpu: CUDA device 0) "
+                 "when CodedServiceOptions::device / --device is not given");
 namespace {
 
 std::string workerList(const std::vector<int>& ws) {
@@ -180,6 +185,22 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
     }
   }
   std::unique_ptr<CodedMaster> m(new CodedMaster(options));
+  if (m->options_.device.empty()) {
+    COFAB_ASSIGN_OR_RETURN(m->options_.device, kCodedDevice.get());
+  }
+  if (m->options_.device == "gpu") {
+    // Checked before listening: a master that cannot encode as asked must not gather workers.
+    if (StatusOr<int> gpus = gpu::deviceCount(); !gpus.ok()) {
+      return Unavailable(
+          "coded master: device=gpu was asked for (CodedServiceOptions::device, "
+          "--device or COFAB_CODED_DEVICE) but no GPU is usable: " +
+          gpus.status().message() + "; use device=cpu");
+    }
+    m->device_ = Device::cuda(0);
+  } else if (m->options_.device != "cpu") {
+    return InvalidArgument("coded master: device '" + m->options_.device +
+                           "': expected cpu or gpu");
+  }
   COFAB_ASSIGN_OR_RETURN(m->options_.setupTimeout, codedSetupTimeout(options.setupTimeout));
   if (options.requestTimeout == Duration{0}) {
     COFAB_ASSIGN_OR_RETURN(int64_t ms, kCodedRequestTimeoutMs.get());
@@ -308,7 +329,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
         coding::CodedMatmul::create(
             {.n = n, .k = options_.k, .family = options_.family, .seed = options_.codeSeed}));
     code_.emplace(std::move(cm));
-    COFAB_ASSIGN_OR_RETURN(coding::EncodedMatrix e, code_->encode(a));
+    COFAB_ASSIGN_OR_RETURN(coding::EncodedMatrix e, code_->encode(a, device_));
     encoded_.emplace(std::move(e));
     blockRows_ = encoded_->blockRows();
     for (int w = 0; w < n; ++w) blockOf[w] = encoded_->block(w).data;
@@ -483,7 +504,8 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
   if (options_.mode == CodedMode::kCoded) {
     std::vector<coding::TaskResult> results;
     for (int w : used) results.push_back({w, reinterpret_cast<const float*>(taken[w].data())});
-    COFAB_ASSIGN_OR_RETURN(coding::DecodeReport d, code_->decode(*encoded_, results, b.cols, c));
+    COFAB_ASSIGN_OR_RETURN(coding::DecodeReport d,
+                           code_->decode(*encoded_, results, b.cols, c, device_));
     report.decoded = d.decoded;
   } else {
     for (int w : used) {

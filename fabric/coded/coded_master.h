@@ -61,7 +61,12 @@ struct CodedServiceOptions {
   int64_t rowBlock = 16;             // rows between cancellation checks on the workers
   std::string name = "cofab-coded";  // store key prefix; several services need distinct names
   std::string transport = "tcp";
-  std::string listenAddress;   // empty: the transport's default
+  std::string listenAddress;  // empty: the transport's default
+  // Where the master encodes A's parity and decodes (kCoded): "cpu" or "gpu" (CUDA device 0;
+  // blocks staged there and copied back, workers always compute on their CPU). Empty:
+  // COFAB_CODED_DEVICE (default cpu). "gpu" without a usable GPU makes create() fail with
+  // Unavailable saying why; there is no silent CPU fallback.
+  std::string device;
   Duration setupTimeout{0};    // 0: COFAB_CODED_SETUP_TIMEOUT_MS
   Duration requestTimeout{0};  // 0: COFAB_CODED_REQUEST_TIMEOUT_MS
 };
@@ -123,6 +128,7 @@ class CodedMaster {
   CodedServiceOptions options_;
   std::optional<coding::CodedMatmul> code_;
   std::optional<coding::EncodedMatrix> encoded_;
+  Device device_;  // options_.device resolved
   int64_t aRows_ = 0, aCols_ = 0, blockRows_ = 0;
   std::shared_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Listener> listener_;

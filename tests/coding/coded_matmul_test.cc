@@ -8,6 +8,8 @@
 #include <numeric>
 #include <random>
 
+#include "gpu/device.h"
+
 namespace cofab::coding {
 namespace {
 
@@ -190,6 +192,31 @@ TEST(CodedMatmulTest, RawBlockEntryPointsMatchAndValidate) {
             StatusCode::kDataLoss);
   EXPECT_EQ(cm->decodeBlocks(results, missing, std::span(rebuilt).first(1), oe).code(),
             StatusCode::kInvalidArgument);
+}
+
+// encode / decode asked to run on a GPU where none is usable: Unavailable (gpu/'s reason), never
+// a quiet CPU computation. Where a GPU exists tests/gpu compares the two paths instead.
+TEST(CodedMatmul, DeviceEncodeAndDecodeWithoutAGpuAreUnavailable) {
+  if (auto gpus = gpu::deviceCount(); gpus.ok()) {
+    GTEST_SKIP() << "a GPU is usable here: tests/gpu checks the device path";
+  }
+  auto cm = CodedMatmul::create({.n = 5, .k = 3});
+  ASSERT_TRUE(cm.ok());
+  Dense a(12, 4), b(4, 2), c(12, 2);
+  a.randomise(1);
+  b.randomise(2);
+  EXPECT_EQ(cm->encode(a.view(), Device::cuda(0)).status().code(), StatusCode::kUnavailable);
+  auto enc = cm->encode(a.view());
+  ASSERT_TRUE(enc.ok());
+  const size_t oe = enc->blockRows() * 2;
+  std::vector<std::vector<float>> outs(5, std::vector<float>(oe));
+  std::vector<TaskResult> results;
+  for (int t : {1, 3, 4}) {  // block 0 and 2 missing: a real decode
+    ASSERT_TRUE(cm->multiplyTask(*enc, t, b.view(), {outs[t].data(), enc->blockRows(), 2, 0}).ok());
+    results.push_back({t, outs[t].data()});
+  }
+  EXPECT_EQ(cm->decode(*enc, results, 2, c.mut(), Device::cuda(0)).status().code(),
+            StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -3,21 +3,27 @@
 // the uncoded / replicated modes; a SIGSTOPped worker does not hold up a coded request (it
 // completes while the worker is still stopped) but makes an uncoded one fail at its deadline
 // naming the worker; a cancelled slow worker reports that it stopped mid-product; killed
-// workers are permanent stragglers, and fewer than k live ones is an error naming them.
+// workers are permanent stragglers, and fewer than k live ones is an error naming them. The
+// master's device option: device=cpu gives the same results, device=gpu equals them within the
+// code's fp32 accuracy where a GPU exists and is a clear Unavailable where none does.
 #include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "coding/matmul/coded_matmul.h"
+#include "core/param.h"
 #include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_worker.h"
 #include "fabric/rendezvous/file_store.h"
+#include "gpu/device.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
 
@@ -152,15 +158,17 @@ struct Case {
   int n, k, replicas;
 };
 
-TEST(CodedService, DistributedResultsEqualLocalOnes) {
+// Runs every case on the master's `device` and compares C with the local CodedMatmul's (CPU)
+// result from the same workers: max |difference| <= relTol x max |C| (0: bit for bit).
+void expectDistributedEqualsLocal(const std::vector<Case>& cases, const std::string& device,
+                                  double relTol) {
   const int64_t rows = 50, cols = 24;  // 50 rows: padding for every k tried
   const std::vector<float> a = randomMatrix(rows, cols, 7);
-  for (const Case& tc : {Case{CodedMode::kCoded, 3, 2, 0}, Case{CodedMode::kCoded, 5, 3, 0},
-                         Case{CodedMode::kCoded, 8, 6, 0}, Case{CodedMode::kUncoded, 4, 4, 0},
-                         Case{CodedMode::kReplicated, 4, 0, 2}}) {
+  for (const Case& tc : cases) {
     SCOPED_TRACE(std::string(codedModeName(tc.mode)) + " n=" + std::to_string(tc.n) +
-                 " k=" + std::to_string(tc.k));
+                 " k=" + std::to_string(tc.k) + " device=" + device);
     CodedServiceOptions o{.mode = tc.mode, .n = tc.n, .k = tc.k, .replicas = tc.replicas};
+    o.device = device;
     // Worker 0 slowed on every row block: the coded requests decode from parity results (a
     // systematic block is missing) instead of only reassembling the systematic ones.
     o.rowBlock = 4;
@@ -179,9 +187,60 @@ TEST(CodedService, DistributedResultsEqualLocalOnes) {
         EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
         EXPECT_TRUE(r->decoded);
       }
-      expectNear(c, want, 0);
+      double scale = 0;
+      for (float x : want) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+      expectNear(c, want, relTol * scale);
     }
   }
+}
+
+TEST(CodedService, DistributedResultsEqualLocalOnes) {
+  // device=cpu named explicitly: the service's device option on its CPU path.
+  expectDistributedEqualsLocal(
+      {Case{CodedMode::kCoded, 3, 2, 0}, Case{CodedMode::kCoded, 5, 3, 0},
+       Case{CodedMode::kCoded, 8, 6, 0}, Case{CodedMode::kUncoded, 4, 4, 0},
+       Case{CodedMode::kReplicated, 4, 0, 2}},
+      "cpu", 0);
+}
+
+// On a GPU the parity is encoded by cuBLAS and the decode combined there, so the decoded blocks
+// differ from the CPU's by rounding: within the fp32 accuracy docs/CODING.md gives for these
+// codes (<= 2e-5 relative; 1e-4 leaves room for the two BLAS libraries' summation orders).
+TEST(CodedService, GpuMasterResultsEqualTheCpuPath) {
+  StatusOr<int> gpus = gpu::deviceCount();
+  if (!gpus.ok()) GTEST_SKIP() << "no GPU to encode and decode on: " << gpus.status().message();
+  expectDistributedEqualsLocal({Case{CodedMode::kCoded, 8, 6, 0}, Case{CodedMode::kCoded, 5, 3, 0}},
+                               "gpu", 1e-4);
+}
+
+TEST(CodedService, GpuMasterWithoutAGpuFailsSayingWhy) {
+  StatusOr<int> gpus = gpu::deviceCount();
+  if (gpus.ok()) GTEST_SKIP() << "a GPU is usable here (" << *gpus << "): no error to provoke";
+  TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 3, .k = 2};
+  o.name = "coded-gpu-test";
+  o.setupTimeout = Millis(200);  // not reached: the device is checked before any worker
+  auto expectUnavailable = [&](const CodedServiceOptions& opts) {
+    auto m = CodedMaster::create(store->get(), opts);
+    ASSERT_FALSE(m.ok()) << "a master with device=gpu started without a GPU";
+    EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
+    EXPECT_NE(m.status().message().find("device=gpu"), std::string::npos) << m.status();
+    // The reason is gpu::deviceCount()'s (cudaGetDeviceCount's error, or no CUDA build).
+    EXPECT_NE(m.status().message().find(gpus.status().message()), std::string::npos) << m.status();
+  };
+  o.device = "gpu";
+  expectUnavailable(o);
+  {
+    o.device = "";  // from the environment
+    ScopedParamOverride env("COFAB_CODED_DEVICE", "gpu");
+    expectUnavailable(o);
+  }
+  o.device = "tpu";
+  auto bad = CodedMaster::create(store->get(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
 }
 
 TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
