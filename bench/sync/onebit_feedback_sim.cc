@@ -5,6 +5,9 @@
 //   --reply-feedback 0|1   the daemon keeps a residual per (key, chunk) for its replies
 //   --worker-feedback 0|1  the workers keep their residual (default 1)
 //   --mode onebit|f32      f32: uncompressed sync, the reference (momentum after the average)
+//   --nesterov 0|1         the workers quantize grad + momentum * v instead of v (train_mnist's
+//                          onebit default since --nesterov on; this tool's default stays 0)
+//   --decay-epochs K       the last K epochs run at lr / 10 (both modes)
 //   --lr L --momentum M --block B --epochs E --limit N --seed S
 // Not a registered benchmark (minutes of training); run it by hand. Prints one line per epoch
 // and ends with RESULT onebit_sim ... test_acc=...
@@ -30,7 +33,8 @@ using namespace cofab::examples;
 
 struct Config {
   std::string mode = "onebit";
-  bool replyFeedback = false, workerFeedback = true;
+  bool replyFeedback = false, workerFeedback = true, nesterov = false;
+  int decayEpochs = 0;  // the last decayEpochs epochs run at lr / 10 (both modes)
   float lr = 0.02f, momentum = 0.9f;
   size_t block = cofab::compress::kDefaultBlock;
   int epochs = 8, workers = 4, batch = 128, hidden = 256;
@@ -48,6 +52,10 @@ bool parse(int argc, char** argv, Config* c) {
       c->replyFeedback = v == "1";
     else if (k == "--worker-feedback")
       c->workerFeedback = v == "1";
+    else if (k == "--nesterov")
+      c->nesterov = v == "1";
+    else if (k == "--decay-epochs")
+      c->decayEpochs = std::stoi(v);
     else if (k == "--lr")
       c->lr = std::stof(v);
     else if (k == "--momentum")
@@ -106,7 +114,9 @@ int main(int argc, char** argv) {
   double residualNorm = 0, updateNorm = 0;
   double acc = 0;
   uint64_t samples = 0;
+  std::vector<float> send(total);
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    const float lr = epoch >= c.epochs - c.decayEpochs ? c.lr / 10 : c.lr;
     while (samples < uint64_t(epoch + 1) * n) {
       std::vector<std::vector<std::shared_ptr<std::vector<uint8_t>>>> sent(c.workers);
       std::fill(update.begin(), update.end(), 0.0f);
@@ -130,6 +140,11 @@ int main(int argc, char** argv) {
         }
         for (size_t j = 0; j < total; ++j)
           velocity[r][j] = c.momentum * velocity[r][j] + grad[r][j];
+        const float* out = velocity[r].data();
+        if (c.nesterov) {
+          for (size_t j = 0; j < total; ++j) send[j] = grad[r][j] + c.momentum * velocity[r][j];
+          out = send.data();
+        }
         // Per tensor, per chunk: what PushPullClient sends.
         for (const auto& t : tensors) {
           const auto layout = cofab::ps::chunkLayout(t.count, sizeof(float), c.chunkBytes);
@@ -138,7 +153,7 @@ int main(int argc, char** argv) {
             const size_t m = std::min(layout.elementsPerChunk, t.offset + t.count - first);
             auto enc = std::make_shared<std::vector<uint8_t>>(
                 cofab::compress::compressedBytes(Compression::kOneBit, m, c.block));
-            cofab::compress::compress(Compression::kOneBit, velocity[r].data() + first, m, c.block,
+            cofab::compress::compress(Compression::kOneBit, out + first, m, c.block,
                                       c.workerFeedback ? residual[r].data() + first : nullptr,
                                       enc->data());
             sent[r].push_back(std::move(enc));
@@ -166,12 +181,12 @@ int main(int argc, char** argv) {
             }
           }
         }
-        model.step(update.data(), c.lr);
+        model.step(update.data(), lr);
       } else {
         for (size_t j = 0; j < total; ++j) {
           syncVelocity[j] = c.momentum * syncVelocity[j] + update[j] / float(c.workers);
         }
-        model.step(syncVelocity.data(), c.lr);
+        model.step(syncVelocity.data(), lr);
       }
       samples += uint64_t(c.batch);
     }
@@ -200,8 +215,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "RESULT onebit_sim mode=%s reply_feedback=%d worker_feedback=%d lr=%g block=%zu seed=%llu "
-      "epochs=%d test_acc=%.4f\n",
+      "epochs=%d nesterov=%d decay_epochs=%d test_acc=%.4f\n",
       c.mode.c_str(), int(c.replyFeedback), int(c.workerFeedback), double(c.lr), c.block,
-      static_cast<unsigned long long>(c.seed), c.epochs, acc);
+      static_cast<unsigned long long>(c.seed), c.epochs, int(c.nesterov), c.decayEpochs, acc);
   return 0;
 }

@@ -77,6 +77,7 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
   so.gradientStragglers = c.gradientStragglers;
   so.gradcodeWindow = c.gradcodeWindow;
   so.replyFeedback = c.replyFeedback;
+  so.onebitNesterov = c.onebitNesterov;
   sync::SyncEnv env;
   env.rank = rank;
   env.worldSize = world;

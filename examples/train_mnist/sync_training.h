@@ -38,8 +38,9 @@ struct SyncTrainConfig {
   // gradcode: rounds a worker may fall behind (rank 0's test-set evaluation at each epoch end
   // lets the others run ~50-100 rounds ahead); the daemons keep that many rounds' results.
   int gradcodeWindow = 128;
-  bool replyFeedback = false;   // onebit: the daemons' error feedback on the replies
-  int slowRank = -1;  // this rank sleeps (slowFactor - 1) x its compute time every step
+  bool onebitNesterov = true;  // onebit: quantize the Nesterov look-ahead step
+  bool replyFeedback = false;  // onebit: the daemons' error feedback on the replies
+  int slowRank = -1;           // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
 };
 

@@ -55,6 +55,7 @@ void usage() {
                "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
                "                   [--reply-feedback on|off (onebit; default off)]\n"
+               "                   [--nesterov on|off (onebit; default on)]\n"
                "                   [--slow-rank R --slow-factor F] [--staleness-unit versions|clocks]\n"
                "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
                "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
@@ -92,6 +93,10 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
     else if (a == "--reply-feedback" && (v == "on" || v == "off")) {
       o->algo.replyFeedback = v == "on";
+      continue;
+    }
+    else if (a == "--nesterov" && (v == "on" || v == "off")) {
+      o->algo.onebitNesterov = v == "on";
       continue;
     }
     else if (a == "--staleness-unit") { o->algo.stalenessUnit = v; continue; }

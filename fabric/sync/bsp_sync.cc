@@ -42,7 +42,10 @@ class BspSync final : public AlgorithmBase {
       // momentum). Without compression this is the same update (the average of the workers'
       // velocities is the velocity of the averaged gradients); with 1-bit it converges much
       // better, because the smooth velocity, not the noisy gradient, is quantized.
-      std::span<const float> v = momentum_[0]->update(grad);
+      // onebit quantizes the Nesterov look-ahead step by default (SyncOptions::onebitNesterov).
+      std::span<const float> v = name_ == "onebit" && options_.onebitNesterov
+                                     ? momentum_[0]->nesterovUpdate(grad)
+                                     : momentum_[0]->update(grad);
       buf_.assign(v.begin(), v.end());
       COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
       model_.add(buf_, -options_.lr);

@@ -41,4 +41,11 @@ std::span<const float> Momentum::update(std::span<const float> grad) {
   return velocity_;
 }
 
+std::span<const float> Momentum::nesterovUpdate(std::span<const float> grad) {
+  update(grad);
+  lookahead_.resize(grad.size());
+  for (size_t i = 0; i < grad.size(); ++i) lookahead_[i] = grad[i] + momentum_ * velocity_[i];
+  return lookahead_;
+}
+
 }  // namespace cofab::sync

@@ -44,9 +44,13 @@ class Momentum {
   Momentum(size_t n, float momentum) : velocity_(n, 0.0f), momentum_(momentum) {}
   // v = momentum * v + grad; returns v.
   std::span<const float> update(std::span<const float> grad);
+  // Nesterov: v = momentum * v + grad as update(), but returns the look-ahead step
+  // grad + momentum * v (valid until the next call). onebit quantizes this instead of v.
+  std::span<const float> nesterovUpdate(std::span<const float> grad);
 
  private:
   std::vector<float> velocity_;
+  std::vector<float> lookahead_;  // nesterovUpdate()'s result
   float momentum_;
 };
 

@@ -51,5 +51,20 @@ TEST(MomentumTest, AccumulatesVelocity) {
   EXPECT_FLOAT_EQ(v[1], -3.0f);
 }
 
+TEST(MomentumTest, NesterovReturnsTheLookAheadStep) {
+  Momentum m(2, 0.5f), plain(2, 0.5f);
+  std::vector<float> g{1.0f, -2.0f};
+  auto s = m.nesterovUpdate(g);  // v = g, step = g + 0.5 v
+  EXPECT_FLOAT_EQ(s[0], 1.5f);
+  EXPECT_FLOAT_EQ(s[1], -3.0f);
+  s = m.nesterovUpdate(g);  // v = 1.5 g, step = g + 0.75 g
+  EXPECT_FLOAT_EQ(s[0], 1.75f);
+  EXPECT_FLOAT_EQ(s[1], -3.5f);
+  // The velocity itself evolves exactly as with update().
+  plain.update(g);
+  auto v = plain.update(g);
+  EXPECT_FLOAT_EQ(m.update(g)[0], 0.5f * v[0] + g[0]);
+}
+
 }  // namespace
 }  // namespace cofab::sync

@@ -245,6 +245,13 @@ SyncOptions withReplyFeedback() {
   return o;
 }
 
+// onebit quantizing the velocity itself instead of the Nesterov look-ahead step (the default).
+SyncOptions onebitVelocity() {
+  SyncOptions o = opts(0.02f);
+  o.onebitNesterov = false;
+  return o;
+}
+
 // ssp with the clock-based bound (SSP, the fast worker waits) instead of versions (dropped).
 SyncOptions sspByClocks() {
   SyncOptions o = opts(0.02f);
@@ -259,6 +266,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
                                            Case{"int8", "", opts(0.02f)},
                                            Case{"onebit", "", opts(0.02f)},
                                            Case{"onebit", "_reply_feedback", withReplyFeedback()},
+                                           Case{"onebit", "_velocity", onebitVelocity()},
                                            Case{"shadowsync", "", shadowOnlyAtTheEnds()},
                                            Case{"gossip", "ring", opts(0.02f)},
                                            Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
