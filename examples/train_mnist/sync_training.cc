@@ -173,6 +173,9 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
             for (size_t i = 0; i < w.grads.size(); ++i) w.grads[i] += w.partGrads[i];
           }
         }
+        // Simulated accelerator time: a step that waits without occupying a CPU core, so a
+        // small host can show who waits for whom (on 2 cores the CPU math alone is contended).
+        if (c.deviceMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.deviceMs));
         if (rank == c.slowRank && c.slowFactor > 1.0) {
           std::this_thread::sleep_for((Clock::now() - t0) * (c.slowFactor - 1.0));
         }

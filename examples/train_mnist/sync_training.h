@@ -42,6 +42,7 @@ struct SyncTrainConfig {
   bool replyFeedback = false;  // onebit: the daemons' error feedback on the replies
   int slowRank = -1;           // this rank sleeps (slowFactor - 1) x its compute time every step
   double slowFactor = 1.0;
+  int deviceMs = 0;  // every rank also sleeps this long per step (simulated accelerator time)
 };
 
 // Runs the whole job on this worker (bootstraps from the launcher's environment); the exit code.

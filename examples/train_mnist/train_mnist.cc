@@ -56,7 +56,8 @@ void usage() {
                "                   [--shadow-interval-ms MS] [--compression-block N]\n"
                "                   [--reply-feedback on|off (onebit; default off)]\n"
                "                   [--nesterov on|off (onebit; default on)]\n"
-               "                   [--slow-rank R --slow-factor F] [--staleness-unit versions|clocks]\n"
+               "                   [--slow-rank R --slow-factor F] [--device-ms D]\n"
+               "                   [--staleness-unit versions|clocks]\n"
                "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
                "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
                "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n",
@@ -85,6 +86,7 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--compression-block") o->algo.compressionBlock = std::strtoull(v.c_str(), &end, 10);
     else if (a == "--slow-rank") o->algo.slowRank = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
+    else if (a == "--device-ms") o->algo.deviceMs = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--gradient-stragglers")
       o->algo.gradientStragglers = int(std::strtol(v.c_str(), &end, 10));
     else if (a == "--gradcode-window")
@@ -104,7 +106,7 @@ bool parse(int argc, char** argv, Options* o) {
     if (end == nullptr || *end != '\0') return false;
   }
   return o->epochs > 0 && o->batch > 0 && o->hidden > 0 && o->lr > 0 && o->momentum >= 0 &&
-         o->momentum < 1;
+         o->momentum < 1 && o->algo.deviceMs >= 0;
 }
 
 int fail(const cofab::Status& s) {
