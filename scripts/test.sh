@@ -27,8 +27,15 @@ else
   bash "$root/scripts/build.sh"
 fi
 
+# DPDK's libraries are not built with TSan: packet memory handed from one poller to another
+# through DPDK's own rings (volatile accesses and rte_smp barriers, in uninstrumented code)
+# shows as races TSan cannot rule out. Under TSan the dpdk binaries and the dpdk instances of
+# the transport contract suite are left out; they run in the plain and ASan suites.
+excluded=()
+[[ "$sanitize" == thread ]] && excluded=(-LE dpdk -E '/dpdk$|[Dd]pdk')
+
 echo "test: running ctest in $BUILD_DIR"
 cd "$BUILD_DIR"
 start=$(date +%s)
-ctest -j2 --output-on-failure --timeout 300 "$@"
+ctest -j2 --output-on-failure --timeout 300 "${excluded[@]}" "$@"
 echo "test: done in $(( $(date +%s) - start )) s"
