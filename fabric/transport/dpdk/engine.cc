@@ -247,6 +247,8 @@ void Engine::shutdownAll() {
   while ((n = rte_ring_sc_dequeue_burst(injected_, batch, 32, nullptr)) > 0) {
     rte_pktmbuf_free_bulk(reinterpret_cast<rte_mbuf**>(batch), n);
   }
+  if (dataStashCount_ > 0) rte_pktmbuf_free_bulk(dataStash_, dataStashCount_);
+  dataStashCount_ = 0;
   if (auto eal = Eal::get(); eal.ok()) (*eal)->releasePort(port_);
 }
 
@@ -502,7 +504,11 @@ rte_mbuf* Engine::allocFrame(const NetAddress& peer, const FrameHeader& h, uint8
 
 rte_mbuf* Engine::allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t** payload) {
   if (poolAvail() < kPoolReserve) return nullptr;
-  rte_mbuf* m = rte_pktmbuf_alloc(port_->pool());
+  if (dataStashCount_ == 0 && rte_pktmbuf_alloc_bulk(port_->pool(), dataStash_, kDataStash) == 0) {
+    dataStashCount_ = kDataStash;
+  }
+  rte_mbuf* m =
+      dataStashCount_ > 0 ? dataStash_[--dataStashCount_] : rte_pktmbuf_alloc(port_->pool());
   if (m == nullptr) return nullptr;
   auto* p = reinterpret_cast<uint8_t*>(
       rte_pktmbuf_append(m, static_cast<uint16_t>(kFrameOverhead + t.length)));
