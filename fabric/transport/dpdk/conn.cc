@@ -222,7 +222,13 @@ void Conn::releaseInFlight() {
 
 void Conn::transmit(uint32_t seq, uint64_t now) {
   auto& f = inflight_[seq % kWindow];
-  rte_mbuf_refcnt_update(f.m, 1);  // ours stays; the PMD (or the peer, in ring mode) frees one
+  // Ours stays; the PMD (or the peer, in ring mode) frees one. A frame never sent is ours
+  // alone, so its count is simply set (no locked add); a resend may race the peer's free.
+  if (f.transmissions == 0) {
+    rte_mbuf_refcnt_set(f.m, 2);
+  } else {
+    rte_mbuf_refcnt_update(f.m, 1);
+  }
   engine_->queueTx(f.m);
   f.sentNs = now;
   ++f.transmissions;
@@ -248,8 +254,19 @@ bool Conn::buildDataFrame(uint64_t now) {
   h.seq = nxt_;
   h.length = static_cast<uint16_t>(std::min<size_t>(avail, engine_->maxFramePayload()));
   uint8_t* out = nullptr;
-  rte_mbuf* m = engine_->allocFrame(peer_, h, &out, true);
+  rte_mbuf* m;
+  if (h.length == engine_->maxFramePayload()) {
+    if (dataTemplate_.length != h.length) {
+      dataTemplate_ = makeFrameTemplate(engine_->local(), peer_, h);
+    }
+    m = engine_->allocDataFrame(dataTemplate_, nxt_, &out);
+  } else {
+    m = engine_->allocFrame(peer_, h, &out, true);  // a message's tail: a shorter frame
+  }
   if (m == nullptr) return false;
+  uint8_t* const payload = out;
+  // The frame CRC is computed while the payload is copied in: one pass over the bytes.
+  uint32_t crc = frameCrcStart(payload);
   size_t room = h.length;
   while (room > 0) {
     SendOp& op = sends_.front();
@@ -258,13 +275,14 @@ bool Conn::buildDataFrame(uint64_t now) {
       size_t take;
       if (op.offset < wire::kHeaderSize) {
         take = std::min(room, wire::kHeaderSize - op.offset);
-        std::memcpy(out, op.header.data() + op.offset, take);
+        crc = wire::crc32cCopy(crc, out, op.header.data() + op.offset, take);
       } else {
         size_t off = op.offset - wire::kHeaderSize;
         size_t i = 0;
         while (off >= op.slices[i].size) off -= op.slices[i++].size;
         take = std::min(room, op.slices[i].size - off);
-        std::memcpy(out, static_cast<const uint8_t*>(op.slices[i].data) + off, take);
+        crc =
+            wire::crc32cCopy(crc, out, static_cast<const uint8_t*>(op.slices[i].data) + off, take);
       }
       out += take;
       room -= take;
@@ -281,7 +299,7 @@ bool Conn::buildDataFrame(uint64_t now) {
       }
     }
   }
-  sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
+  setFrameCrc(payload, crc);
   auto& f = inflight_[nxt_ % kWindow];
   f = InFlight{m, 0, 0, false};
   Engine::bump(engine_->counters().txDataFrames);
@@ -316,16 +334,21 @@ void Conn::sendAck(uint64_t now) {
   h.srcConn = id_;
   h.ack = rcvNxt_;
   h.window = rcvHead_ + kWindow;
-  h.length = kSackBytes;
+  // Nothing is held past rcvMax_ (one past the highest frame held; rcvNxt_ is missing): without
+  // holes, the common case, the ack carries no bitmap at all, so neither side builds, checksums
+  // or scans 128 zero bytes per ack (one ack per receive burst).
+  const bool holes = seqLess(rcvNxt_ + 1, rcvMax_);
+  h.length = holes ? kSackBytes : 0;
   uint8_t* out = nullptr;
   rte_mbuf* m = engine_->allocFrame(peer_, h, &out, false);
   if (m == nullptr) return;  // retried at the next pump or keepalive
-  std::memset(out, 0, kSackBytes);
-  // Nothing is held past rcvMax_: without holes (the common case) the bitmap is all zeros.
-  for (uint32_t i = 0; i < kSackBits; ++i) {
-    const uint32_t seq = rcvNxt_ + 1 + i;
-    if (!seqLess(seq, rcvMax_) || !seqLess(seq, rcvHead_ + kWindow)) break;
-    if (rx_[seq % kWindow].m != nullptr) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  if (holes) {
+    std::memset(out, 0, kSackBytes);
+    for (uint32_t i = 0; i < kSackBits; ++i) {
+      const uint32_t seq = rcvNxt_ + 1 + i;
+      if (!seqLess(seq, rcvMax_) || !seqLess(seq, rcvHead_ + kWindow)) break;
+      if (rx_[seq % kWindow].m != nullptr) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+    }
   }
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
   engine_->queueTx(m);

@@ -147,6 +147,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Latest send time of a frame known delivered (sent once, then acked or SACKed): a hole sent
   // before it is lost (RACK, RFC 8985, with no reordering window: see retransmitHoles()).
   uint64_t rackXmitNs_ = 0;
+  // Headers of this connection's full-size Data frames (built at the first one).
+  FrameTemplate dataTemplate_;
 
   // Receive side.
   std::deque<RecvOp> recvs_;

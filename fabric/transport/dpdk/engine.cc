@@ -25,6 +25,12 @@ constexpr uint64_t kTickNs = 200'000;
 constexpr auto kRingSleep = std::chrono::milliseconds(2);
 // Data frames stop while fewer mbufs than this are free, so acks can always be built.
 constexpr unsigned kPoolReserve = 512;
+// poolAvail(): re-read the pool's count every this many calls, and at every call while fewer
+// than kPoolExactBelow mbufs were free. Between reads at most kPoolRecheck frames of ours and
+// the RX bursts of as many poller steps (acks and in-order data, freed in the same step, or
+// frames held past a hole, each counted by a call) can go: far less than the margin.
+constexpr unsigned kPoolRecheck = 32;
+constexpr unsigned kPoolExactBelow = 2 * kPoolReserve + 1024;
 constexpr uint64_t kSynFirstIntervalNs = 10'000'000;
 constexpr uint64_t kSynMaxIntervalNs = 100'000'000;
 constexpr unsigned kCommandRing = 4096;
@@ -241,6 +247,8 @@ void Engine::shutdownAll() {
   while ((n = rte_ring_sc_dequeue_burst(injected_, batch, 32, nullptr)) > 0) {
     rte_pktmbuf_free_bulk(reinterpret_cast<rte_mbuf**>(batch), n);
   }
+  if (dataStashCount_ > 0) rte_pktmbuf_free_bulk(dataStash_, dataStashCount_);
+  dataStashCount_ = 0;
   if (auto eal = Eal::get(); eal.ok()) (*eal)->releasePort(port_);
 }
 
@@ -467,11 +475,22 @@ void Engine::reapDone() {
   done_.clear();
 }
 
-bool Engine::poolLow() const { return rte_mempool_avail_count(port_->pool()) < 2 * kPoolReserve; }
+unsigned Engine::poolAvail() {
+  if (poolChecksLeft_ == 0 || poolAvail_ < kPoolExactBelow) {
+    poolAvail_ = rte_mempool_avail_count(port_->pool());
+    poolChecksLeft_ = kPoolRecheck;
+  }
+  --poolChecksLeft_;
+  const unsigned avail = poolAvail_;
+  if (poolAvail_ > 0) --poolAvail_;  // each call may be about to take one (never over-counts)
+  return avail;
+}
+
+bool Engine::poolLow() { return poolAvail() < 2 * kPoolReserve; }
 
 rte_mbuf* Engine::allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload,
                              bool data) {
-  if (data && rte_mempool_avail_count(port_->pool()) < kPoolReserve) return nullptr;
+  if (data && poolAvail() < kPoolReserve) return nullptr;
   rte_mbuf* m = rte_pktmbuf_alloc(port_->pool());
   if (m == nullptr) return nullptr;
   auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(frameSize(h))));
@@ -480,6 +499,24 @@ rte_mbuf* Engine::allocFrame(const NetAddress& peer, const FrameHeader& h, uint8
     return nullptr;
   }
   *payload = writeFrameHeaders(p, local_, peer, h);
+  return m;
+}
+
+rte_mbuf* Engine::allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t** payload) {
+  if (poolAvail() < kPoolReserve) return nullptr;
+  if (dataStashCount_ == 0 && rte_pktmbuf_alloc_bulk(port_->pool(), dataStash_, kDataStash) == 0) {
+    dataStashCount_ = kDataStash;
+  }
+  rte_mbuf* m =
+      dataStashCount_ > 0 ? dataStash_[--dataStashCount_] : rte_pktmbuf_alloc(port_->pool());
+  if (m == nullptr) return nullptr;
+  auto* p = reinterpret_cast<uint8_t*>(
+      rte_pktmbuf_append(m, static_cast<uint16_t>(kFrameOverhead + t.length)));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  *payload = stampFrame(p, t, seq);
   return m;
 }
 

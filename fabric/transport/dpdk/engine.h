@@ -93,12 +93,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A frame with room for `payload` bytes after the headers, addressed to `peer`; null when the
   // pool is (nearly) empty. Data frames leave a reserve so acks can still be sent.
   rte_mbuf* allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload, bool data);
+  // A data frame stamped from a connection's template (frame.h) with `seq`.
+  rte_mbuf* allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t** payload);
   // Queues a sealed frame for the next TX burst; takes one reference.
   void queueTx(rte_mbuf* m);
   uint16_t maxFramePayload() const { return maxFramePayload_; }
   // Few mbufs left: out-of-order frames are not held (conn.cc), so that holes can still be
   // received and repaired when many connections hold full reassembly windows.
-  bool poolLow() const;
+  bool poolLow();
   // Frames the port refused are still queued: build no new data frames until they are out.
   bool txBacklogged() const { return txCount_ >= kTxBuffer / 2; }
   uint64_t peerTimeoutNs() const { return options_.peerTimeoutNs; }
@@ -149,6 +151,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void reapDone();
   void shutdownAll();
   bool dropThisFrame();
+  // Free mbufs in the port's pool, for the reserve checks (allocFrame, poolLow). Exact while the
+  // pool is anywhere near a threshold; with plenty free, re-read only every kPoolRecheck calls
+  // and counted down by one per call meanwhile: rte_mempool_avail_count() reads the cache of
+  // every possible lcore (RTE_MAX_LCORE cache lines, 8 KiB apart), which cost the sender tens
+  // of ns per data frame when it ran for each one.
+  unsigned poolAvail();
 
   const EngineOptions options_;
   Port* const port_;
@@ -183,6 +191,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static constexpr int kTxBuffer = 64;
   rte_mbuf* tx_[kTxBuffer];
   int txCount_ = 0;
+  // Data frame mbufs taken from the pool kDataStash at a time (rte_pktmbuf_alloc_bulk): the
+  // mbufs come back from acks a window later, cold, and one bulk call overlaps their header
+  // misses where one alloc per frame paid each in turn. Freed at shutdown.
+  static constexpr unsigned kDataStash = 32;
+  rte_mbuf* dataStash_[kDataStash];
+  unsigned dataStashCount_ = 0;
+  unsigned poolAvail_ = 0;
+  unsigned poolChecksLeft_ = 0;
   uint64_t rng_;
   uint64_t dropThreshold_ = 0;  // drop when rng < threshold (rate * 2^64)
 };

@@ -1,5 +1,6 @@
 #include "fabric/transport/dpdk/frame.h"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -104,6 +105,32 @@ uint8_t* writeFrameHeaders(uint8_t* f, const NetAddress& src, const NetAddress& 
   uint8_t* fh = udp + kUdpHeaderSize;
   std::memcpy(fh, &header, sizeof(header));
   return fh + kFrameHeaderSize;
+}
+
+FrameTemplate makeFrameTemplate(const NetAddress& src, const NetAddress& dst,
+                                const FrameHeader& header) {
+  FrameTemplate t;
+  FrameHeader h = header;
+  h.seq = 0;
+  h.crc = 0;
+  writeFrameHeaders(t.bytes.data(), src, dst, h);
+  t.length = header.length;
+  return t;
+}
+
+uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq) {
+  std::memcpy(frame, t.bytes.data(), kFrameOverhead);
+  uint8_t* fh = frame + kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
+  std::memcpy(fh + offsetof(FrameHeader, seq), &seq, sizeof(seq));
+  return frame + kFrameOverhead;
+}
+
+uint32_t frameCrcStart(const uint8_t* payload) {
+  return wire::crc32c(0, payload - kFrameHeaderSize, kFrameHeaderSize);
+}
+
+void setFrameCrc(uint8_t* payload, uint32_t crc) {
+  std::memcpy(payload - kFrameHeaderSize + offsetof(FrameHeader, crc), &crc, sizeof(crc));
 }
 
 void sealFrame(uint8_t* frame) {

@@ -33,7 +33,8 @@ inline constexpr size_t kFrameOverhead =
     kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize + kFrameHeaderSize;
 inline constexpr uint32_t kFrameMagic = 0x4B444643;  // "CFDK"
 inline constexpr uint8_t kFrameVersion = 1;
-// Selective-ack bitmap carried by Ack frames: bit i says seq ack+1+i has arrived. Also the
+// Selective-ack bitmap carried by Ack frames (only while frames are held past a hole; an Ack
+// without payload says nothing arrived past `ack`): bit i says seq ack+1+i has arrived. Also the
 // reassembly window (conn.h): 1024 frames (1.4 MiB at MTU 1500) keep the sender going while a
 // hole at 10% loss is repaired; 256 stalled it behind every hole (docs/DPDK.md).
 inline constexpr size_t kSackBits = 1024;
@@ -100,6 +101,24 @@ uint8_t* writeFrameHeaders(uint8_t* frame, const NetAddress& src, const NetAddre
                            const FrameHeader& header);
 // Computes the frame CRC32C over the cofab header and payload.
 void sealFrame(uint8_t* frame);
+// For a sender that checksums the payload while writing it (wire::crc32cCopy) instead of
+// sealFrame(): the CRC32C of the cofab header in front of `payload` (crc field still 0) to
+// extend over the payload, and where the result goes. Same bytes as sealFrame() in the end.
+uint32_t frameCrcStart(const uint8_t* payload);
+void setFrameCrc(uint8_t* payload, uint32_t crc);
+
+// The headers of one connection's full-size Data frames, written once by writeFrameHeaders():
+// such frames differ only in seq and the CRC, so a sender copies the 74 bytes and patches seq
+// instead of rebuilding Ethernet/IPv4/UDP (and the IPv4 checksum) for every frame.
+struct FrameTemplate {
+  std::array<uint8_t, kFrameOverhead> bytes{};
+  uint16_t length = 0;  // payload bytes the lengths and IPv4 checksum were written for; 0: unset
+};
+FrameTemplate makeFrameTemplate(const NetAddress& src, const NetAddress& dst,
+                                const FrameHeader& header);
+// Writes `t` with sequence number `seq` into `frame`; returns where the payload goes. The same
+// bytes as writeFrameHeaders() with t's header and that seq; sealFrame() still follows.
+uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq);
 inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
 
 // Checks everything in `frame` against `localIp` (0: accept any destination IP).

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "fabric/transport/dpdk/frame.h"
+#include "fabric/wire/crc32c.h"
 
 namespace cofab::transport::dpdk {
 namespace {
@@ -38,6 +39,34 @@ TEST(DpdkFrameTest, RoundTrip) {
   // Ethernet padding after the IP packet is allowed.
   f.resize(f.size() + 10, 0);
   EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kOk);
+}
+
+TEST(DpdkFrameTest, StampedTemplateEqualsWrittenHeaders) {
+  FrameHeader h;
+  h.kind = FrameKind::kData;
+  h.dstConn = 7;
+  h.srcConn = 9;
+  h.length = 1440;
+  const FrameTemplate t = makeFrameTemplate(kA, kB, h);
+  for (uint32_t seq : {1u, 42u, 0xFFFFFFFFu}) {
+    h.seq = seq;
+    std::vector<uint8_t> written(frameSize(h), 0x33), stamped(frameSize(h), 0x33);
+    const uint8_t* pw = writeFrameHeaders(written.data(), kA, kB, h);
+    const uint8_t* ps = stampFrame(stamped.data(), t, seq);
+    EXPECT_EQ(pw - written.data(), ps - stamped.data());
+    sealFrame(written.data());
+    // The sender's way: CRC while copying the payload in (here all zeros), then set.
+    const std::vector<uint8_t> zeros(1440, 0);
+    uint8_t* payload = stamped.data() + kFrameOverhead;
+    setFrameCrc(payload, wire::crc32cCopy(frameCrcStart(payload), payload, zeros.data(), 1440));
+    std::fill(written.begin() + kFrameOverhead, written.end(), 0);
+    sealFrame(written.data());
+    EXPECT_EQ(written, stamped) << "seq " << seq;
+    ParsedFrame p;
+    ASSERT_EQ(parseFrame(stamped.data(), stamped.size(), kB.ip, &p), RxVerdict::kOk);
+    EXPECT_EQ(p.header.seq, seq);
+    EXPECT_EQ(p.header.length, 1440);
+  }
 }
 
 TEST(DpdkFrameTest, EveryBitFlipInTheCofabPartIsCaught) {
@@ -79,9 +108,9 @@ TEST(DpdkFrameTest, AddressesParseAndPrint) {
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(*a, kA);
   EXPECT_EQ(kA.toString(), "02:cf:ab:00:00:01/10.0.0.1:47000");
-  for (const char* bad : {"", "10.0.0.1:5", "02:cf:ab:00:00:01/10.0.0.1", "zz:cf:ab:00:00:01/1.2.3.4:5",
-                          "02:cf:ab:00:00:01/10.0.0.1:0", "02:cf:ab:00:00:01/300.0.0.1:5",
-                          "02:cf:ab:00:00:01/10.0.0.1:5x"}) {
+  for (const char* bad : {"", "10.0.0.1:5", "02:cf:ab:00:00:01/10.0.0.1",
+                          "zz:cf:ab:00:00:01/1.2.3.4:5", "02:cf:ab:00:00:01/10.0.0.1:0",
+                          "02:cf:ab:00:00:01/300.0.0.1:5", "02:cf:ab:00:00:01/10.0.0.1:5x"}) {
     EXPECT_EQ(parseNetAddress(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
 }

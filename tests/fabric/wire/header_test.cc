@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -65,6 +66,25 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryAlignmentAndLength) {
     ASSERT_EQ(crc32c(0x12345678u, buf.data() + 3, len),
               crc32cPortable(0x12345678u, buf.data() + 3, len))
         << "len " << len;
+  }
+}
+
+TEST(Crc32cTest, CopyCopiesAndMatchesAtEveryAlignmentAndLength) {
+  std::vector<uint8_t> src(3000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t off : {0, 1, 3, 7}) {
+    for (size_t len = 0; len <= 3 * 480 + 200; ++len) {
+      std::vector<uint8_t> dst(len + 16, 0xEE);
+      ASSERT_EQ(crc32cCopy(0x12345678u, dst.data() + 5, src.data() + off, len),
+                crc32cPortable(0x12345678u, src.data() + off, len))
+          << "off " << off << " len " << len;
+      ASSERT_TRUE(std::equal(src.begin() + static_cast<ptrdiff_t>(off),
+                             src.begin() + static_cast<ptrdiff_t>(off + len), dst.begin() + 5))
+          << "off " << off << " len " << len;
+      // Nothing written around the destination.
+      for (size_t i = 0; i < 5; ++i) ASSERT_EQ(dst[i], 0xEE);
+      for (size_t i = len + 5; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+    }
   }
 }
 
