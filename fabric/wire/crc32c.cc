@@ -70,60 +70,11 @@ inline uint32_t shift(const std::array<std::array<uint32_t, 256>, 4>& z, uint32_
   return z[0][c & 0xFF] ^ z[1][(c >> 8) & 0xFF] ^ z[2][(c >> 16) & 0xFF] ^ z[3][c >> 24];
 }
 
+// CRC32C of three adjacent blocks at once (three independent crc32 chains hide the
+// instruction's latency), joined with the shift tables. With kCopy it also stores what it loads
+// at `d` (same layout as `p`): the copy then costs no second pass over the data.
+template <bool kCopy>
 __attribute__((target("sse4.2"))) inline const uint8_t* threeStreams(
-    const uint8_t* p, size_t block, const std::array<std::array<uint32_t, 256>, 4>& z,
-    uint64_t& c0) {
-  uint64_t c1 = 0;
-  uint64_t c2 = 0;
-  const uint8_t* end = p + block;
-  do {
-    uint64_t v0;
-    uint64_t v1;
-    uint64_t v2;
-    std::memcpy(&v0, p, 8);
-    std::memcpy(&v1, p + block, 8);
-    std::memcpy(&v2, p + 2 * block, 8);
-    c0 = _mm_crc32_u64(c0, v0);
-    c1 = _mm_crc32_u64(c1, v1);
-    c2 = _mm_crc32_u64(c2, v2);
-    p += 8;
-  } while (p < end);
-  c0 = shift(z, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
-  c0 = shift(z, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c2);
-  return p + 2 * block;
-}
-
-__attribute__((target("sse4.2"))) uint32_t crc32cSse42(uint32_t crc, const void* data,
-                                                       size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t c = ~crc;
-  if (size >= 3 * kShortBlock) {
-    const ShiftTables& t = shiftTables();
-    while (size >= 3 * kLongBlock) {
-      p = threeStreams(p, kLongBlock, t.longZeros, c);
-      size -= 3 * kLongBlock;
-    }
-    while (size >= 3 * kShortBlock) {
-      p = threeStreams(p, kShortBlock, t.shortZeros, c);
-      size -= 3 * kShortBlock;
-    }
-  }
-  while (size >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
-    p += 8;
-    size -= 8;
-  }
-  while (size > 0) {
-    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-    --size;
-  }
-  return ~static_cast<uint32_t>(c);
-}
-
-// threeStreams() that also stores what it loads at `d` (same layout as `p`).
-__attribute__((target("sse4.2"))) inline const uint8_t* threeStreamsCopy(
     const uint8_t* p, uint8_t*& d, size_t block, const std::array<std::array<uint32_t, 256>, 4>& z,
     uint64_t& c0) {
   uint64_t c1 = 0;
@@ -136,46 +87,52 @@ __attribute__((target("sse4.2"))) inline const uint8_t* threeStreamsCopy(
     std::memcpy(&v0, p, 8);
     std::memcpy(&v1, p + block, 8);
     std::memcpy(&v2, p + 2 * block, 8);
-    std::memcpy(d, &v0, 8);
-    std::memcpy(d + block, &v1, 8);
-    std::memcpy(d + 2 * block, &v2, 8);
+    if constexpr (kCopy) {
+      std::memcpy(d, &v0, 8);
+      std::memcpy(d + block, &v1, 8);
+      std::memcpy(d + 2 * block, &v2, 8);
+      d += 8;
+    }
     c0 = _mm_crc32_u64(c0, v0);
     c1 = _mm_crc32_u64(c1, v1);
     c2 = _mm_crc32_u64(c2, v2);
     p += 8;
-    d += 8;
   } while (p < end);
   c0 = shift(z, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
   c0 = shift(z, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c2);
-  d += 2 * block;
+  if constexpr (kCopy) d += 2 * block;
   return p + 2 * block;
 }
 
-__attribute__((target("sse4.2"))) uint32_t crc32cCopySse42(uint32_t crc, uint8_t* d,
-                                                           const uint8_t* p, size_t size) {
+// CRC32C of p[0, size), continuing `crc`; with kCopy also copies p to d.
+template <bool kCopy>
+__attribute__((target("sse4.2"))) uint32_t crc32cSse42(uint32_t crc, uint8_t* d, const uint8_t* p,
+                                                       size_t size) {
   uint64_t c = ~crc;
   if (size >= 3 * kShortBlock) {
     const ShiftTables& t = shiftTables();
     while (size >= 3 * kLongBlock) {
-      p = threeStreamsCopy(p, d, kLongBlock, t.longZeros, c);
+      p = threeStreams<kCopy>(p, d, kLongBlock, t.longZeros, c);
       size -= 3 * kLongBlock;
     }
     while (size >= 3 * kShortBlock) {
-      p = threeStreamsCopy(p, d, kShortBlock, t.shortZeros, c);
+      p = threeStreams<kCopy>(p, d, kShortBlock, t.shortZeros, c);
       size -= 3 * kShortBlock;
     }
   }
   while (size >= 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
-    std::memcpy(d, &v, 8);
+    if constexpr (kCopy) {
+      std::memcpy(d, &v, 8);
+      d += 8;
+    }
     c = _mm_crc32_u64(c, v);
     p += 8;
-    d += 8;
     size -= 8;
   }
   while (size > 0) {
-    *d++ = *p;
+    if constexpr (kCopy) *d++ = *p;
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
     --size;
   }
@@ -223,19 +180,19 @@ bool crc32cIsHardware() {
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
 #if COFAB_CRC32C_X86
-  if (crc32cIsHardware()) return crc32cSse42(crc, data, size);
+  if (crc32cIsHardware()) {
+    uint8_t* none = nullptr;
+    return crc32cSse42<false>(crc, none, static_cast<const uint8_t*>(data), size);
+  }
 #endif
   return crc32cPortable(crc, data, size);
 }
 
-}  // namespace cofab::wire
-
-namespace cofab::wire {
-
 uint32_t crc32cCopy(uint32_t crc, void* dst, const void* src, size_t size) {
 #if COFAB_CRC32C_X86
   if (crc32cIsHardware()) {
-    return crc32cCopySse42(crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), size);
+    return crc32cSse42<true>(crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
+                             size);
   }
 #endif
   if (size > 0) std::memcpy(dst, src, size);
