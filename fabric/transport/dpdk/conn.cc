@@ -237,7 +237,7 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
 
 bool Conn::buildDataFrame(uint64_t now) {
   if (sends_.empty()) return false;
-  if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
+  if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_) || pipeFull()) return false;
   if (engine_->txBacklogged()) {
     pumpWanted_ = true;  // again at the next step, after the port took the backlog
     return false;
@@ -327,6 +327,17 @@ bool Conn::buildFin(uint64_t now) {
   return true;
 }
 
+bool Conn::pipeFull() const {
+  // The pipe: frames sent after the newest one known delivered (acked or SACKed). What lies
+  // below it is either delivered or a hole being repaired, and is not queued in the rings. Why
+  // bound it separately from the window: a ring between the pollers as deep as the window
+  // (memif's default 1024 slots) fills to the window under a receiver-bound load, and then a
+  // hole's retransmission queues behind a full ring, the window runs out behind the hole, and
+  // the sender stalls for a ring's drain per hole: at 10% loss, most of the time.
+  const uint32_t delivered = seqLess(una_, highestSacked_) ? highestSacked_ : una_;
+  return nxt_ - delivered >= engine_->pipeFrames();
+}
+
 void Conn::sendAck(uint64_t now) {
   FrameHeader h;
   h.kind = FrameKind::kAck;
@@ -366,6 +377,7 @@ void Conn::pump(uint64_t now) {
     auto& c = engine_->counters();
     Engine::bump(nxt_ - una_ >= kWindow           ? c.txStallInFlight
                  : !seqLess(nxt_, peerWindowEnd_) ? c.txStallPeerWindow
+                 : pipeFull()                     ? c.txStallPipe
                                                   : c.txStallPool);
   }
   buildFin(now);
@@ -413,6 +425,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
       fl = InFlight{};
     }
     una_ = ack;
+    if (seqLess(highestSacked_, una_)) highestSacked_ = una_;  // keeps it within 2^31 of una_
     pumpWanted_ = true;
   }
   if (f.header.length >= kSackBytes) {
@@ -440,7 +453,10 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
       updateRtt(elapsed(now, newestSample));
       rackXmitNs_ = std::max(rackXmitNs_, newestSample);
     }
-    if (any && seqLess(highestSacked_, highest + 1)) highestSacked_ = highest + 1;
+    if (any && seqLess(highestSacked_, highest + 1)) {
+      highestSacked_ = highest + 1;
+      pumpWanted_ = true;  // the pipe emptied by that much
+    }
     if (any) retransmitHoles(now);
   }
   if (state_ == State::kClosing && finSent_ && una_ == nxt_) {

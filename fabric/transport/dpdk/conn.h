@@ -107,6 +107,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
                     std::vector<uint8_t>&& owned);
   void failOps(const Status& s);
   bool buildDataFrame(uint64_t now);
+  bool pipeFull() const;  // DpdkOptions::pipeFrames reached (conn.cc says why)
   bool buildFin(uint64_t now);
   void transmit(uint32_t seq, uint64_t now);
   void sendAck(uint64_t now);

@@ -29,6 +29,9 @@ COFAB_PARAM_INT(kIdleSpinUs, "COFAB_DPDK_IDLE_SPIN_US", 50, -1, 10'000'000,
                 "busy-poll forever (lowest latency, one core per context)");
 COFAB_PARAM_INT(kIdleNapUs, "COFAB_DPDK_IDLE_NAP_US", 100, 1, 100'000,
                 "dpdk poller: length of a nap on a PMD port (memif, af_packet, NIC) when idle");
+COFAB_PARAM_INT(kPipeFrames, "COFAB_DPDK_PIPE_FRAMES", 128, 1, 1024,
+                "dpdk connection: data frames sent past the newest one the peer acknowledged "
+                "(keeps the rings short so retransmissions are not queued behind them)");
 
 // Runs `fn` on a short-lived thread: completions after the poller stopped must still never run
 // inline (connection.h).
@@ -186,6 +189,15 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
     COFAB_ASSIGN_OR_RETURN(nap, kIdleNapUs.get());
   }
   e.idleNapNs = static_cast<uint64_t>(nap) * 1000;
+  int64_t pipe = dpdk.pipeFrames;
+  if (pipe <= 0) {
+    COFAB_ASSIGN_OR_RETURN(pipe, kPipeFrames.get());
+  }
+  if (pipe > 1024) {
+    return InvalidArgument("dpdk: pipeFrames " + std::to_string(pipe) +
+                           " exceeds the 1024-frame window");
+  }
+  e.pipeFrames = static_cast<uint32_t>(pipe);
   COFAB_ASSIGN_OR_RETURN(auto engine, Engine::create(e));
   return std::shared_ptr<Context>(std::make_shared<DpdkContext>(std::move(engine)));
 }

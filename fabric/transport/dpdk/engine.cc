@@ -647,7 +647,8 @@ DpdkStats Engine::stats() const {
       r(c.rxBadChecksum), r(c.rxBadHeader),     r(c.rxUnknownConnection), r(c.rxInjectedDrops),
       r(c.rxDuplicates),  r(c.rxOutOfWindow),   r(c.retransmits),         r(c.timeouts),
       r(c.txDrops),       r(c.txDataFrames),    r(c.rxDataDelivered),     pollerCpuNs(),
-      r(c.pollerBusyNs),  r(c.txStallInFlight), r(c.txStallPeerWindow),   r(c.txStallPool)};
+      r(c.pollerBusyNs),  r(c.txStallInFlight), r(c.txStallPeerWindow),   r(c.txStallPool),
+      r(c.txStallPipe)};
 }
 
 uint64_t Engine::pollerCpuNs() const {

@@ -51,6 +51,7 @@ struct EngineOptions {
   int64_t idleSpinNs = 50'000;
   // Sleep bound of a PMD port (it cannot wake the poller); ring ports are woken by their peer.
   uint64_t idleNapNs = 100'000;
+  uint32_t pipeFrames = 128;  // DpdkOptions::pipeFrames
 };
 
 class ListenerState {
@@ -104,6 +105,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Frames the port refused are still queued: build no new data frames until they are out.
   bool txBacklogged() const { return txCount_ >= kTxBuffer / 2; }
   uint64_t peerTimeoutNs() const { return options_.peerTimeoutNs; }
+  uint32_t pipeFrames() const { return options_.pipeFrames; }
   void sendRst(const NetAddress& to, uint32_t dstConn, uint32_t srcConn);
   void connDone(uint32_t id);  // the connection is finished: remove it after this step
 
@@ -113,7 +115,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
         rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0}, rxDuplicates{0},
         rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0}, txDataFrames{0},
         rxDataDelivered{0}, pollerBusyNs{0}, txStallInFlight{0}, txStallPeerWindow{0},
-        txStallPool{0};
+        txStallPool{0}, txStallPipe{0};
   };
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

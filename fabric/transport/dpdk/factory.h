@@ -40,6 +40,12 @@ struct DpdkOptions {
   // with a core to spare); < -1: COFAB_DPDK_IDLE_SPIN_US (default 50).
   int64_t idleSpinUs = -2;
   int64_t idleNapUs = 0;  // 0: COFAB_DPDK_IDLE_NAP_US (default 100)
+  // Frames a connection keeps in the pipe: sent past the newest one the peer has (cumulatively
+  // or selectively) acknowledged. 0: COFAB_DPDK_PIPE_FRAMES (default 128). The window (1024
+  // frames from the oldest unacknowledged one) still bounds the sequence range; this bounds what
+  // queues in the rings between the two pollers, so a retransmission does not wait behind a
+  // full ring (docs/DPDK.md, "Pipe limit").
+  int64_t pipeFrames = 0;
 };
 
 StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
@@ -73,11 +79,13 @@ struct DpdkStats {
   uint64_t pollerBusyNs = 0;
   // Why a connection with data to send stopped building frames (counted once per poller step):
   // the in-flight window was full (waiting on the oldest unacked frame: a hole being repaired),
-  // or the receiver's advertised window (waiting on its application), or the pool's reserve or
+  // the pipe limit (waiting on acks of frames already on their way), or the receiver's
+  // advertised window (waiting on its application), or the pool's reserve or
   // a TX backlog the port has not taken yet.
   uint64_t txStallInFlight = 0;
   uint64_t txStallPeerWindow = 0;
   uint64_t txStallPool = 0;
+  uint64_t txStallPipe = 0;  // the pipe limit (DpdkOptions::pipeFrames) was reached
 };
 
 // InvalidArgument if `context` is not a dpdk context.

@@ -14,19 +14,22 @@ namespace cofab::transport::testing {
 namespace {
 
 StatusOr<std::shared_ptr<Context>> makeContext(const std::string& id, double dropRate = 0,
-                                               int64_t seed = 1, int64_t peerTimeoutMs = 0) {
-  return dpdk::createContext(
-      {.localId = id}, {.dropRate = dropRate, .dropSeed = seed, .peerTimeoutMs = peerTimeoutMs});
+                                               int64_t seed = 1, int64_t peerTimeoutMs = 0,
+                                               int64_t pipeFrames = 0) {
+  return dpdk::createContext({.localId = id}, {.dropRate = dropRate,
+                                               .dropSeed = seed,
+                                               .peerTimeoutMs = peerTimeoutMs,
+                                               .pipeFrames = pipeFrames});
 }
 
 class DpdkTransportTest : public ::testing::Test {
  protected:
-  void start(double dropRate = 0, int64_t peerTimeoutMs = 0) {
-    auto s = makeContext("server", dropRate, 11, peerTimeoutMs);
+  void start(double dropRate = 0, int64_t peerTimeoutMs = 0, int64_t pipeFrames = 0) {
+    auto s = makeContext("server", dropRate, 11, peerTimeoutMs, pipeFrames);
     if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
-    auto c = makeContext("client", dropRate, 22, peerTimeoutMs);
+    auto c = makeContext("client", dropRate, 22, peerTimeoutMs, pipeFrames);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *c;
     auto l = server_->listen({});
@@ -172,6 +175,27 @@ TEST_F(DpdkTransportTest, TenPercentLossDeliversEverythingOnceInOrder) {
   EXPECT_EQ(s->rxDataDelivered, c->txDataFrames);
   EXPECT_GT(c->pollerCpuNs, 0u);
   EXPECT_GT(s->pollerCpuNs, 0u);
+}
+
+TEST_F(DpdkTransportTest, ATinyPipeStallsTheSenderButLosesNothingUnderLoss) {
+  // Four frames past the newest acknowledged one: the sender waits on acks all the time, and
+  // holes below the pipe are still resent and filled.
+  start(0.10, 0, 4);
+  if (IsSkipped()) return;
+  streamInOrder(100, 20000);
+  auto c = dpdk::stats(*client_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->txStallPipe, 0u);
+  EXPECT_GT(c->retransmits, 0u);
+  EXPECT_EQ(c->txStallInFlight, 0u);  // the pipe, not the 1024-frame window, held it back
+}
+
+TEST(DpdkTransportOptions, APipeLargerThanTheWindowIsRefused) {
+  auto c = makeContext("client", 0, 1, 0, 1025);
+  if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("pipeFrames"), std::string::npos) << c.status();
 }
 
 TEST_F(DpdkTransportTest, LargeMessageUnderLoss) {
