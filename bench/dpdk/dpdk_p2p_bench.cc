@@ -74,6 +74,10 @@ double nowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The "crc" case: bulk messages carry the end-to-end payload CRC32C (wire kFlagPayloadCrc) on top
+// of the frame CRC. Set before the case's processes fork.
+bool gPayloadCrc = false;
+
 // Server side: receives 1 MiB messages until the last one, then echoes 64-byte pings until the
 // last one. Prints goodput_gbps.
 std::string serve(Connection& conn) {
@@ -172,6 +176,7 @@ std::string blast(Connection& conn, double seconds) {
   auto& one = st.one;
   one = [&, until] {
     wire::Header h;
+    if (gPayloadCrc) h.flags = wire::kFlagPayloadCrc;
     const bool lastOne = nowS() >= until;
     if (lastOne) {
       if (stop.exchange(true)) return;
@@ -382,8 +387,9 @@ int main(int argc, char** argv) {
   const std::string dir = ::mkdtemp(tmpl);
 
   // Raw memif frame rate: the receiver (server) must be up before the client connects.
-  // Which cases run (third argument, comma-separated; default all): raw, dpdk, lossy, tcp, busy.
-  const std::string cases = argc > 3 ? argv[3] : "raw,dpdk,lossy,tcp,busy";
+  // Which cases run (third argument, comma-separated; default all): raw, dpdk, lossy, tcp, busy,
+  // crc (lossless with the end-to-end payload CRC on).
+  const std::string cases = argc > 3 ? argv[3] : "raw,dpdk,lossy,tcp,busy,crc";
   auto want = [&](const std::string& c) {
     return ("," + cases + ",").find("," + c + ",") != std::string::npos;
   };
@@ -409,9 +415,10 @@ int main(int argc, char** argv) {
   auto runCase = [&](const std::string& transport, double drop, int64_t spin,
                      const std::string& name) -> std::pair<std::string, std::string> {
     if (!want(name)) return {"skipped", "skipped"};
-    const std::string sub = dir + "/" + transport + std::to_string(static_cast<int>(drop * 100)) +
+    const std::string sub = dir + "/" + name + std::to_string(static_cast<int>(drop * 100)) +
                             "_" + std::to_string(spin);
     std::filesystem::create_directories(sub);
+    gPayloadCrc = name == "crc";
     Child s = spawn([&] { return side(transport, true, sub, seconds, drop, spin); });
     Child c = spawn([&] { return side(transport, false, sub, seconds, drop, spin); });
     const std::string cs = collect(c);
@@ -424,6 +431,7 @@ int main(int argc, char** argv) {
   const auto lossy = runCase("dpdk", 0.10, spinUs, "lossy");
   const auto tcp = runCase("tcp", 0, spinUs, "tcp");
   const auto busy = runCase("dpdk", 0, -1, "busy");
+  const auto crc = runCase("dpdk", 0, spinUs, "crc");
   auto num = [](const std::string& v) { return v == "nan" ? 0.0 : std::atof(v.c_str()); };
   const std::string good = valueOf(dpdk.first, "goodput_gbps");
   const std::string lossyGood = valueOf(lossy.first, "goodput_gbps");
@@ -439,9 +447,11 @@ int main(int argc, char** argv) {
       valueOf(tcp.second, "rtt_p50_us").c_str(), lossyGood.c_str(), static_cast<long long>(spinUs));
   std::printf(
       "RESULT dpdk_p2p_ratios of_raw=%s of_tcp=%s lossy10_of_lossless=%s "
-      "busy_poll_goodput_gbps=%s busy_poll_rtt_p50_us=%s\n",
+      "busy_poll_goodput_gbps=%s busy_poll_rtt_p50_us=%s payload_crc_goodput_gbps=%s "
+      "payload_crc_rx_cpu_ns_per_frame=%s\n",
       ratio(good, rawGood).c_str(), ratio(good, tcpGood).c_str(), ratio(lossyGood, good).c_str(),
-      valueOf(busy.first, "goodput_gbps").c_str(), valueOf(busy.second, "rtt_p50_us").c_str());
+      valueOf(busy.first, "goodput_gbps").c_str(), valueOf(busy.second, "rtt_p50_us").c_str(),
+      valueOf(crc.first, "goodput_gbps").c_str(), valueOf(crc.first, "cpu_ns_per_frame").c_str());
   // Poller CPU per Data frame (sender: built; receiver: delivered), and under loss: frames
   // delivered per frame sent (retransmissions included) and sender retransmissions per drop
   // injected at the receiver.

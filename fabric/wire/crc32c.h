@@ -20,6 +20,15 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t size);
 // on top of the CRC (the dpdk sender fills each frame this way instead of memcpy then CRC).
 uint32_t crc32cCopy(uint32_t crc, void* dst, const void* src, size_t size);
 
+// crc32c(crcA, B) for bytes B of length `sizeB` whose own checksum crc32c(0, B) is `crcB`,
+// without reading B: checksums of adjacent pieces are joined (CRC is linear: appending B
+// advances the register over sizeB zero bytes, then adds B's own CRC). Lets a receiver that
+// has checksummed a frame's payload for the frame CRC reuse it for a message checksum that
+// covers the same bytes. Costs four table lookups; the 4 KiB table for a size is built on a
+// thread's first use of it (~50 us) and each thread keeps the last few sizes, so it is meant
+// for a few fixed sizes (a full frame's payload), not for arbitrary ones.
+uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, size_t sizeB);
+
 // The portable implementation, exposed so tests can compare it with the hardware one.
 uint32_t crc32cPortable(uint32_t crc, const void* data, size_t size);
 // Whether crc32c() uses the SSE4.2 instruction on this CPU.

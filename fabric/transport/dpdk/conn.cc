@@ -516,6 +516,8 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   slot.payload = f.payload;
   slot.length = f.header.length;
   slot.fin = f.header.kind == FrameKind::kFin;
+  slot.crcKnown = f.payloadCrcKnown;
+  slot.crc = f.payloadCrc;
   kept = true;
   if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
@@ -557,7 +559,7 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
   }
 }
 
-bool Conn::consume(const uint8_t* data, size_t n, size_t* used) {
+bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc) {
   *used = 0;
   while (*used < n || (inPayload_ && payloadDone_ == curHeader_.payloadLength)) {
     if (!inPayload_) {
@@ -602,15 +604,29 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used) {
     const uint64_t left = curHeader_.payloadLength - payloadDone_;
     size_t take = static_cast<size_t>(std::min<uint64_t>(n - *used, left));
     const uint8_t* src = data + *used;
-    if (curHeader_.hasPayloadCrc()) payloadCrc_ = wire::crc32c(payloadCrc_, src, take);
+    // The payload checksum: when these bytes are all of `data` and its CRC is known (the frame
+    // check computed it), joined in without reading them again; otherwise computed while the
+    // bytes are copied out, in one pass.
+    bool crc = curHeader_.hasPayloadCrc();
+    if (crc && dataCrc != nullptr && *used == 0 && take == n) {
+      payloadCrc_ = wire::crc32cCombine(payloadCrc_, *dataCrc, n);
+      crc = false;
+    }
+    auto copy = [&](uint8_t* dst, const uint8_t* from, size_t c) {
+      if (crc) {
+        payloadCrc_ = wire::crc32cCopy(payloadCrc_, dst, from, c);
+      } else {
+        std::memcpy(dst, from, c);
+      }
+    };
     if (op.owned) {
-      if (take > 0) std::memcpy(ownedBuf_.data() + payloadDone_, src, take);  // may be empty
+      if (take > 0) copy(ownedBuf_.data() + payloadDone_, src, take);  // may be empty
     } else {
       size_t rest = take;
       while (rest > 0) {
         const MutableSlice& d = op.dest[destIndex_];
         const size_t c = std::min(rest, d.size - destOffset_);
-        std::memcpy(static_cast<uint8_t*>(d.data) + destOffset_, src, c);
+        copy(static_cast<uint8_t*>(d.data) + destOffset_, src, c);
         src += c;
         rest -= c;
         destOffset_ += c;
@@ -654,7 +670,9 @@ void Conn::deliver() {
       return;
     }
     size_t used = 0;
-    const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used);
+    const bool whole = headOffset_ == 0 && slot.crcKnown;
+    const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used,
+                              whole ? &slot.crc : nullptr);
     if (state_ == State::kDone) return;
     headOffset_ += used;
     if (headOffset_ < slot.length) return;  // waits for a receive

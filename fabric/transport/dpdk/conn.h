@@ -99,6 +99,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const uint8_t* payload = nullptr;
     uint16_t length = 0;
     bool fin = false;
+    bool crcKnown = false;  // crc32c(0, payload, length), from the frame CRC check
+    uint32_t crc = 0;
   };
 
   void setError(const Status& s);
@@ -116,7 +118,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void retransmitHoles(uint64_t now);
   void deliver();
   // Consumes payload bytes for the message being reassembled; false when it must wait.
-  bool consume(const uint8_t* data, size_t n, size_t* used);
+  // `dataCrc`: crc32c(0, data, n) when known (a whole frame's payload), else null.
+  bool consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc = nullptr);
   void releaseInFlight();
   void updateRtt(uint64_t sampleNs);
 

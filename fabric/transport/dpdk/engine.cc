@@ -282,7 +282,8 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
   ParsedFrame f;
   const RxVerdict v = m->nb_segs != 1 ? RxVerdict::kBadLength
                                       : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*),
-                                                   rte_pktmbuf_data_len(m), local_.ip, &f);
+                                                   rte_pktmbuf_data_len(m), local_.ip, &f,
+                                                   maxFramePayload_);
   bool kept = false;
   switch (v) {
     case RxVerdict::kOk:

@@ -34,12 +34,16 @@ uint16_t ipv4Checksum(const uint8_t* ip) {
   return static_cast<uint16_t>(~sum);
 }
 
-uint32_t frameCrc(const uint8_t* fh, size_t payloadLen) {
+// CRC32C of the cofab header at `fh` with its crc field taken as 0.
+uint32_t headerCrc(const uint8_t* fh) {
   FrameHeader h;
   std::memcpy(&h, fh, sizeof(h));
   h.crc = 0;
-  uint32_t crc = wire::crc32c(0, &h, sizeof(h));
-  return wire::crc32c(crc, fh + kFrameHeaderSize, payloadLen);
+  return wire::crc32c(0, &h, sizeof(h));
+}
+
+uint32_t frameCrc(const uint8_t* fh, size_t payloadLen) {
+  return wire::crc32c(headerCrc(fh), fh + kFrameHeaderSize, payloadLen);
 }
 
 }  // namespace
@@ -141,7 +145,8 @@ void sealFrame(uint8_t* frame) {
   std::memcpy(fh + offsetof(FrameHeader, crc), &h.crc, sizeof(h.crc));
 }
 
-RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out) {
+RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out,
+                     uint16_t keepCrcLength) {
   if (size < kEthHeaderSize) return RxVerdict::kBadLength;
   if (get16be(f + 12) != kEtherTypeIpv4) return RxVerdict::kForeign;
   if (size < kEthHeaderSize + kIpv4HeaderSize) return RxVerdict::kBadLength;
@@ -166,7 +171,15 @@ RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFram
   if (h.magic != kFrameMagic || h.version != kFrameVersion) return RxVerdict::kForeign;
   if (udpLen != kUdpHeaderSize + kFrameHeaderSize + h.length) return RxVerdict::kBadLength;
   if (h.kind < FrameKind::kData || h.kind > FrameKind::kRst) return RxVerdict::kBadHeader;
-  if (frameCrc(fh, h.length) != h.crc) return RxVerdict::kBadChecksum;
+  out->payloadCrcKnown = keepCrcLength != 0 && h.length == keepCrcLength;
+  if (out->payloadCrcKnown) {
+    out->payloadCrc = wire::crc32c(0, fh + kFrameHeaderSize, h.length);
+    if (wire::crc32cCombine(headerCrc(fh), out->payloadCrc, h.length) != h.crc) {
+      return RxVerdict::kBadChecksum;
+    }
+  } else if (frameCrc(fh, h.length) != h.crc) {
+    return RxVerdict::kBadChecksum;
+  }
   out->header = h;
   out->payload = fh + kFrameHeaderSize;
   std::memcpy(out->src.mac.data(), f + 6, 6);

@@ -79,6 +79,25 @@ TEST(DpdkFrameTest, EveryBitFlipInTheCofabPartIsCaught) {
   }
 }
 
+TEST(DpdkFrameTest, AFullFramesPayloadCrcIsKeptAndItsCheckStillCatchesEveryFlip) {
+  // keepCrcLength: the frame CRC is checked as header CRC joined with the payload's own, and
+  // the payload's is handed to the receiver; only for payloads of exactly that length.
+  std::vector<uint8_t> payload(300);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 1);
+  const auto good = makeFrame(payload, FrameKind::kData);
+  ParsedFrame p;
+  ASSERT_EQ(parseFrame(good.data(), good.size(), kB.ip, &p, 300), RxVerdict::kOk);
+  EXPECT_TRUE(p.payloadCrcKnown);
+  EXPECT_EQ(p.payloadCrc, wire::crc32c(0, payload.data(), payload.size()));
+  ASSERT_EQ(parseFrame(good.data(), good.size(), kB.ip, &p, 1440), RxVerdict::kOk);
+  EXPECT_FALSE(p.payloadCrcKnown);
+  for (size_t byte = kFrameOverhead - kFrameHeaderSize; byte < good.size(); byte += 3) {
+    auto f = good;
+    f[byte] ^= 0x04;
+    EXPECT_NE(parseFrame(f.data(), f.size(), kB.ip, &p, 300), RxVerdict::kOk) << "byte " << byte;
+  }
+}
+
 TEST(DpdkFrameTest, MalformedFramesAreClassified) {
   const auto good = makeFrame({1, 2, 3}, FrameKind::kAck);
   ParsedFrame p;
