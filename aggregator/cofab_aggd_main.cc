@@ -15,6 +15,7 @@
 #include "aggregator/aggregator_server.h"
 #include "aggregator/daemon_config.h"
 #include "aggregator/http_endpoint.h"
+#include "core/heap.h"
 #include "core/log.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/store.h"
@@ -68,6 +69,11 @@ int run(const std::vector<std::string>& args) {
   if (c.help) {
     std::cout << daemonUsage();
     return 0;
+  }
+  // Every request's payload is a buffer of a chunk's size: keep them in the heap (core/heap.h).
+  if (auto heap = keepLargeBlocksInHeap(); !heap.ok()) {
+    std::cerr << "cofab-aggd: " << heap.status().message() << "\n";
+    return 1;
   }
   // Signals are taken synchronously by the main thread (sigwait); every thread started below
   // inherits the block, so none of them is interrupted.

@@ -22,6 +22,7 @@
 #include <random>
 #include <string>
 
+#include "core/heap.h"
 #include "core/param.h"
 #include "examples/train_mnist/fashion_mnist.h"
 #include "examples/train_mnist/gradient_sync.h"
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
+  // Model-sized buffers every step: keep them in the heap (core/heap.h).
+  if (auto heap = cofab::keepLargeBlocksInHeap(); !heap.ok()) return fail(heap.status());
   if (cofab::sync::isSyncAlgorithm(o.sync)) {
     auto train = ex::loadFashionMnist(o.dataDir, "train");
     if (!train.ok()) return fail(train.status());
