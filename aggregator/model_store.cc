@@ -247,31 +247,34 @@ void ModelStore::onApplyPull(Event& e) {
   const uint64_t staleness = s->version - base;
   const uint64_t tau = static_cast<uint64_t>(options_.versionStaleness);
   const bool dropped = staleness > tau;
+  // One round trip: the answer is the apply's outcome and the chunk's value after it.
+  const size_t valueBytes = s->value.size() * sizeof(float);
+  const size_t size = ps::kModelApplyReplyBytes + valueBytes;
+  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(size);  // no zero-fill
+  uint8_t* answerValue = p.get() + ps::kModelApplyReplyBytes;
   if (dropped) {
     metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
+    std::memcpy(answerValue, s->value.data(), valueBytes);
   } else {
+    // The add writes the answer's copy as it goes: one pass over the value, not two.
     const auto* delta = reinterpret_cast<const float*>(e.payload->data());
     float* v = s->value.data();
     for (size_t i = 0; i < s->value.size(); ++i) {
       float d;
       std::memcpy(&d, delta + i, sizeof(float));
       v[i] += d;
+      std::memcpy(answerValue + i * sizeof(float), &v[i], sizeof(float));
     }
     s->version++;
     metrics_.sync.modelApplied.fetch_add(1, std::memory_order_relaxed);
     metrics_.sync.observeStaleness(staleness);
   }
-  // One round trip: the answer is the apply's outcome and the chunk's value after it.
-  const size_t valueBytes = s->value.size() * sizeof(float);
-  const size_t size = ps::kModelApplyReplyBytes + valueBytes;
-  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(size);  // no zero-fill
   std::memset(p.get(), 0, ps::kModelApplyReplyBytes);
   p[0] = dropped ? 1 : 0;
   const auto tau32 = static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX));
   std::memcpy(p.get() + 4, &tau32, 4);
   std::memcpy(p.get() + 8, &s->version, 8);
   std::memcpy(p.get() + 16, &staleness, 8);
-  std::memcpy(p.get() + ps::kModelApplyReplyBytes, s->value.data(), valueBytes);
   metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
   metrics_.bytesOut.fetch_add(valueBytes, std::memory_order_relaxed);
   wire::Header h = ps::controlHeader(ControlOp::kModelAppliedValue, e.header);

@@ -79,9 +79,8 @@ class SspSync final : public ModelStoreSync {
 
   Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
-    std::span<const float> v = momentum_[0]->update(grad);
     const float scale = -options_.lr / float(env_.worldSize);
-    for (size_t i = 0; i < total_; ++i) buf_[i] = scale * v[i];
+    momentum_[0]->updateScaled(grad, scale, buf_);
     bool dropped = false;
     if (options_.stalenessUnit == "clocks") {
       for (size_t t = 0; t < counts_.size(); ++t) {

@@ -41,6 +41,14 @@ std::span<const float> Momentum::update(std::span<const float> grad) {
   return velocity_;
 }
 
+void Momentum::updateScaled(std::span<const float> grad, float scale, std::span<float> out) {
+  COFAB_CHECK(grad.size() == velocity_.size() && out.size() == grad.size());
+  for (size_t i = 0; i < grad.size(); ++i) {
+    velocity_[i] = momentum_ * velocity_[i] + grad[i];
+    out[i] = scale * velocity_[i];
+  }
+}
+
 std::span<const float> Momentum::nesterovUpdate(std::span<const float> grad) {
   update(grad);
   lookahead_.resize(grad.size());

@@ -47,6 +47,9 @@ class Momentum {
   // Nesterov: v = momentum * v + grad as update(), but returns the look-ahead step
   // grad + momentum * v (valid until the next call). onebit quantizes this instead of v.
   std::span<const float> nesterovUpdate(std::span<const float> grad);
+  // update(), and out = scale * v in the same pass (ssp's delta: one pass over the model's
+  // size instead of two). `out` has the gradient's size.
+  void updateScaled(std::span<const float> grad, float scale, std::span<float> out);
 
  private:
   std::vector<float> velocity_;

@@ -66,5 +66,18 @@ TEST(MomentumTest, NesterovReturnsTheLookAheadStep) {
   EXPECT_FLOAT_EQ(m.update(g)[0], 0.5f * v[0] + g[0]);
 }
 
+TEST(MomentumTest, UpdateScaledWritesTheScaledVelocityAndKeepsItsState) {
+  Momentum m(2, 0.5f), plain(2, 0.5f);
+  std::vector<float> g{1.0f, -2.0f};
+  std::vector<float> out(2);
+  for (int step = 0; step < 3; ++step) {
+    m.updateScaled(g, -0.1f, out);
+    auto v = plain.update(g);
+    EXPECT_FLOAT_EQ(out[0], -0.1f * v[0]) << "step " << step;
+    EXPECT_FLOAT_EQ(out[1], -0.1f * v[1]) << "step " << step;
+  }
+  EXPECT_FLOAT_EQ(m.update(g)[1], plain.update(g)[1]);
+}
+
 }  // namespace
 }  // namespace cofab::sync
