@@ -59,10 +59,9 @@ void answer(const Peer& peer, ControlOp op, const wire::Header& about, uint64_t 
 }
 
 void answerApply(const Peer& peer, const wire::Header& about, bool dropped, uint64_t version,
-                 uint64_t staleness, const std::string& why, uint32_t bound = 0) {
+                 uint64_t staleness, const std::string& why) {
   auto p = std::make_shared<std::vector<uint8_t>>(ps::kModelApplyReplyBytes + why.size(), 0);
   (*p)[0] = dropped ? 1 : 0;
-  std::memcpy(p->data() + 4, &bound, 4);
   std::memcpy(p->data() + 8, &version, 8);
   std::memcpy(p->data() + 16, &staleness, 8);
   if (!why.empty()) std::memcpy(p->data() + ps::kModelApplyReplyBytes, why.data(), why.size());
@@ -248,13 +247,14 @@ void ModelStore::onApplyPull(Event& e) {
   const uint64_t staleness = s->version - base;
   const uint64_t tau = static_cast<uint64_t>(options_.versionStaleness);
   const bool dropped = staleness > tau;
-  // One round trip, two answers: the outcome (kModelApplied), then the chunk's value after it
-  // (kModelValue, as a pull's), which the worker receives straight into its tensor.
+  // One round trip: the answer is the apply's outcome and the chunk's value after it.
   const size_t valueBytes = s->value.size() * sizeof(float);
-  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(valueBytes);
+  const size_t size = ps::kModelApplyReplyBytes + valueBytes;
+  std::shared_ptr<uint8_t[]> p = std::make_shared_for_overwrite<uint8_t[]>(size);  // no zero-fill
+  uint8_t* answerValue = p.get() + ps::kModelApplyReplyBytes;
   if (dropped) {
     metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
-    std::memcpy(p.get(), s->value.data(), valueBytes);
+    std::memcpy(answerValue, s->value.data(), valueBytes);
   } else {
     // The add writes the answer's copy as it goes: one pass over the value, not two.
     const auto* delta = reinterpret_cast<const float*>(e.payload->data());
@@ -263,21 +263,25 @@ void ModelStore::onApplyPull(Event& e) {
       float d;
       std::memcpy(&d, delta + i, sizeof(float));
       v[i] += d;
-      std::memcpy(p.get() + i * sizeof(float), &v[i], sizeof(float));
+      std::memcpy(answerValue + i * sizeof(float), &v[i], sizeof(float));
     }
     s->version++;
     metrics_.sync.modelApplied.fetch_add(1, std::memory_order_relaxed);
     metrics_.sync.observeStaleness(staleness);
   }
-  answerApply(*e.peer, e.header, dropped, s->version, staleness, "",
-              static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX)));
+  std::memset(p.get(), 0, ps::kModelApplyReplyBytes);
+  p[0] = dropped ? 1 : 0;
+  const auto tau32 = static_cast<uint32_t>(std::min<uint64_t>(tau, UINT32_MAX));
+  std::memcpy(p.get() + 4, &tau32, 4);
+  std::memcpy(p.get() + 8, &s->version, 8);
+  std::memcpy(p.get() + 16, &staleness, 8);
   metrics_.sync.modelPulls.fetch_add(1, std::memory_order_relaxed);
   metrics_.bytesOut.fetch_add(valueBytes, std::memory_order_relaxed);
-  wire::Header h = ps::controlHeader(ControlOp::kModelValue, e.header);
+  wire::Header h = ps::controlHeader(ControlOp::kModelAppliedValue, e.header);
   h.iteration = s->version;
-  h.dtype = DType::kF32;
+  h.dtype = DType::kU8;
   const uint8_t* data = p.get();
-  e.peer->conn->send(h, data, valueBytes, [p = std::move(p)](const Status&) {});
+  e.peer->conn->send(h, data, size, [p = std::move(p)](const Status&) {});
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {

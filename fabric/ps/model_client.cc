@@ -42,21 +42,6 @@ struct Call {
   uint32_t droppedChunks = 0;
   std::string dropText;
   std::string deferredText;
-  // Answers being received straight into the caller's tensor (routed): the call does not return
-  // before they end, so nothing writes into `out` after it did (guarded by mu).
-  int writes = 0;
-
-  void endWrite() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      --writes;
-    }
-    cv.notify_all();
-  }
-  // With mu held through `lock`: until no routed answer writes into the caller's memory.
-  void awaitWrites(std::unique_lock<std::mutex>& lock) {
-    cv.wait(lock, [&] { return writes == 0; });
-  }
 
   // One chunk's apply outcome (both answer kinds). `why` is called only for the first drop.
   template <typename Why>
@@ -89,8 +74,6 @@ struct Request {
   size_t count = 0;
   uint32_t chunkCount = 0;
   bool recordVersion = false;  // pull / apply-pull: the answer's version is the chunk's new base
-  bool applyPull = false;      // answered by kModelApplied, then kModelValue
-  bool outcomeSeen = false;    // apply-pull: its kModelApplied arrived
 };
 
 struct Server {
@@ -98,7 +81,6 @@ struct Server {
   std::shared_ptr<transport::Connection> conn;
   bool dead = false;
   std::string why;
-  std::shared_ptr<Call> routedCall;  // the call whose tensor the message being received fills
 };
 
 }  // namespace
@@ -175,7 +157,6 @@ class ModelClient::Impl {
       r.count = n;
       r.chunkCount = layout.chunkCount;
       r.recordVersion = op == ControlOp::kModelPull || op == ControlOp::kModelApplyPull;
-      r.applyPull = op == ControlOp::kModelApplyPull;
       pending_.emplace(seq, r);
       call->seqs.push_back(seq);
       {
@@ -217,25 +198,12 @@ class ModelClient::Impl {
     {
       std::unique_lock<std::mutex> lock(call->mu);
       call->cv.wait_until(lock, deadline.when(), [&] { return call->done; });
-      if (call->done) {
-        call->awaitWrites(lock);
-        return call->status;
-      }
+      if (call->done) return call->status;
     }
-    giveUp(call);
-    // An answer already being received into the caller's tensor ends first (it completes or
-    // fails with its connection); later ones find no request and go to a transport buffer.
-    std::unique_lock<std::mutex> lock(call->mu);
-    call->awaitWrites(lock);
-    return call->status;
-  }
-
-  // The deadline passed: withdraws the call's requests so no late answer touches the caller's
-  // memory, and fails the call naming what is missing.
-  void giveUp(const std::shared_ptr<Call>& call) {
+    // Give up: withdraw the requests first so no late answer touches the caller's memory.
     std::lock_guard<std::mutex> lock(mu_);
     std::lock_guard<std::mutex> l(call->mu);
-    if (call->done) return;
+    if (call->done) return call->status;
     for (uint64_t seq : call->seqs) pending_.erase(seq);
     std::ostringstream os;
     os << call->what << ": " << call->remaining << " of " << call->chunkServer.size()
@@ -252,6 +220,7 @@ class ModelClient::Impl {
     }
     call->done = true;
     call->status = DeadlineExceeded(os.str());
+    return call->status;
   }
 
   void leave() {
@@ -306,49 +275,15 @@ class ModelClient::Impl {
   }
 
   void postRecv(int server, std::shared_ptr<transport::Connection> conn) {
-    conn->recvRouted([this, server](const wire::Header& h) { return routeValue(server, h); },
-                     [this, server, conn](const Status& st, const wire::Header& h,
-                                          std::vector<uint8_t>&& payload) {
-                       std::shared_ptr<Call> routed;
-                       {
-                         std::lock_guard<std::mutex> lock(mu_);
-                         routed = std::move(servers_[static_cast<size_t>(server)].routedCall);
-                       }
-                       if (!st.ok()) {
-                         if (routed) routed->endWrite();
-                         onServerError(server, conn, st);
-                         return;
-                       }
-                       onMessage(server, h, std::move(payload), routed != nullptr);
-                       if (routed) routed->endWrite();
-                       postRecv(server, conn);
-                     });
-  }
-
-  // The transport's route for a chunk's value (pull, apply-pull): straight into the waiting
-  // call's tensor, so a model-sized answer costs no allocation, zero-fill or copy. Anything
-  // else (and a value that does not match its request: onMessage reports it) goes to a
-  // transport buffer.
-  transport::MutableSlice routeValue(int server, const wire::Header& h) {
-    if (h.type != wire::MessageType::kControl ||
-        h.opcode != static_cast<uint8_t>(ControlOp::kModelValue) || h.payloadLength == 0) {
-      return {};
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(h.sequence);
-    if (it == pending_.end()) return {};
-    Request& r = it->second;
-    if (r.server != server || r.key != h.key || r.chunk != h.chunkIndex || r.out == nullptr ||
-        h.payloadLength != r.count * sizeof(float) || (r.applyPull && !r.outcomeSeen)) {
-      return {};
-    }
-    {
-      std::lock_guard<std::mutex> l(r.call->mu);
-      if (r.call->done) return {};  // failed meanwhile: its caller may be gone
-      ++r.call->writes;
-    }
-    servers_[static_cast<size_t>(server)].routedCall = r.call;
-    return {r.out, h.payloadLength};
+    conn->recvOwned([this, server, conn](const Status& st, const wire::Header& h,
+                                         std::vector<uint8_t>&& payload) {
+      if (!st.ok()) {
+        onServerError(server, conn, st);
+        return;
+      }
+      onMessage(server, h, std::move(payload));
+      postRecv(server, conn);
+    });
   }
 
   // kModelLeave to every daemon still there (fire and forget: the connection keeps the order).
@@ -389,8 +324,7 @@ class ModelClient::Impl {
     if (complete) call->finish(OkStatus());
   }
 
-  // `routed`: a kModelValue already received into its request's `out` (routeValue).
-  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload, bool routed) {
+  void onMessage(int server, const wire::Header& h, std::vector<uint8_t>&& payload) {
     if (h.type != wire::MessageType::kControl) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(h.sequence);
@@ -402,31 +336,42 @@ class ModelClient::Impl {
       failLocked(r.call, DataLoss(chunkName + ": answer for another request: " + h.describe()));
       return;
     }
-    bytesIn_.fetch_add(routed ? h.payloadLength : payload.size(), std::memory_order_relaxed);
+    bytesIn_.fetch_add(payload.size(), std::memory_order_relaxed);
     switch (static_cast<ControlOp>(h.opcode)) {
       case ControlOp::kModelAck:
         chunkDoneLocked(h.sequence, r, h.iteration);
         return;
       case ControlOp::kModelValue:
-        if (r.applyPull && !r.outcomeSeen) {
-          failLocked(r.call, DataLoss(chunkName + ": value before the apply's outcome"));
+        if (!r.out || payload.size() != r.count * sizeof(float)) {
+          failLocked(r.call,
+                     DataLoss(chunkName + " sent " + std::to_string(payload.size()) +
+                              " bytes, expected " + std::to_string(r.count * sizeof(float))));
           return;
         }
-        if (!routed) {
-          if (!r.out || payload.size() != r.count * sizeof(float)) {
-            failLocked(r.call,
-                       DataLoss(chunkName + " sent " + std::to_string(payload.size()) +
-                                " bytes, expected " + std::to_string(r.count * sizeof(float))));
-            return;
-          }
-          std::memcpy(r.out, payload.data(), payload.size());
-        }
+        std::memcpy(r.out, payload.data(), payload.size());
         if (r.recordVersion) recordVersionLocked(r, h.iteration);
         chunkDoneLocked(h.sequence, r, h.iteration);
         return;
       case ControlOp::kModelApplied: {
-        if (payload.size() < kModelApplyReplyBytes || r.outcomeSeen) {
-          failLocked(r.call, DataLoss(chunkName + ": short or repeated apply answer"));
+        if (payload.size() < kModelApplyReplyBytes) {
+          failLocked(r.call, DataLoss(chunkName + ": short apply answer"));
+          return;
+        }
+        uint64_t version = 0, staleness = 0;
+        std::memcpy(&version, payload.data() + 8, 8);
+        std::memcpy(&staleness, payload.data() + 16, 8);
+        r.call->noteOutcome(staleness, payload[0] != 0, [&] {
+          return std::string(payload.begin() + kModelApplyReplyBytes, payload.end());
+        });
+        chunkDoneLocked(h.sequence, r, version);
+        return;
+      }
+      case ControlOp::kModelAppliedValue: {
+        if (!r.out || payload.size() != kModelApplyReplyBytes + r.count * sizeof(float)) {
+          failLocked(r.call,
+                     DataLoss(chunkName + " sent an apply-pull answer of " +
+                              std::to_string(payload.size()) + " bytes, expected " +
+                              std::to_string(kModelApplyReplyBytes + r.count * sizeof(float))));
           return;
         }
         uint32_t bound = 0;
@@ -434,19 +379,13 @@ class ModelClient::Impl {
         std::memcpy(&bound, payload.data() + 4, 4);
         std::memcpy(&version, payload.data() + 8, 8);
         std::memcpy(&staleness, payload.data() + 16, 8);
-        if (r.applyPull) {
-          // The chunk's value follows (kModelValue), and completes the request.
-          r.call->noteOutcome(staleness, payload[0] != 0, [&] {
-            return chunkName + " dropped: " + std::to_string(staleness) +
-                   " updates were applied since its version " +
-                   std::to_string(version - staleness) + " was read, more than the bound " +
-                   std::to_string(bound) + " (the answer carries the current value)";
-          });
-          r.outcomeSeen = true;
-          return;
-        }
+        std::memcpy(r.out, payload.data() + kModelApplyReplyBytes, r.count * sizeof(float));
+        recordVersionLocked(r, version);
         r.call->noteOutcome(staleness, payload[0] != 0, [&] {
-          return std::string(payload.begin() + kModelApplyReplyBytes, payload.end());
+          return chunkName + " dropped: " + std::to_string(staleness) +
+                 " updates were applied since its version " + std::to_string(version - staleness) +
+                 " was read, more than the bound " + std::to_string(bound) +
+                 " (the answer carries the current value)";
         });
         chunkDoneLocked(h.sequence, r, version);
         return;

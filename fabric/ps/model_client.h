@@ -92,10 +92,7 @@ class ModelClient {
   // Sets the initial value of `key` unless someone already did (then a no-op): every worker may
   // call it with the same value. f32 only.
   Status init(uint64_t key, TensorView value, Deadline deadline);
-  // Copies the current value into `out`; returns its version (min over chunks). Values are
-  // received straight into `out` (and applyAndPull's / elastic's likewise): a call past its
-  // deadline returns once an answer already being received into `out` has ended, never while
-  // one still writes there.
+  // Copies the current value into `out`; returns its version (min over chunks).
   StatusOr<uint64_t> pull(uint64_t key, TensorView out, Deadline deadline);
   // Adds `delta` (computed at this worker's iteration `clock`) to the value: version += 1.
   // Blocks while the daemons defer it (SSP); kDropped when too stale.

@@ -58,14 +58,11 @@ enum class ControlOp : uint8_t {
   kModelDeferred = 17,  // daemon -> worker: the apply is held; payload text names the slow worker
   kModelLeave = 18,     // worker -> daemon: this worker leaves the model store (no payload)
   // Version-bounded apply-and-pull (docs/MODEL_STORE.md "Staleness units"): iteration = the
-  // chunk's model version the delta was computed on, payload: delta; answered with kModelApplied
-  // (bytes 4..7: the daemon's version bound, u32) followed by kModelValue (the chunk's value
-  // after the apply, or unchanged when dropped; iteration = that value's version), so that the
-  // value lands in the worker's tensor without a copy.
+  // chunk's model version the delta was computed on, payload: delta; answer kModelAppliedValue.
   kModelApplyPull = 19,
-  // 20: kModelAppliedValue, the single answer (outcome + value in one payload) before the pair
-  // above; no longer sent.
-
+  // daemon -> worker: payload ModelApplyReply (byte 4..7: the daemon's version bound, u32) then
+  // the chunk's value after the apply (or, dropped, unchanged); iteration = that value's version.
+  kModelAppliedValue = 20,
   // worker -> daemon: free the fan-out slots (kPushFanOut) of keys [key, key + count), chunk 0,
   // once every puller has its result (coded shuffling: the uploader, after the epoch). Payload:
   // count as 8 bytes little-endian. Answered with kAck once every engine has released them;
@@ -94,9 +91,8 @@ enum class RejectReason : uint8_t {
 };
 inline constexpr uint8_t kMaxRejectReason = 16;
 
-// Payload of kModelApplied (little-endian): outcome (0 applied, 1 dropped), 3 zero bytes, the
-// version bound u32 (apply-pull; else 0), version, staleness; then, for a dropped clock-bound
-// update, UTF-8 text saying why.
+// Payload of kModelApplied (little-endian): outcome (0 applied, 1 dropped), 7 zero bytes,
+// version, staleness; then, for a dropped update, UTF-8 text saying why.
 struct ModelApplyReply {
   uint8_t outcome = 0;
   uint64_t version = 0;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstring>
 #include <random>
 #include <thread>
 
@@ -178,62 +177,6 @@ TEST(ModelStoreVersions, AFastWorkerIsNotBlockedByAStoppedOne) {
   EXPECT_EQ(late->outcome, ApplyOutcome::kDropped);
   EXPECT_EQ(late->staleness, 30u);
   EXPECT_EQ(ws, std::vector<float>(8, 30.0f));
-}
-
-// On the wire (docs/MODEL_STORE.md): an apply-pull is answered by kModelApplied (outcome,
-// the bound, version, staleness), then kModelValue with the value after the apply, which the
-// client receives straight into the caller's tensor.
-TEST(ModelStoreVersions, ApplyPullIsAnsweredWithTheOutcomeThenTheValue) {
-  DaemonCluster cluster(1, 2, {"--version-staleness", "3"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto a = connectModel(cluster, 0);
-  ASSERT_TRUE(a.ok()) << a.status();
-  std::vector<float> w{5, 6};
-  ASSERT_TRUE((*a)->init(9, view(w), kLong()).ok());
-  auto raw = RawPeer::connect(cluster.address(0), ps::workerPeerId(1));
-  ASSERT_TRUE(raw.ok()) << raw.status();
-  wire::Header h;
-  h.type = wire::MessageType::kControl;
-  h.opcode = static_cast<uint8_t>(ps::ControlOp::kModelApplyPull);
-  h.senderRank = 1;
-  h.key = 9;
-  h.chunkIndex = 0;
-  h.chunkCount = 1;
-  h.dtype = DType::kF32;
-  h.iteration = 0;  // computed on version 0, the initial value
-  h.sequence = 77;
-  ASSERT_TRUE((*raw)->sendValues(h, std::vector<float>{1.0f, -1.0f}).ok());
-  auto outcome = (*raw)->recv();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  ASSERT_TRUE(outcome->isControl(ps::ControlOp::kModelApplied)) << outcome->header.describe();
-  EXPECT_EQ(outcome->header.sequence, 77u);
-  ASSERT_EQ(outcome->payload.size(), ps::kModelApplyReplyBytes);
-  EXPECT_EQ(outcome->payload[0], 0) << "applied";
-  uint32_t bound = 0;
-  uint64_t version = 0, staleness = 0;
-  std::memcpy(&bound, outcome->payload.data() + 4, 4);
-  std::memcpy(&version, outcome->payload.data() + 8, 8);
-  std::memcpy(&staleness, outcome->payload.data() + 16, 8);
-  EXPECT_EQ(bound, 3u);
-  EXPECT_EQ(version, 1u);
-  EXPECT_EQ(staleness, 0u);
-  auto value = (*raw)->recv();
-  ASSERT_TRUE(value.ok()) << value.status();
-  ASSERT_TRUE(value->isControl(ps::ControlOp::kModelValue)) << value->header.describe();
-  EXPECT_EQ(value->header.sequence, 77u);
-  EXPECT_EQ(value->header.iteration, 1u);
-  ASSERT_EQ(value->payload.size(), 2 * sizeof(float));
-  std::vector<float> got(2);
-  std::memcpy(got.data(), value->payload.data(), value->payload.size());
-  EXPECT_EQ(got, (std::vector<float>{6, 5}));
-  // The client API sees the same: one more update, the value lands in its tensor.
-  ASSERT_TRUE((*a)->pull(9, view(w), kLong()).ok());
-  std::vector<float> delta{0.5f, 0.5f};
-  auto r = applyPull(**a, 9, delta, delta);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->outcome, ApplyOutcome::kApplied);
-  EXPECT_EQ(r->version, 2u);
-  EXPECT_EQ(delta, (std::vector<float>{6.5f, 5.5f}));
 }
 
 // Apply-and-pull without a known version is refused on the client; a version from the future
