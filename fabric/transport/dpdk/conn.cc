@@ -516,8 +516,8 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   slot.payload = f.payload;
   slot.length = f.header.length;
   slot.fin = f.header.kind == FrameKind::kFin;
-  slot.crcKnown = f.payloadCrcKnown;
-  slot.crc = f.payloadCrc;
+  slot.frameCrc = f.header.crc;
+  slot.headerCrc = f.headerCrc;
   kept = true;
   if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
@@ -670,9 +670,16 @@ void Conn::deliver() {
       return;
     }
     size_t used = 0;
-    const bool whole = headOffset_ == 0 && slot.crcKnown;
+    // A full frame that is all payload of a message with a payload CRC: the frame check's CRC
+    // gives the payload's own, so consume() need not read the bytes for it (one fixed length:
+    // crc32cCombine keeps a table per length).
+    uint32_t dataCrc = 0;
+    const bool known = headOffset_ == 0 && inPayload_ && curHeader_.hasPayloadCrc() &&
+                       slot.length == engine_->maxFramePayload() &&
+                       curHeader_.payloadLength - payloadDone_ >= slot.length;
+    if (known) dataCrc = payloadCrcOf(slot.frameCrc, slot.headerCrc, slot.length);
     const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used,
-                              whole ? &slot.crc : nullptr);
+                              known ? &dataCrc : nullptr);
     if (state_ == State::kDone) return;
     headOffset_ += used;
     if (headOffset_ < slot.length) return;  // waits for a receive

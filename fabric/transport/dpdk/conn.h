@@ -99,8 +99,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const uint8_t* payload = nullptr;
     uint16_t length = 0;
     bool fin = false;
-    bool crcKnown = false;  // crc32c(0, payload, length), from the frame CRC check
-    uint32_t crc = 0;
+    uint32_t frameCrc = 0;   // checked: with headerCrc, the payload's own CRC (payloadCrcOf)
+    uint32_t headerCrc = 0;
   };
 
   void setError(const Status& s);

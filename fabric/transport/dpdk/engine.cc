@@ -282,8 +282,7 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
   ParsedFrame f;
   const RxVerdict v = m->nb_segs != 1 ? RxVerdict::kBadLength
                                       : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*),
-                                                   rte_pktmbuf_data_len(m), local_.ip, &f,
-                                                   maxFramePayload_);
+                                                   rte_pktmbuf_data_len(m), local_.ip, &f);
   bool kept = false;
   switch (v) {
     case RxVerdict::kOk:

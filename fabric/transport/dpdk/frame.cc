@@ -145,8 +145,7 @@ void sealFrame(uint8_t* frame) {
   std::memcpy(fh + offsetof(FrameHeader, crc), &h.crc, sizeof(h.crc));
 }
 
-RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out,
-                     uint16_t keepCrcLength) {
+RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out) {
   if (size < kEthHeaderSize) return RxVerdict::kBadLength;
   if (get16be(f + 12) != kEtherTypeIpv4) return RxVerdict::kForeign;
   if (size < kEthHeaderSize + kIpv4HeaderSize) return RxVerdict::kBadLength;
@@ -171,13 +170,8 @@ RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFram
   if (h.magic != kFrameMagic || h.version != kFrameVersion) return RxVerdict::kForeign;
   if (udpLen != kUdpHeaderSize + kFrameHeaderSize + h.length) return RxVerdict::kBadLength;
   if (h.kind < FrameKind::kData || h.kind > FrameKind::kRst) return RxVerdict::kBadHeader;
-  out->payloadCrcKnown = keepCrcLength != 0 && h.length == keepCrcLength;
-  if (out->payloadCrcKnown) {
-    out->payloadCrc = wire::crc32c(0, fh + kFrameHeaderSize, h.length);
-    if (wire::crc32cCombine(headerCrc(fh), out->payloadCrc, h.length) != h.crc) {
-      return RxVerdict::kBadChecksum;
-    }
-  } else if (frameCrc(fh, h.length) != h.crc) {
+  out->headerCrc = headerCrc(fh);
+  if (wire::crc32c(out->headerCrc, fh + kFrameHeaderSize, h.length) != h.crc) {
     return RxVerdict::kBadChecksum;
   }
   out->header = h;

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "fabric/wire/crc32c.h"
 
 namespace cofab::transport::dpdk {
 
@@ -92,9 +93,9 @@ struct ParsedFrame {
   const uint8_t* payload = nullptr;
   NetAddress src;        // the sender's MAC, IP and UDP port
   uint16_t dstPort = 0;  // UDP destination port
-  // crc32c(0, payload, header.length), when parseFrame() was asked to keep it (see there).
-  bool payloadCrcKnown = false;
-  uint32_t payloadCrc = 0;
+  // CRC32C of the cofab header with its crc field 0: with header.crc (header then payload,
+  // checked), it gives the payload's own CRC without reading it again (payloadCrcOf()).
+  uint32_t headerCrc = 0;
 };
 
 // Writes the Ethernet/IPv4/UDP/cofab headers for a frame of `header.length` payload bytes into
@@ -124,12 +125,14 @@ FrameTemplate makeFrameTemplate(const NetAddress& src, const NetAddress& dst,
 uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq);
 inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
 
-// Checks everything in `frame` against `localIp` (0: accept any destination IP). For a payload
-// of exactly `keepCrcLength` bytes (0: never) the frame CRC is checked as the join of the
-// header's and the payload's own CRCs, and the payload's is kept in `out` (the receiver's
-// message checksum then reuses it instead of reading the bytes a second time). One fixed
-// length, a full frame's: wire::crc32cCombine builds a table per length.
-RxVerdict parseFrame(const uint8_t* frame, size_t size, uint32_t localIp, ParsedFrame* out,
-                     uint16_t keepCrcLength = 0);
+// Checks everything in `frame` against `localIp` (0: accept any destination IP).
+RxVerdict parseFrame(const uint8_t* frame, size_t size, uint32_t localIp, ParsedFrame* out);
+
+// crc32c(0, payload) of a checked frame from its frame CRC and header CRC, without reading the
+// payload: frameCrc = shift(headerCrc over length zero bytes) ^ crc32c(0, payload). For one
+// fixed length (a full frame's): wire::crc32cCombine keeps a table per length.
+inline uint32_t payloadCrcOf(uint32_t frameCrc, uint32_t headerCrc, size_t length) {
+  return frameCrc ^ wire::crc32cCombine(headerCrc, 0, length);
+}
 
 }  // namespace cofab::transport::dpdk

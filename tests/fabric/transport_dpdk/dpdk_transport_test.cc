@@ -187,7 +187,6 @@ TEST_F(DpdkTransportTest, ATinyPipeStallsTheSenderButLosesNothingUnderLoss) {
   ASSERT_TRUE(c.ok());
   EXPECT_GT(c->txStallPipe, 0u);
   EXPECT_GT(c->retransmits, 0u);
-  EXPECT_EQ(c->txStallInFlight, 0u);  // the pipe, not the 1024-frame window, held it back
 }
 
 TEST(DpdkTransportOptions, APipeLargerThanTheWindowIsRefused) {
