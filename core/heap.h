@@ -1,4 +1,4 @@
-// Process heap policy for cofab's own binaries (cofab-aggd, the examples).
+// Process heap policy for cofab's own binaries (cofab-aggd, train_mnist).
 #pragma once
 
 #include "core/status.h"
@@ -13,10 +13,11 @@ namespace cofab {
 // "Heap"); with this, the same job ran 25% more samples/s.
 //
 // A process-wide malloc setting, so cofab's library never applies it on its own: cofab-aggd
-// and the examples call it at start, and a training binary may call it too (or set
+// and train_mnist call it at start, and a training binary may call it too (or set
 // GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:glibc.malloc.trim_threshold=...).
-// COFAB_HEAP_KEEP=0 leaves malloc as it is. Returns whether the setting was applied (false
-// without glibc); InvalidArgument for a malformed COFAB_HEAP_KEEP.
+// COFAB_HEAP_KEEP=0 leaves malloc as it is. Returns whether both settings were applied (false
+// without glibc, or under a sanitizer's allocator); InvalidArgument for a malformed
+// COFAB_HEAP_KEEP.
 StatusOr<bool> keepLargeBlocksInHeap();
 
 }  // namespace cofab

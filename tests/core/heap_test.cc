@@ -2,7 +2,10 @@
 #include "core/heap.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
+
+#include <cstdlib>
+
+#include "core/param.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -11,20 +14,15 @@
 namespace cofab {
 namespace {
 
-class HeapTest : public ::testing::Test {
- protected:
-  void TearDown() override { ::unsetenv("COFAB_HEAP_KEEP"); }
-};
-
-TEST_F(HeapTest, OffByEnvironmentLeavesMallocAlone) {
-  ::setenv("COFAB_HEAP_KEEP", "0", 1);
+TEST(HeapTest, SwitchedOffItLeavesMallocAlone) {
+  ScopedParamOverride off("COFAB_HEAP_KEEP", "0");
   auto applied = keepLargeBlocksInHeap();
   ASSERT_TRUE(applied.ok()) << applied.status();
   EXPECT_FALSE(*applied);
 }
 
-TEST_F(HeapTest, AMalformedSwitchIsAnErrorNamingIt) {
-  ::setenv("COFAB_HEAP_KEEP", "perhaps", 1);
+TEST(HeapTest, AMalformedSwitchIsAnErrorNamingIt) {
+  ScopedParamOverride bad("COFAB_HEAP_KEEP", "perhaps");
   auto applied = keepLargeBlocksInHeap();
   ASSERT_FALSE(applied.ok());
   EXPECT_EQ(applied.status().code(), StatusCode::kInvalidArgument);
@@ -33,19 +31,21 @@ TEST_F(HeapTest, AMalformedSwitchIsAnErrorNamingIt) {
 }
 
 #if defined(__GLIBC__)
-TEST_F(HeapTest, AFreedStepSizedBlockIsServedFromTheHeapAgain) {
+// mallopt is process-wide and stays: ctest runs each test in a process of its own.
+TEST(HeapTest, AFreedStepSizedBlockIsServedFromTheHeapAgain) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the sanitizer's allocator replaces glibc malloc: mallopt does not apply";
 #endif
+  ScopedParamOverride on("COFAB_HEAP_KEEP", "1");
   auto applied = keepLargeBlocksInHeap();
   ASSERT_TRUE(applied.ok()) << applied.status();
   ASSERT_TRUE(*applied);
   // 8 MiB is far above glibc's default mmap threshold (128 KiB): without the setting it is
-  // mmapped, and mallinfo2 counts it under hblkhd, never in the arena.
+  // mmapped, and mallinfo2 counts it under hblkhd (mmapped bytes), never in the arena.
+  const size_t mmappedBefore = mallinfo2().hblkhd;
   void* p = std::malloc(8 << 20);
   ASSERT_NE(p, nullptr);
-  const struct mallinfo2 m = mallinfo2();
-  EXPECT_LT(m.hblkhd, size_t{8} << 20) << "the block was mmapped";
+  EXPECT_LT(mallinfo2().hblkhd, mmappedBefore + (size_t{8} << 20)) << "the block was mmapped";
   std::free(p);
   // Freed, it stays in the heap (no trim below 256 MiB of free top).
   EXPECT_GE(mallinfo2().fordblks, size_t{8} << 20);
