@@ -21,6 +21,22 @@ namespace {
 
 using compress::Compression;
 
+// The next message that is not an ack is a wrong_compression reject whose text has `fragment`.
+void expectReject(RawPeer& p, const std::string& fragment) {
+  auto m = p.recvSkippingAcks();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->isReject(ps::RejectReason::kWrongCompression))
+      << m->header.describe() << " " << m->text();
+  EXPECT_NE(m->text().find(fragment), std::string::npos) << m->text();
+}
+
+// `x` compressed with `codec` in blocks of 32, as a raw push payload.
+std::vector<uint8_t> encoded(Compression codec, const std::vector<float>& x) {
+  std::vector<uint8_t> out(compress::compressedBytes(codec, x.size(), 32));
+  compress::compress(codec, x.data(), x.size(), 32, nullptr, out.data());
+  return out;
+}
+
 std::vector<float> input(size_t n, int rank, int t) {
   std::mt19937 rng(static_cast<uint32_t>(rank * 1000 + t));
   std::normal_distribution<float> d(0.1f * static_cast<float>(rank), 1.0f);
@@ -143,15 +159,7 @@ TEST(CompressedPushPull, MalformedOrMismatchedChunksAreRejectedWithAReason) {
   auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
   ASSERT_TRUE(w0.ok() && w1.ok());
   std::vector<float> x(100, 0.5f);
-  std::vector<uint8_t> enc(compress::compressedBytes(Compression::kInt8, 100, 32));
-  compress::compress(Compression::kInt8, x.data(), 100, 32, nullptr, enc.data());
-  auto expectReject = [](RawPeer& p, const std::string& fragment) {
-    auto m = p.recvSkippingAcks();
-    ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_TRUE(m->isReject(ps::RejectReason::kWrongCompression))
-        << m->header.describe() << " " << m->text();
-    EXPECT_NE(m->text().find(fragment), std::string::npos) << m->text();
-  };
+  const std::vector<uint8_t> enc = encoded(Compression::kInt8, x);
   // One f32 short of what 100 elements in blocks of 32 take.
   auto shortEnc = enc;
   shortEnc.resize(enc.size() - 4);
@@ -190,17 +198,8 @@ TEST(CompressedPushPull, ReplyFeedbackNeedsOneBitAndAgreement) {
   auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
   ASSERT_TRUE(w0.ok() && w1.ok());
   std::vector<float> x(100, 0.5f);
-  std::vector<uint8_t> int8(compress::compressedBytes(Compression::kInt8, 100, 32));
-  compress::compress(Compression::kInt8, x.data(), 100, 32, nullptr, int8.data());
-  std::vector<uint8_t> onebit(compress::compressedBytes(Compression::kOneBit, 100, 32));
-  compress::compress(Compression::kOneBit, x.data(), 100, 32, nullptr, onebit.data());
-  auto expectReject = [](RawPeer& p, const std::string& fragment) {
-    auto m = p.recvSkippingAcks();
-    ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_TRUE(m->isReject(ps::RejectReason::kWrongCompression))
-        << m->header.describe() << " " << m->text();
-    EXPECT_NE(m->text().find(fragment), std::string::npos) << m->text();
-  };
+  const std::vector<uint8_t> int8 = encoded(Compression::kInt8, x);
+  const std::vector<uint8_t> onebit = encoded(Compression::kOneBit, x);
   const uint8_t feedback = ps::kPushDeliver | ps::kPushReplyFeedback;
   ASSERT_TRUE(
       (*w0)->send(RawPeer::push(0, 1, 0, DType::kF32, 1, feedback | ps::kPushInt8), int8).ok());
