@@ -19,7 +19,11 @@ namespace cofab::sync::detail {
 
 class AlgorithmBase : public SyncAlgorithm {
  public:
-  AlgorithmBase(std::string name, const SyncOptions& options, const SyncEnv& env, int threads);
+  // backgroundThread: a thread of the algorithm's own updates the model while training threads
+  // use it (shadowsync). With it, or with more than one training thread, the model is a
+  // concurrent SharedModel; otherwise the training thread owns it (plain floats).
+  AlgorithmBase(std::string name, const SyncOptions& options, const SyncEnv& env, int threads,
+                bool backgroundThread = false);
   std::string name() const override { return name_; }
   int threads() const override { return threads_; }
   void read(int thread, std::span<float> out) override;

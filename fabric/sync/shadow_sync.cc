@@ -23,7 +23,7 @@ namespace {
 class ShadowSync final : public AlgorithmBase {
  public:
   ShadowSync(const SyncOptions& options, const SyncEnv& env)
-      : AlgorithmBase("shadowsync", options, env, 1) {}
+      : AlgorithmBase("shadowsync", options, env, 1, /*backgroundThread=*/true) {}
   ~ShadowSync() override { stopThread(); }
 
   Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {

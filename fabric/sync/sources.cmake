@@ -7,3 +7,7 @@ list(APPEND COFAB_FABRIC_SOURCES
   sync/shadow_sync.cc
   sync/shared_model.cc
   sync/sync_algorithm.cc)
+# The model and momentum loops run over the whole model every step: at -O2 GCC 12's very-cheap
+# cost model leaves them scalar (they need an alias check); -O3 vectorises them (203K floats:
+# updateScaled 168 -> 31 us, add 111 -> 21 us on the dev VM).
+set_source_files_properties(sync/shared_model.cc PROPERTIES COMPILE_OPTIONS "-O3")

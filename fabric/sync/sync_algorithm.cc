@@ -10,8 +10,13 @@ namespace cofab::sync {
 namespace detail {
 
 AlgorithmBase::AlgorithmBase(std::string name, const SyncOptions& options, const SyncEnv& env,
-                             int threads)
-    : name_(std::move(name)), options_(options), env_(env), threads_(threads) {}
+                             int threads, bool backgroundThread)
+    : name_(std::move(name)),
+      options_(options),
+      env_(env),
+      threads_(threads),
+      model_(threads > 1 || backgroundThread ? SharedModel::Access::kConcurrent
+                                             : SharedModel::Access::kSingleThread) {}
 
 Status AlgorithmBase::setUp(std::span<const float> initial,
                             const std::vector<size_t>& tensorCounts) {

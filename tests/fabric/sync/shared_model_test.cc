@@ -41,6 +41,36 @@ TEST(SharedModelTest, ConcurrentAddsLoseNothing) {
   for (float v : out) EXPECT_EQ(v, float(kThreads * kRounds));
 }
 
+// The single-thread model (plain floats) gives exactly what the concurrent one gives for the
+// same writes and adds at offsets, and refuses the same out-of-range spans.
+TEST(SharedModelTest, SingleThreadAccessMatchesConcurrent) {
+  std::vector<float> init(37);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.25f * float(i) - 3.0f;
+  SharedModel shared(init), owned(init, SharedModel::Access::kSingleThread);
+  EXPECT_EQ(shared.access(), SharedModel::Access::kConcurrent);
+  EXPECT_EQ(owned.access(), SharedModel::Access::kSingleThread);
+  std::vector<float> delta(13);
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = 1.5f - 0.125f * float(i);
+  for (SharedModel* m : {&shared, &owned}) {
+    m->add(delta, -0.5f);
+    m->add(20, delta, 2.0f);
+    m->write(5, std::vector<float>(4, 9.0f));
+  }
+  std::vector<float> a(init.size()), b(init.size()), part(6);
+  shared.read(a);
+  owned.read(b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b[0], init[0] - 0.5f * delta[0]);
+  EXPECT_EQ(b[5], 9.0f);
+  EXPECT_EQ(b[20], init[20] + 2.0f * delta[0]);
+  EXPECT_EQ(b[36], init[36]);
+  owned.read(31, part);
+  EXPECT_EQ(part, std::vector<float>(b.begin() + 31, b.end()));
+  EXPECT_DEATH(owned.read(32, part), "COFAB_CHECK\\(offset \\+ out.size\\(\\) <= size_\\) failed");
+  EXPECT_DEATH(owned.add(30, delta, 1.0f),
+               "COFAB_CHECK\\(offset \\+ delta.size\\(\\) <= size_\\) failed");
+}
+
 TEST(MomentumTest, AccumulatesVelocity) {
   Momentum m(2, 0.5f);
   std::vector<float> g{1.0f, -2.0f};
