@@ -30,6 +30,8 @@ class AlgorithmBase : public SyncAlgorithm {
   std::vector<int> partitions() const override { return {env_.rank}; }
   uint64_t globalSamples() const override { return globalSamples_.load(std::memory_order_relaxed); }
   SyncStats stats() const override;
+  // Whether the model pays for atomics (see the constructor).
+  SharedModel::Access modelAccess() const { return model_.access(); }
 
  protected:
   // Records the layout and the initial model; call first in start().

@@ -1,6 +1,7 @@
 #include "fabric/sync/shared_model.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "core/check.h"
 
@@ -21,7 +22,7 @@ void SharedModel::read(std::span<float> out) const { read(0, out); }
 void SharedModel::read(size_t offset, std::span<float> out) const {
   COFAB_CHECK(offset + out.size() <= size_);
   if (access_ == Access::kSingleThread) {
-    std::copy_n(plain_.begin() + ptrdiff_t(offset), out.size(), out.begin());
+    std::copy_n(plain_.begin() + std::ptrdiff_t(offset), out.size(), out.begin());
     return;
   }
   for (size_t i = 0; i < out.size(); ++i) {
@@ -32,7 +33,7 @@ void SharedModel::read(size_t offset, std::span<float> out) const {
 void SharedModel::write(size_t offset, std::span<const float> values) {
   COFAB_CHECK(offset + values.size() <= size_);
   if (access_ == Access::kSingleThread) {
-    std::copy(values.begin(), values.end(), plain_.begin() + ptrdiff_t(offset));
+    std::copy(values.begin(), values.end(), plain_.begin() + std::ptrdiff_t(offset));
     return;
   }
   for (size_t i = 0; i < values.size(); ++i) {

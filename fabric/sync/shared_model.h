@@ -1,15 +1,16 @@
-// SharedModel: a worker's model as floats that several threads read and update at once
-// (Hogwild): training threads apply their SGD steps, a sync thread adds elastic or averaging
-// corrections. Every element is a std::atomic<float> accessed with relaxed ordering, so the
-// races Hogwild means (reads of a model that is being updated, interleaved updates of different
-// threads) are well-defined and TSan-clean, and no update is lost (add() is an atomic
+// SharedModel: a worker's model as floats, in one of two access modes.
+//
+// kConcurrent: several threads read and update it at once (Hogwild): training threads apply
+// their SGD steps, a sync thread adds elastic or averaging corrections (eawild with more than one
+// thread, shadowsync). Every element is a std::atomic<float> accessed with relaxed ordering, so
+// the races Hogwild means (reads of a model that is being updated, interleaved updates of
+// different threads) are well-defined and TSan-clean, and no update is lost (add() is an atomic
 // read-modify-write per element). There is no consistency across elements, on purpose.
 //
-// Algorithms where one thread owns the model (everything but eawild and shadowsync) make it
-// kSingleThread: plain floats, copied and updated by vectorized loops. Relaxed atomics are not
-// vectorized and a float fetch_add is a compare-exchange loop; for the 784-256-10 MLP (203K
-// floats) a read cost 209 us against memcpy's 22, an add 626 against 60, once or twice per
-// training step (a step computes in ~2.5 ms on this VM).
+// kSingleThread: one thread owns the model (every other algorithm): plain floats, copied and
+// updated by vectorised loops. Relaxed atomics are never vectorised and a float fetch_add is a
+// compare-exchange loop, which made the model loops cost several times a memcpy on every
+// training step (bench/sync/shared_model_bench; figures in bench/RESULTS.md, "Session 6").
 //
 // Momentum: a thread's SGD-with-momentum state (velocity), owned by that thread.
 #pragma once
@@ -36,13 +37,13 @@ class SharedModel {
   // Not concurrent with anything else (setup).
   void assign(std::span<const float> values);
   Access access() const { return access_; }
-  // out[i] = model[i] (relaxed loads).
+  // out[i] = model[i] (kConcurrent: relaxed loads).
   void read(std::span<float> out) const;
   void read(size_t offset, std::span<float> out) const;
-  // model[offset + i] = values[i] (relaxed stores; a concurrent add() may be overwritten, which
-  // is why only single-writer algorithms use it).
+  // model[offset + i] = values[i] (kConcurrent: relaxed stores; a concurrent add() may be
+  // overwritten, which is why only single-writer algorithms use it).
   void write(size_t offset, std::span<const float> values);
-  // model[i] += scale * delta[i] (relaxed atomic adds).
+  // model[i] += scale * delta[i] (kConcurrent: relaxed atomic adds).
   void add(std::span<const float> delta, float scale);
   void add(size_t offset, std::span<const float> delta, float scale);
 

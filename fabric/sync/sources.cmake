@@ -8,6 +8,6 @@ list(APPEND COFAB_FABRIC_SOURCES
   sync/shared_model.cc
   sync/sync_algorithm.cc)
 # The model and momentum loops run over the whole model every step: at -O2 GCC 12's very-cheap
-# cost model leaves them scalar (they need an alias check); -O3 vectorises them (203K floats:
-# updateScaled 168 -> 31 us, add 111 -> 21 us on the dev VM).
+# cost model leaves them scalar (they need an alias check); -O3 vectorises them
+# (bench/sync/shared_model_bench; bench/RESULTS.md, "Session 6").
 set_source_files_properties(sync/shared_model.cc PROPERTIES COMPILE_OPTIONS "-O3")

@@ -42,7 +42,7 @@ TEST(SharedModelTest, ConcurrentAddsLoseNothing) {
 }
 
 // The single-thread model (plain floats) gives exactly what the concurrent one gives for the
-// same writes and adds at offsets, and refuses the same out-of-range spans.
+// same writes and adds at offsets.
 TEST(SharedModelTest, SingleThreadAccessMatchesConcurrent) {
   std::vector<float> init(37);
   for (size_t i = 0; i < init.size(); ++i) init[i] = 0.25f * float(i) - 3.0f;
@@ -66,9 +66,19 @@ TEST(SharedModelTest, SingleThreadAccessMatchesConcurrent) {
   EXPECT_EQ(b[36], init[36]);
   owned.read(31, part);
   EXPECT_EQ(part, std::vector<float>(b.begin() + 31, b.end()));
-  EXPECT_DEATH(owned.read(32, part), "COFAB_CHECK\\(offset \\+ out.size\\(\\) <= size_\\) failed");
-  EXPECT_DEATH(owned.add(30, delta, 1.0f),
-               "COFAB_CHECK\\(offset \\+ delta.size\\(\\) <= size_\\) failed");
+}
+
+// Out-of-range spans are refused the same way in both modes, before any memory is touched.
+TEST(SharedModelDeathTest, BothModesRefuseSpansPastTheEnd) {
+  std::vector<float> part(6), delta(13);
+  for (auto access : {SharedModel::Access::kConcurrent, SharedModel::Access::kSingleThread}) {
+    SharedModel m(std::vector<float>(37, 0.0f), access);
+    EXPECT_DEATH(m.read(32, part), "COFAB_CHECK\\(offset \\+ out.size\\(\\) <= size_\\) failed");
+    EXPECT_DEATH(m.write(32, part),
+                 "COFAB_CHECK\\(offset \\+ values.size\\(\\) <= size_\\) failed");
+    EXPECT_DEATH(m.add(30, delta, 1.0f),
+                 "COFAB_CHECK\\(offset \\+ delta.size\\(\\) <= size_\\) failed");
+  }
 }
 
 TEST(MomentumTest, AccumulatesVelocity) {

@@ -14,6 +14,7 @@
 #include "aggregator/aggregator_server.h"
 #include "fabric/comm/communicator.h"
 #include "fabric/rendezvous/hash_store.h"
+#include "fabric/sync/algorithm_base.h"
 #include "tests/support/thread_ranks.h"
 
 namespace cofab::sync {
@@ -261,23 +262,19 @@ SyncOptions sspByClocks() {
 
 // shadowMode "easgd" is left out: how close it ends depends on how many elastic rounds the shadow
 // thread fits into the training, which is timing (here training takes milliseconds).
-INSTANTIATE_TEST_SUITE_P(Algorithms, SyncConvergenceTest,
-                         ::testing::Values(Case{"sync", "", opts(0.02f)},
-                                           Case{"int8", "", opts(0.02f)},
-                                           Case{"onebit", "", opts(0.02f)},
-                                           Case{"onebit", "_reply_feedback", withReplyFeedback()},
-                                           Case{"onebit", "_velocity", onebitVelocity()},
-                                           Case{"shadowsync", "", shadowOnlyAtTheEnds()},
-                                           Case{"gossip", "ring", opts(0.02f)},
-                                           Case{"gossip", "random", opts(0.02f, 2, 1, "random")},
-                                           Case{"ssp", "", opts(0.02f)},
-                                           Case{"ssp", "clocks", sspByClocks()},
-                                           Case{"easgd", "", opts(0.02f, 4)},
-                                           Case{"eawild", "", opts(0.02f, 4, 4)},
-                                           Case{"gradcode", "", opts(0.02f)}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.algorithm + info.param.variant;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, SyncConvergenceTest,
+    ::testing::Values(
+        Case{"sync", "", opts(0.02f)}, Case{"int8", "", opts(0.02f)},
+        Case{"onebit", "", opts(0.02f)}, Case{"onebit", "_reply_feedback", withReplyFeedback()},
+        Case{"onebit", "_velocity", onebitVelocity()},
+        Case{"shadowsync", "", shadowOnlyAtTheEnds()}, Case{"gossip", "ring", opts(0.02f)},
+        Case{"gossip", "random", opts(0.02f, 2, 1, "random")}, Case{"ssp", "", opts(0.02f)},
+        Case{"ssp", "clocks", sspByClocks()}, Case{"easgd", "", opts(0.02f, 4)},
+        Case{"eawild", "", opts(0.02f, 4, 4)}, Case{"gradcode", "", opts(0.02f)}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return info.param.algorithm + info.param.variant;
+    });
 
 // Bytes this worker put on the wire for `steps` steps of a 64K-float model under `algorithm`.
 uint64_t bytesFor(const std::string& algorithm, int steps) {
@@ -385,6 +382,38 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   ASSERT_TRUE(g.ok());
   std::vector<float> init(3, 0.0f);
   EXPECT_EQ((*g)->start(init, {3}).code(), StatusCode::kInvalidArgument);  // no communicator
+}
+
+// Atomics only where threads share the model: eawild with several Hogwild threads, shadowsync
+// (its background thread). Every other algorithm's model is owned by its training thread, and
+// TSan would not notice a wrong choice unless a test happened to run that algorithm under it.
+TEST(SyncAlgorithmTest, OnlyAlgorithmsWithSeveralThreadsOnTheModelUseAtomics) {
+  SyncEnv env;
+  HashStore store;
+  env.store = &store;
+  struct Case {
+    std::string algorithm;
+    int threads;
+    SharedModel::Access expected;
+  };
+  const Case cases[] = {{"sync", 1, SharedModel::Access::kSingleThread},
+                        {"onebit", 1, SharedModel::Access::kSingleThread},
+                        {"ssp", 1, SharedModel::Access::kSingleThread},
+                        {"easgd", 1, SharedModel::Access::kSingleThread},
+                        {"gossip", 1, SharedModel::Access::kSingleThread},
+                        {"eawild", 1, SharedModel::Access::kSingleThread},
+                        {"eawild", 2, SharedModel::Access::kConcurrent},
+                        {"shadowsync", 1, SharedModel::Access::kConcurrent}};
+  for (const Case& c : cases) {
+    SyncOptions o;
+    o.algorithm = c.algorithm;
+    o.threads = c.threads;
+    auto algo = makeSyncAlgorithm(o, env);
+    ASSERT_TRUE(algo.ok()) << c.algorithm << ": " << algo.status();
+    auto* base = dynamic_cast<detail::AlgorithmBase*>(algo->get());
+    ASSERT_NE(base, nullptr) << c.algorithm;
+    EXPECT_EQ(base->modelAccess(), c.expected) << c.algorithm << " threads " << c.threads;
+  }
 }
 
 }  // namespace
