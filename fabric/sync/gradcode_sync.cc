@@ -123,6 +123,14 @@ class GradcodeSync final : public AlgorithmBase {
     }
     // Tell stragglers this round is over (idempotent: every worker that knows sets it).
     COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));
+    // Done marks two windows old are read by nobody: keepWithinWindow() keeps every worker
+    // within the window, and the daemons no longer hold such a round anyway. One worker per round
+    // (by rank, round-robin) removes one, so a long job leaves about 2 x window marks, not one
+    // per round.
+    const uint64_t kept = 2 * window;
+    if (step >= kept && step % uint64_t(env_.worldSize) == uint64_t(env_.rank)) {
+      COFAB_RETURN_IF_ERROR(env_.store->remove(doneKey(step - kept)).status());
+    }
     if ((step + 1) % progressEvery() == 0) {
       const std::string v = std::to_string(step + 1);
       COFAB_RETURN_IF_ERROR(env_.store->set(progressKey(env_.rank), Bytes(v.begin(), v.end())));

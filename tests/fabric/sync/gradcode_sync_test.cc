@@ -46,7 +46,8 @@ struct Outcome {
   Status status;
   std::vector<std::vector<float>> finals;
   std::vector<SyncStats> stats;
-  std::vector<int> needed;  // steps for which needsGradient() said true, by rank
+  std::vector<int> needed;         // steps for which needsGradient() said true, by rank
+  std::vector<int> doneMarksLeft;  // rounds whose done mark is still in the store at the end
 };
 
 // `steps` steps; `straggler` (or -1) is held after start() until the others finished, or, with
@@ -121,6 +122,10 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
   });
   (*server)->shutdown("test done");
   out.status = testing::allOk(results);
+  for (int r = 0; r < steps; ++r) {
+    auto there = store.check({"cofab/sync/gradcode/done/" + std::to_string(r)});
+    if (!there.ok() || *there) out.doneMarksLeft.push_back(r);
+  }
   return out;
 }
 
@@ -165,6 +170,20 @@ TEST(GradcodeSyncTest, AStalledWorkerHoldsTheOthersAtHalfTheWindow) {
     for (float v : o.finals[size_t(r)]) ASSERT_EQ(v, -2.5f * 20) << "rank " << r;
   }
   EXPECT_GE(o.stats[3].skipped, 6u);  // rounds 0-5 completed while it was stalled
+}
+
+// Window 4: every round two windows (8 rounds) old has its done mark removed, so after 40 rounds
+// only the last 8 are left in the store, and the models are still the full average every round.
+TEST(GradcodeSyncTest, OldDoneMarksAreRemovedFromTheStore) {
+  constexpr int kSteps = 40;
+  Outcome o = run(/*straggler=*/-1, kSteps, /*window=*/4);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  std::vector<int> lastTwoWindows;
+  for (int r = kSteps - 8; r < kSteps; ++r) lastTwoWindows.push_back(r);
+  EXPECT_EQ(o.doneMarksLeft, lastTwoWindows);
+  for (int r = 0; r < kWorkers; ++r) {
+    for (float v : o.finals[size_t(r)]) ASSERT_EQ(v, -2.5f * kSteps) << "rank " << r;
+  }
 }
 
 TEST(GradcodeSyncTest, PlainDaemonsAreRefusedAtStart) {
