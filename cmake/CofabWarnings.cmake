@@ -6,6 +6,16 @@ function(cofab_target_defaults target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${COFAB_WERROR}>>:-Werror>)
 endfunction()
 
+# cofab_hot_loops(<source> ...): files whose loops over whole tensors are a hot path (reduction
+# kernels, codecs, model updates) build at -O3. GCC 12 vectorises at -O2 only with its
+# "very-cheap" cost model, which leaves scalar every loop that needs a runtime alias check or an
+# epilogue: most loops over caller-provided spans (bench/RESULTS.md, "Session 6": a model add
+# 111 -> 21 us). Not in Debug builds, so those files still step through at -O0. Call it from the
+# directory whose target compiles the files (source properties are per directory).
+function(cofab_hot_loops)
+  set_source_files_properties(${ARGN} PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
+endfunction()
+
 # cofab_library(<name> <alias> SOURCES ... DEPS ...): one library per folder, exported as
 # cofab::<alias>, includes written from the repository root.
 function(cofab_library name alias)

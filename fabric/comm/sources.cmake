@@ -7,5 +7,5 @@ list(APPEND COFAB_FABRIC_SOURCES
   comm/op_signature.cc
   comm/reduce_kernels.cc
   comm/ring_op.cc)
-# -O3: GCC's -O2 cost model leaves the widening bf16 loops scalar; the kernels are the hot loop.
-set_source_files_properties(comm/reduce_kernels.cc PROPERTIES COMPILE_OPTIONS -O3)
+# The reduction kernels (widening bf16 loops included) are the collectives' hot loop.
+cofab_hot_loops(comm/reduce_kernels.cc)

@@ -7,7 +7,5 @@ list(APPEND COFAB_FABRIC_SOURCES
   sync/shadow_sync.cc
   sync/shared_model.cc
   sync/sync_algorithm.cc)
-# The model and momentum loops run over the whole model every step: at -O2 GCC 12's very-cheap
-# cost model leaves them scalar (they need an alias check); -O3 vectorises them
-# (bench/sync/shared_model_bench; bench/RESULTS.md, "Session 6").
-set_source_files_properties(sync/shared_model.cc PROPERTIES COMPILE_OPTIONS "-O3")
+# The model and momentum loops run over the whole model every step.
+cofab_hot_loops(sync/shared_model.cc)
