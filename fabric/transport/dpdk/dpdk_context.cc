@@ -190,12 +190,12 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
   }
   e.idleNapNs = static_cast<uint64_t>(nap) * 1000;
   int64_t pipe = dpdk.pipeFrames;
-  if (pipe <= 0) {
+  if (pipe == 0) {
     COFAB_ASSIGN_OR_RETURN(pipe, kPipeFrames.get());
   }
-  if (pipe > 1024) {
+  if (pipe < 0 || pipe > 1024) {
     return InvalidArgument("dpdk: pipeFrames " + std::to_string(pipe) +
-                           " exceeds the 1024-frame window");
+                           " is outside 1..1024 (the window; 0 takes COFAB_DPDK_PIPE_FRAMES)");
   }
   e.pipeFrames = static_cast<uint32_t>(pipe);
   COFAB_ASSIGN_OR_RETURN(auto engine, Engine::create(e));

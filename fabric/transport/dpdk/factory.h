@@ -41,9 +41,9 @@ struct DpdkOptions {
   int64_t idleSpinUs = -2;
   int64_t idleNapUs = 0;  // 0: COFAB_DPDK_IDLE_NAP_US (default 100)
   // Frames a connection keeps in the pipe: sent past the newest one the peer has (cumulatively
-  // or selectively) acknowledged. 0: COFAB_DPDK_PIPE_FRAMES (default 128). The window (1024
-  // frames from the oldest unacknowledged one) still bounds the sequence range; this bounds what
-  // queues in the rings between the two pollers, so a retransmission does not wait behind a
+  // or selectively) acknowledged, 1..1024. 0: COFAB_DPDK_PIPE_FRAMES (default 128). The window
+  // (1024 frames from the oldest unacknowledged one) still bounds the sequence range; this bounds
+  // what queues in the rings between the two pollers, so a retransmission does not wait behind a
   // full ring (docs/DPDK.md, "Pipe limit").
   int64_t pipeFrames = 0;
 };

@@ -189,12 +189,15 @@ TEST_F(DpdkTransportTest, ATinyPipeStallsTheSenderButLosesNothingUnderLoss) {
   EXPECT_GT(c->retransmits, 0u);
 }
 
-TEST(DpdkTransportOptions, APipeLargerThanTheWindowIsRefused) {
-  auto c = makeContext("client", 0, 1, 0, 1025);
-  if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
-  EXPECT_NE(c.status().message().find("pipeFrames"), std::string::npos) << c.status();
+TEST(DpdkTransportOptions, APipeOutsideTheWindowIsRefused) {
+  for (int64_t pipe : {int64_t{1025}, int64_t{-1}}) {
+    auto c = makeContext("client", 0, 1, 0, pipe);
+    if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
+    ASSERT_FALSE(c.ok()) << "pipe " << pipe;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+    EXPECT_NE(c.status().message().find("pipeFrames " + std::to_string(pipe)), std::string::npos)
+        << c.status();
+  }
 }
 
 TEST_F(DpdkTransportTest, LargeMessageUnderLoss) {
