@@ -114,15 +114,35 @@ class Service {
   bool killedOnPurpose_ = false;
 };
 
-// What the local library computes from the same results: CodedMatmul (coded) or sgemm.
+// block (blockRows x cols) x b, row block by row block as a worker computes it. BLAS libraries
+// pick kernels, and so summation orders, by matrix shape (OpenBLAS's Haswell sgemm does), so a
+// bit-exact reference must make the same calls, not one GEMM over all of A.
+void blockProduct(const float* block, int64_t blockRows, int64_t cols, const std::vector<float>& b,
+                  int64_t bCols, int64_t rowBlock, float* out) {
+  for (int64_t first = 0; first < blockRows; first += rowBlock) {
+    const int64_t rows = std::min(rowBlock, blockRows - first);
+    EXPECT_TRUE(coding::gemmF32({block + first * cols, rows, cols, 0}, {b.data(), cols, bCols, 0},
+                                {out + first * bCols, rows, bCols, 0})
+                    .ok());
+  }
+}
+
+// What the local library computes from the same workers' blocks: CodedMatmul's decode (coded), or
+// the blocks' products put in place. `groups` is the number of distinct row blocks.
 std::vector<float> localReference(const CodedServiceOptions& o, const std::vector<float>& a,
                                   int64_t rows, int64_t cols, const std::vector<float>& b,
-                                  int64_t bCols, const std::vector<int>& used) {
+                                  int64_t bCols, const std::vector<int>& used, int groups) {
   std::vector<float> c(static_cast<size_t>(rows * bCols));
   if (o.mode != CodedMode::kCoded) {
-    EXPECT_TRUE(coding::gemmF32({a.data(), rows, cols, 0}, {b.data(), cols, bCols, 0},
-                                {c.data(), rows, bCols, 0})
-                    .ok());
+    const int64_t blockRows = (rows + groups - 1) / groups;
+    std::vector<float> split(static_cast<size_t>(blockRows * groups * cols), 0.0f);  // 0 padding
+    std::copy(a.begin(), a.end(), split.begin());
+    std::vector<float> all(static_cast<size_t>(blockRows * groups * bCols));
+    for (int g = 0; g < groups; ++g) {
+      blockProduct(split.data() + g * blockRows * cols, blockRows, cols, b, bCols, o.rowBlock,
+                   all.data() + g * blockRows * bCols);
+    }
+    std::copy(all.begin(), all.begin() + rows * bCols, c.begin());
     return c;
   }
   auto cm =
@@ -135,9 +155,8 @@ std::vector<float> localReference(const CodedServiceOptions& o, const std::vecto
   outs.reserve(used.size());
   for (int w : used) {
     outs.emplace_back(static_cast<size_t>(enc->blockRows() * bCols));
-    EXPECT_TRUE(cm->multiplyTask(*enc, w, {b.data(), cols, bCols, 0},
-                                 {outs.back().data(), enc->blockRows(), bCols, 0})
-                    .ok());
+    blockProduct(enc->block(w).data, enc->blockRows(), cols, b, bCols, o.rowBlock,
+                 outs.back().data());
     results.push_back({w, outs.back().data()});
   }
   auto d = cm->decode(*enc, results, bCols, {c.data(), rows, bCols, 0});
@@ -182,7 +201,8 @@ void expectDistributedEqualsLocal(const std::vector<Case>& cases, const std::str
       auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_EQ(static_cast<int>(r->used.size()), svc.master().needed());
-      const std::vector<float> want = localReference(o, a, rows, cols, b, bCols, r->used);
+      const std::vector<float> want =
+          localReference(o, a, rows, cols, b, bCols, r->used, svc.master().needed());
       if (tc.mode == CodedMode::kCoded) {
         EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
         EXPECT_TRUE(r->decoded);
@@ -260,7 +280,7 @@ TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), stopped) == r->used.end());
   EXPECT_TRUE(r->decoded);
-  expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
+  expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used, svc.master().needed()), 1e-5);
   svc.procs().signal(stopped, SIGCONT);
   // Once resumed, the worker finds the cancel and says so; the service keeps serving.
   auto reports = svc.master().waitCancelReports(r->request, {stopped}, Deadline::afterMs(15000));
@@ -368,7 +388,7 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->used.size(), 3u);
     EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), 0) == r->used.end());
-    expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used), 1e-5);
+    expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used, svc.master().needed()), 1e-5);
   }
   svc.kill(2);
   ASSERT_TRUE(waitDead(svc.master(), 2));
