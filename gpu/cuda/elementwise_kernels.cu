@@ -17,13 +17,39 @@ struct PointerPack {
   const T* p[kMaxKernelInputs];
 };
 
+// Elements [begin, end): the whole tensor, or the tail the vector kernel leaves.
 template <typename Io>
 __global__ void reduceKernel(PointerPack<typename Io::Storage> ins, int count,
-                             typename Io::Storage* out, size_t n, float scale) {
+                             typename Io::Storage* out, size_t begin, size_t end, float scale) {
   const ReduceElement<Io> element;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+  for (size_t i = begin + blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < end;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     element(ins.p, count, out, i, scale);
+  }
+}
+
+// 16 bytes per input per thread (4 f32 or 8 f16/bf16 lanes): 2-byte loads leave most of each
+// memory transaction unused (bf16 ran at 0.54x the copy bandwidth on an H100 before this). Each
+// lane is summed in input order with ReduceElement's steps, so results stay bit-identical.
+template <typename Io>
+__global__ void reduceVectorKernel(PointerPack<typename Io::Storage> ins, int count,
+                                   typename Io::Storage* out, size_t vectors, float scale) {
+  using S = typename Io::Storage;
+  using E = ReduceElement<Io>;
+  constexpr int kLanes = sizeof(uint4) / sizeof(S);
+  for (size_t v = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; v < vectors;
+       v += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float acc[kLanes];
+    for (int l = 0; l < kLanes; ++l) acc[l] = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      const uint4 raw = reinterpret_cast<const uint4*>(ins.p[j])[v];
+      const S* lanes = reinterpret_cast<const S*>(&raw);
+      for (int l = 0; l < kLanes; ++l) acc[l] = E::add(acc[l], lanes[l]);
+    }
+    uint4 result;
+    S* lanes = reinterpret_cast<S*>(&result);
+    for (int l = 0; l < kLanes; ++l) lanes[l] = E::finish(acc[l], scale);
+    reinterpret_cast<uint4*>(out)[v] = result;
   }
 }
 
@@ -59,12 +85,29 @@ template <typename Io>
 Status launchReduce(const ReduceArgs& a, cudaStream_t stream) {
   using S = typename Io::Storage;
   PointerPack<S> pack{};
-  for (size_t j = 0; j < a.inputs.size(); ++j) pack.p[j] = static_cast<const S*>(a.inputs[j].data);
+  bool aligned = reinterpret_cast<uintptr_t>(a.output.data) % sizeof(uint4) == 0;
+  for (size_t j = 0; j < a.inputs.size(); ++j) {
+    pack.p[j] = static_cast<const S*>(a.inputs[j].data);
+    aligned = aligned && reinterpret_cast<uintptr_t>(pack.p[j]) % sizeof(uint4) == 0;
+  }
   const int count = static_cast<int>(a.inputs.size());
   const float scale = a.op == ReduceOp::kAverage ? 1.0f / static_cast<float>(count) : 1.0f;
-  reduceKernel<Io><<<blocksFor(a.output.count), kThreads, 0, stream>>>(
-      pack, count, static_cast<S*>(a.output.data), a.output.count, scale);
-  return cudaStatus(cudaGetLastError(), "reduceKernel launch");
+  auto* out = static_cast<S*>(a.output.data);
+  const size_t n = a.output.count;
+  constexpr size_t kLanes = sizeof(uint4) / sizeof(S);
+  const size_t vectors = aligned ? n / kLanes : 0;
+  if (vectors > 0) {
+    reduceVectorKernel<Io>
+        <<<blocksFor(vectors), kThreads, 0, stream>>>(pack, count, out, vectors, scale);
+    COFAB_RETURN_IF_ERROR(cudaStatus(cudaGetLastError(), "reduceVectorKernel launch"));
+  }
+  const size_t done = vectors * kLanes;
+  if (done < n) {
+    reduceKernel<Io>
+        <<<blocksFor(n - done), kThreads, 0, stream>>>(pack, count, out, done, n, scale);
+    COFAB_RETURN_IF_ERROR(cudaStatus(cudaGetLastError(), "reduceKernel launch"));
+  }
+  return OkStatus();
 }
 
 }  // namespace

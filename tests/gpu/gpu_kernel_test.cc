@@ -59,42 +59,83 @@ std::vector<float> randomFloats(size_t n, uint64_t seed) {
   return v;
 }
 
-TEST_F(GpuKernelTest, ReductionsAreBitIdenticalToTheCpuTwin) {
-  const size_t n = 100003;
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+// Three inputs of n random elements of type t, as bytes.
+std::vector<std::vector<uint8_t>> randomTensors(DType t, size_t n) {
+  const size_t es = dtypeSize(t);
+  std::vector<std::vector<uint8_t>> host(3, std::vector<uint8_t>(n * es));
+  for (int j = 0; j < 3; ++j) {
+    auto f = randomFloats(n, 5 + j);
+    for (size_t i = 0; i < n; ++i) {
+      if (t == DType::kF32) {
+        std::memcpy(&host[j][i * 4], &f[i], 4);
+      } else {
+        uint16_t h = t == DType::kF16 ? floatToHalf(f[i]) : floatToBf16(f[i]);
+        std::memcpy(&host[j][i * 2], &h, 2);
+      }
+    }
+  }
+  return host;
+}
+
+// Where the reduction runs on the device: `offset` elements into each buffer (1 leaves 16-byte
+// alignment, so the scalar kernel does everything), and into a separate output or in place.
+struct ReducePlacement {
+  size_t offset = 0;
+  bool inPlace = false;
+};
+
+class GpuReduceTest : public GpuKernelTest {
+ protected:
+  void expectBitIdentical(DType t, ReduceOp op, ReducePlacement where) {
+    const size_t n = 100003;  // not a multiple of any vector width: the scalar kernel ends it
     const size_t es = dtypeSize(t);
-    std::vector<std::vector<uint8_t>> host(3, std::vector<uint8_t>(n * es));
-    for (int j = 0; j < 3; ++j) {
-      auto f = randomFloats(n, 5 + j);
-      for (size_t i = 0; i < n; ++i) {
-        if (t == DType::kF32) {
-          std::memcpy(&host[j][i * 4], &f[i], 4);
-        } else {
-          uint16_t h = t == DType::kF16 ? floatToHalf(f[i]) : floatToBf16(f[i]);
-          std::memcpy(&host[j][i * 2], &h, 2);
-        }
-      }
-    }
-    for (auto op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-      std::vector<TensorView> cpuIn, gpuIn;
-      std::vector<DeviceBuffer> dev;
-      for (auto& h : host) {
-        cpuIn.emplace_back(h.data(), n, t);
-        dev.push_back(upload(h.data(), h.size()));
-        gpuIn.emplace_back(dev.back().data(), n, t, Device::cuda(0));
-      }
-      std::vector<uint8_t> cpuOut(n * es);
+    auto host = randomTensors(t, n);
+    std::vector<TensorView> cpuIn, gpuIn;
+    std::vector<DeviceBuffer> dev;
+    for (auto& h : host) {
+      cpuIn.emplace_back(h.data(), n, t);
+      auto b = DeviceBuffer::allocate((n + where.offset) * es, 0);
+      ASSERT_TRUE(b.ok()) << b.status();
+      auto* at = static_cast<uint8_t*>(b->data()) + where.offset * es;
       ASSERT_TRUE(
-          reduce({.inputs = cpuIn, .output = TensorView(cpuOut.data(), n, t), .op = op}).ok());
-      auto out = DeviceBuffer::allocate(n * es, 0);
-      ASSERT_TRUE(out.ok());
-      Status st = reduce({.inputs = gpuIn,
-                          .output = TensorView(out->data(), n, t, Device::cuda(0)),
-                          .op = op,
-                          .stream = stream_->handle()});
-      ASSERT_TRUE(st.ok()) << st;
-      EXPECT_EQ(download<uint8_t>(*out, n * es), cpuOut) << dtypeName(t);
+          DeviceBuffer::borrow(at, n * es, 0).copyFromHost(h.data(), n * es, *stream_).ok());
+      dev.push_back(std::move(b).value());
+      gpuIn.emplace_back(at, n, t, Device::cuda(0));
     }
+    std::vector<uint8_t> cpuOut(n * es);
+    ASSERT_TRUE(
+        reduce({.inputs = cpuIn, .output = TensorView(cpuOut.data(), n, t), .op = op}).ok());
+    auto out = DeviceBuffer::allocate((n + where.offset) * es, 0);
+    ASSERT_TRUE(out.ok());
+    void* outAt =
+        where.inPlace ? gpuIn[0].data : static_cast<uint8_t*>(out->data()) + where.offset * es;
+    Status st = reduce({.inputs = gpuIn,
+                        .output = TensorView(outAt, n, t, Device::cuda(0)),
+                        .op = op,
+                        .stream = stream_->handle()});
+    ASSERT_TRUE(st.ok()) << st;
+    std::vector<uint8_t> got(n * es);
+    ASSERT_TRUE(
+        DeviceBuffer::borrow(outAt, n * es, 0).copyToHost(got.data(), got.size(), *stream_).ok());
+    ASSERT_TRUE(stream_->synchronize().ok());
+    EXPECT_EQ(got, cpuOut) << dtypeName(t) << " offset " << where.offset
+                           << (where.inPlace ? " in place" : "");
+  }
+};
+
+TEST_F(GpuReduceTest, ReductionsAreBitIdenticalToTheCpuTwin) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAverage}) expectBitIdentical(t, op, {});
+  }
+}
+
+// The vector kernel needs every pointer 16-byte aligned; otherwise the scalar one does it all.
+// In place, the output overwrites input 0 lane by lane after reading it: still the same bits.
+TEST_F(GpuReduceTest, UnalignedAndInPlaceReductionsAreBitIdenticalToo) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    expectBitIdentical(t, ReduceOp::kSum, {.offset = 1});
+    expectBitIdentical(t, ReduceOp::kAverage, {.offset = 1, .inPlace = true});
+    expectBitIdentical(t, ReduceOp::kSum, {.inPlace = true});
   }
 }
 
