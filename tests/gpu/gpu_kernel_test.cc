@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "coding/matmul/coded_matmul.h"
 #include "core/half.h"
@@ -190,6 +192,52 @@ TEST_F(GpuKernelTest, GemmHasNoTf32Error) {
     den += double(cpu[i]) * cpu[i];
   }
   EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+// Each thread keeps its own cuBLAS handle (gpu/cuda/blas_kernels.cu): four threads, each on its
+// own stream, run GEMMs at once, again and again, and every product matches the CPU's.
+TEST_F(GpuKernelTest, GemmsFromSeveralThreadsAtOnceAreAllRight) {
+  const int64_t m = 96, k = 128, n = 80;
+  std::vector<std::thread> threads;
+  std::atomic<int> checked{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto s = Stream::create(0);
+      ASSERT_TRUE(s.ok()) << s.status();
+      for (int round = 0; round < 5; ++round) {
+        auto a = randomFloats(m * k, 100 * t + round), b = randomFloats(k * n, 7 + round);
+        std::vector<float> cpu(m * n), gpu(m * n);
+        ASSERT_TRUE(
+            gemmF32({.a = a.data(), .b = b.data(), .c = cpu.data(), .m = m, .n = n, .k = k}).ok());
+        auto da = DeviceBuffer::allocate(a.size() * 4, 0),
+             db = DeviceBuffer::allocate(b.size() * 4, 0),
+             dc = DeviceBuffer::allocate(gpu.size() * 4, 0);
+        ASSERT_TRUE(da.ok() && db.ok() && dc.ok());
+        ASSERT_TRUE(da->copyFromHost(a.data(), a.size() * 4, *s).ok());
+        ASSERT_TRUE(db->copyFromHost(b.data(), b.size() * 4, *s).ok());
+        Status st = gemmF32({.a = static_cast<float*>(da->data()),
+                             .b = static_cast<float*>(db->data()),
+                             .c = static_cast<float*>(dc->data()),
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .device = Device::cuda(0),
+                             .stream = s->handle()});
+        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_TRUE(dc->copyToHost(gpu.data(), gpu.size() * 4, *s).ok());
+        ASSERT_TRUE(s->synchronize().ok());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < cpu.size(); ++i) {
+          num += (double(gpu[i]) - cpu[i]) * (double(gpu[i]) - cpu[i]);
+          den += double(cpu[i]) * cpu[i];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-5) << "thread " << t << " round " << round;
+        ++checked;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(checked.load(), 20);
 }
 
 TEST_F(GpuKernelTest, CodedMatmulOnTheDeviceMatchesTheCpu) {
