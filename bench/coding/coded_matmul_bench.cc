@@ -19,14 +19,16 @@
 #include <fstream>
 #include <map>
 #include <numeric>
-#include <random>
 
 #include "bench/coding/bench_args.h"
+#include "bench/support/bench_util.h"
 #include "bench/support/result_reporter.h"
 #include "coding/matmul/straggler_matmul.h"
 
 namespace cofab::coding {
 namespace {
+
+using bench::randomFloats;
 
 constexpr int64_t kRows = 720, kInner = 256, kCols = 64;  // A 720x256, B 256x64
 constexpr double kShiftMs = 5.0;
@@ -34,14 +36,6 @@ constexpr double kTailMs = 20.0;  // headline tail: the straggler-dominated regi
 constexpr int kRuns = 41;
 constexpr std::pair<int, int> kShapes[] = {{8, 6}, {12, 9}, {16, 12}};
 constexpr double kSweepTails[] = {0, 2.5, 5, 10, 20, 40, 80};
-
-std::vector<float> randomVec(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -51,7 +45,7 @@ double median(std::vector<double> v) {
 // Worst relative Frobenius error of the decoded product over every k-subset of task results
 // (all C(n, k) for these shapes), against an FP64 product.
 double worstRelativeError(const CodedMatmul& cm, int64_t rows, int64_t inner, int64_t cols) {
-  std::vector<float> a = randomVec(rows * inner, 11), b = randomVec(inner * cols, 12);
+  std::vector<float> a = randomFloats(rows * inner, 11), b = randomFloats(inner * cols, 12);
   std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end()), want(rows * cols);
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, inner, 1.0, ad.data(), inner,
               bd.data(), cols, 0.0, want.data(), cols);
@@ -98,7 +92,7 @@ void BM_Stragglers(benchmark::State& state) {
     state.SkipWithError("setup failed");
     return;
   }
-  std::vector<float> a = randomVec(kRows * kInner, 1), b = randomVec(kInner * kCols, 2);
+  std::vector<float> a = randomFloats(kRows * kInner, 1), b = randomFloats(kInner * kCols, 2);
   std::vector<float> c(kRows * kCols);
   ConstMatrixView av{a.data(), kRows, kInner, 0}, bv{b.data(), kInner, kCols, 0};
   MatrixView cv{c.data(), kRows, kCols, 0};

@@ -20,10 +20,10 @@
 #include <cuda_runtime.h>
 
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "bench/support/bench_util.h"
 #include "bench/support/result_reporter.h"
 #include "coding/matmul/coded_matmul.h"
 #include "gpu/device.h"
@@ -194,14 +194,6 @@ BENCHMARK(BM_GemmCublas)->Arg(256)->Arg(4096)->UseManualTime();
 
 // Coded matmul on (n, k) = (8, 6): A of 12288 x 4096 floats (192 MiB), B of 4096 x 256.
 constexpr int64_t kRows = 12288, kInner = 4096, kOut = 256;
-
-std::vector<float> randomFloats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 Device deviceOf(benchmark::State& state) {
   return state.range(0) == 0 ? Device::cpu() : Device::cuda(0);

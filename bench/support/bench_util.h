@@ -1,6 +1,6 @@
-// Small helpers shared by the bench programs: command-line look-ups, a wall clock in ms, and
-// spawning a helper process (cofab-aggd, ...) that dies with the bench (PR_SET_PDEATHSIG).
-// Header-only; bench code only.
+// Small helpers shared by the bench programs: command-line look-ups, a wall clock in ms, seeded
+// random data, and spawning a helper process (cofab-aggd, ...) that dies with the bench
+// (PR_SET_PDEATHSIG). Header-only; bench code only.
 #pragma once
 
 #include <signal.h>
@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,15 @@ inline double nowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// n floats uniform in [-1, 1), the same for the same seed.
+inline std::vector<float> randomFloats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
 }
 
 // fork + execv(path, args) with SIGKILL on the bench's death; the child's pid (or -1).
