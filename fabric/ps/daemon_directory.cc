@@ -29,4 +29,12 @@ StatusOr<std::vector<std::string>> discoverDaemons(Store& store, const std::stri
   return addresses;
 }
 
+StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::string& prefix,
+                                                   const std::vector<std::string>& listed,
+                                                   Deadline deadline, const std::string& who) {
+  if (!listed.empty()) return listed;
+  if (store == nullptr) return InvalidArgument(who + " without a store needs serverAddresses");
+  return discoverDaemons(*store, prefix, deadline);
+}
+
 }  // namespace cofab::ps

@@ -18,4 +18,10 @@ namespace cofab::ps {
 StatusOr<std::vector<std::string>> discoverDaemons(Store& store, const std::string& prefix,
                                                    Deadline deadline);
 
+// What a client's connect() uses: `listed` when it is not empty, else discoverDaemons(*store,
+// prefix, deadline). With neither (no store, nothing listed): InvalidArgument naming `who`.
+StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::string& prefix,
+                                                   const std::vector<std::string>& listed,
+                                                   Deadline deadline, const std::string& who);
+
 }  // namespace cofab::ps

@@ -492,26 +492,29 @@ StatusOr<std::unique_ptr<ModelClient::Impl>> makeImpl(int rank, int worldSize,
   return impl;
 }
 
+// Validates the options, then finds the daemons (listed, or through `store`) and connects.
+StatusOr<std::unique_ptr<ModelClient::Impl>> startImpl(Store* store, int rank, int worldSize,
+                                                       const ClientOptions& options) {
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  COFAB_ASSIGN_OR_RETURN(
+      std::vector<std::string> addresses,
+      daemonAddresses(store, options.storePrefix, options.serverAddresses,
+                      Deadline::afterMs(options.connectTimeoutMs), "ModelClient::connect"));
+  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  return impl;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelClient>> ModelClient::connect(Store& store, int rank, int worldSize,
                                                             const ClientOptions& options) {
-  if (!options.serverAddresses.empty()) return connect(rank, worldSize, options);
-  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_ASSIGN_OR_RETURN(
-      std::vector<std::string> addresses,
-      discoverDaemons(store, options.storePrefix, Deadline::afterMs(options.connectTimeoutMs)));
-  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  COFAB_ASSIGN_OR_RETURN(auto impl, startImpl(&store, rank, worldSize, options));
   return std::unique_ptr<ModelClient>(new ModelClient(std::move(impl)));
 }
 
 StatusOr<std::unique_ptr<ModelClient>> ModelClient::connect(int rank, int worldSize,
                                                             const ClientOptions& options) {
-  if (options.serverAddresses.empty()) {
-    return InvalidArgument("ModelClient::connect without a store needs serverAddresses");
-  }
-  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_RETURN_IF_ERROR(impl->start(options.serverAddresses));
+  COFAB_ASSIGN_OR_RETURN(auto impl, startImpl(nullptr, rank, worldSize, options));
   return std::unique_ptr<ModelClient>(new ModelClient(std::move(impl)));
 }
 

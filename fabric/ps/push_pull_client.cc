@@ -18,8 +18,8 @@
 
 #include "core/log.h"
 #include "core/param.h"
-#include "fabric/ps/placement.h"
 #include "fabric/ps/daemon_directory.h"
+#include "fabric/ps/placement.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
 
@@ -884,27 +884,30 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
   return impl;
 }
 
+// Validates the options, then finds the daemons (listed, or through `store`) and connects.
+StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank, int worldSize,
+                                                          const ClientOptions& options) {
+  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
+  COFAB_ASSIGN_OR_RETURN(
+      std::vector<std::string> addresses,
+      daemonAddresses(store, options.storePrefix, options.serverAddresses,
+                      Deadline::afterMs(options.connectTimeoutMs), "PushPullClient::connect"));
+  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  return impl;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(Store& store, int rank,
                                                                   int worldSize,
                                                                   const ClientOptions& options) {
-  if (!options.serverAddresses.empty()) return connect(rank, worldSize, options);
-  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_ASSIGN_OR_RETURN(
-      std::vector<std::string> addresses,
-      discoverDaemons(store, options.storePrefix, Deadline::afterMs(options.connectTimeoutMs)));
-  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  COFAB_ASSIGN_OR_RETURN(auto impl, startImpl(&store, rank, worldSize, options));
   return std::unique_ptr<PushPullClient>(new PushPullClient(std::move(impl)));
 }
 
 StatusOr<std::unique_ptr<PushPullClient>> PushPullClient::connect(int rank, int worldSize,
                                                                   const ClientOptions& options) {
-  if (options.serverAddresses.empty()) {
-    return InvalidArgument("PushPullClient::connect without a store needs serverAddresses");
-  }
-  COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_RETURN_IF_ERROR(impl->start(options.serverAddresses));
+  COFAB_ASSIGN_OR_RETURN(auto impl, startImpl(nullptr, rank, worldSize, options));
   return std::unique_ptr<PushPullClient>(new PushPullClient(std::move(impl)));
 }
 

@@ -33,6 +33,13 @@ TEST(PushPullClient, StaticAddressWithNobodyListeningFails) {
   EXPECT_NE(c.status().message().find("aggregator 0"), std::string::npos) << c.status();
 }
 
+TEST(PushPullClient, WithoutAStoreTheAddressesAreRequired) {
+  auto c = PushPullClient::connect(0, 1, ClientOptions{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("serverAddresses"), std::string::npos) << c.status();
+}
+
 TEST(PushPullClient, InvalidHandleSaysSo) {
   PushPullHandle h;
   EXPECT_FALSE(h.valid());

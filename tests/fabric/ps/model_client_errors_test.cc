@@ -31,9 +31,10 @@ TEST(ModelClient, StaticAddressWithNobodyListeningFails) {
   auto c = ModelClient::connect(0, 1, o);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("aggregator 0"), std::string::npos) << c.status();
-  EXPECT_EQ(ModelClient::connect(0, 1, ClientOptions{}).status().code(),
-            StatusCode::kInvalidArgument)
+  auto none = ModelClient::connect(0, 1, ClientOptions{});
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument)
       << "without a store the addresses are required";
+  EXPECT_NE(none.status().message().find("serverAddresses"), std::string::npos) << none.status();
 }
 
 }  // namespace
