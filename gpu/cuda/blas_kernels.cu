@@ -1,10 +1,12 @@
 // cuBLAS GEMM (TF32 off) and the FP64 linear combination of coded matmul's decode. Row-major
 // matrices are passed to column-major cuBLAS as their transposes: C^T = B^T A^T.
 #include <map>
+#include <string>
 #include <vector>
 
 #include "gpu/cuda/cuda_ops.h"
 #include "gpu/cuda/cuda_status.h"
+#include "gpu/cuda/device_pointer.h"
 #include "gpu/reduce_math.h"
 
 namespace cofab::gpu::cuda {
@@ -72,6 +74,11 @@ unsigned blocksFor(size_t n) {
 Status gemmF32(const GemmArgs& g) {
   COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(g.device.index));
   if (g.m == 0 || g.n == 0) return OkStatus();
+  COFAB_RETURN_IF_ERROR(checkDevicePointer(g.c, g.device.index, "gemm C"));
+  if (g.k > 0) {
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(g.a, g.device.index, "gemm A"));
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(g.b, g.device.index, "gemm B"));
+  }
   const int lda = static_cast<int>(g.lda ? g.lda : g.k);
   const int ldb = static_cast<int>(g.ldb ? g.ldb : g.n);
   const int ldc = static_cast<int>(g.ldc ? g.ldc : g.n);
@@ -132,6 +139,14 @@ Status combineInto(const CombineArgs& c, cudaStream_t stream, Scratch* s) {
 Status linearCombine(const CombineArgs& c) {
   COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(c.device.index));
   if (c.elements == 0) return OkStatus();
+  for (size_t j = 0; j < c.inputs.size(); ++j) {
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.inputs[j], c.device.index,
+                                             "linearCombine input " + std::to_string(j)));
+  }
+  for (size_t r = 0; r < c.outputs.size(); ++r) {
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.outputs[r], c.device.index,
+                                             "linearCombine output " + std::to_string(r)));
+  }
   auto stream = static_cast<cudaStream_t>(c.stream);
   Scratch s;
   Status result = combineInto(c, stream, &s);

@@ -1,9 +1,11 @@
 // CUDA kernels for reduce and XOR: grid-stride loops around the per-element functors that the
 // CPU twins also use (gpu/reduce_math.h, gpu/xor_math.h).
 #include <cstdint>
+#include <string>
 
 #include "gpu/cuda/cuda_ops.h"
 #include "gpu/cuda/cuda_status.h"
+#include "gpu/cuda/device_pointer.h"
 #include "gpu/ops_validate.h"
 #include "gpu/reduce_math.h"
 #include "gpu/xor_math.h"
@@ -113,8 +115,14 @@ Status launchReduce(const ReduceArgs& a, cudaStream_t stream) {
 }  // namespace
 
 Status reduce(const ReduceArgs& a) {
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.output.device.index));
+  const int device = a.output.device.index;
+  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   if (a.output.count == 0) return OkStatus();
+  COFAB_RETURN_IF_ERROR(checkDevicePointer(a.output.data, device, "reduce output"));
+  for (size_t j = 0; j < a.inputs.size(); ++j) {
+    COFAB_RETURN_IF_ERROR(
+        checkDevicePointer(a.inputs[j].data, device, "reduce input " + std::to_string(j)));
+  }
   auto stream = static_cast<cudaStream_t>(a.stream);
   switch (a.output.dtype) {
     case DType::kF32:
@@ -131,6 +139,11 @@ Status reduce(const ReduceArgs& a) {
 Status xorBuffers(const XorArgs& a) {
   COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.device.index));
   if (a.bytes == 0) return OkStatus();
+  COFAB_RETURN_IF_ERROR(checkDevicePointer(a.dst, a.device.index, "xor dst"));
+  for (size_t j = 0; j < a.srcs.size(); ++j) {
+    COFAB_RETURN_IF_ERROR(
+        checkDevicePointer(a.srcs[j], a.device.index, "xor source " + std::to_string(j)));
+  }
   auto stream = static_cast<cudaStream_t>(a.stream);
   const int count = static_cast<int>(a.srcs.size());
   bool aligned = reinterpret_cast<uintptr_t>(a.dst) % 8 == 0;

@@ -194,6 +194,56 @@ TEST_F(GpuKernelTest, GemmHasNoTf32Error) {
   EXPECT_LT(std::sqrt(num / den), 1e-5);
 }
 
+// A host buffer labelled as a CUDA tensor is refused before any kernel runs: a kernel reading it
+// would fault, and a device fault loses the process's CUDA context for every later call. (Where
+// the GPU can read pageable memory, HMM or ATS, the call is allowed and must then be right.)
+TEST_F(GpuKernelTest, HostMemoryLabelledAsCudaIsRefusedAndTheContextSurvives) {
+  const size_t n = 4096;
+  std::vector<float> hostA(n, 1.5f), hostB(n, 2.0f), hostOut(n, 0.0f);
+  auto out = DeviceBuffer::allocate(n * 4, 0);
+  ASSERT_TRUE(out.ok());
+  std::vector<TensorView> in = {TensorView::of(hostA.data(), n, DType::kF32, Device::cuda(0)),
+                                TensorView::of(hostB.data(), n, DType::kF32, Device::cuda(0))};
+  Status st = reduce({.inputs = in,
+                      .output = TensorView(out->data(), n, DType::kF32, Device::cuda(0)),
+                      .stream = stream_->handle()});
+  if (st.ok()) {
+    auto got = download<float>(*out, n);
+    EXPECT_EQ(got, std::vector<float>(n, 3.5f))
+        << "the GPU read pageable memory: sum must be right";
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("reduce input 0 is host memory"), std::string::npos) << st;
+    Status g = gemmF32({.a = hostA.data(),
+                        .b = static_cast<float*>(out->data()),
+                        .c = static_cast<float*>(out->data()),
+                        .m = 1,
+                        .n = 1,
+                        .k = 1,
+                        .device = Device::cuda(0),
+                        .stream = stream_->handle()});
+    EXPECT_EQ(g.code(), StatusCode::kInvalidArgument) << g;
+    EXPECT_NE(g.message().find("gemm A"), std::string::npos) << g;
+    const void* src = out->data();
+    Status x = xorBuffers({.srcs = std::span<const void* const>(&src, 1),
+                           .dst = hostOut.data(),
+                           .bytes = n * 4,
+                           .device = Device::cuda(0),
+                           .stream = stream_->handle()});
+    EXPECT_EQ(x.code(), StatusCode::kInvalidArgument) << x;
+    EXPECT_NE(x.message().find("xor dst"), std::string::npos) << x;
+  }
+  // Nothing faulted: the same device still computes.
+  DeviceBuffer a = upload(hostA.data(), n * 4), b = upload(hostB.data(), n * 4);
+  std::vector<TensorView> dev = {TensorView(a.data(), n, DType::kF32, Device::cuda(0)),
+                                 TensorView(b.data(), n, DType::kF32, Device::cuda(0))};
+  ASSERT_TRUE(reduce({.inputs = dev,
+                      .output = TensorView(out->data(), n, DType::kF32, Device::cuda(0)),
+                      .stream = stream_->handle()})
+                  .ok());
+  EXPECT_EQ(download<float>(*out, n), std::vector<float>(n, 3.5f));
+}
+
 // Each thread keeps its own cuBLAS handle (gpu/cuda/blas_kernels.cu): four threads, each on its
 // own stream, run GEMMs at once, again and again, and every product matches the CPU's.
 TEST_F(GpuKernelTest, GemmsFromSeveralThreadsAtOnceAreAllRight) {
