@@ -61,6 +61,11 @@ if(NOT COFAB_WITH_CUDA STREQUAL "OFF")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
+    # .cu files include core headers, which are C++20 (CXX_STANDARD carries over to CUDA
+    # sources). CMake 3.25 does not know nvcc 13's flag for it, so it is named here, for every
+    # folder with CUDA sources (gpu/, tests/gpu/).
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(_cuda_found TRUE)
   endif()
 endif()
