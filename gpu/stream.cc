@@ -78,11 +78,29 @@ StatusOr<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
 #endif
 }
 
+StatusOr<DeviceBuffer> DeviceBuffer::allocateOn(size_t bytes, const Stream& stream) {
+#if COFAB_HAVE_CUDA
+  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.device()));
+  void* p = nullptr;
+  if (bytes > 0) {
+    COFAB_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream.handle())));
+  }
+  return DeviceBuffer(p, bytes, stream.device(), true, stream.handle(), true);
+#else
+  (void)bytes;
+  (void)stream;
+  return noCuda("DeviceBuffer::allocateOn");
+#endif
+}
+
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
       device_(o.device_),
-      owned_(std::exchange(o.owned_, false)) {}
+      owned_(std::exchange(o.owned_, false)),
+      streamOrdered_(std::exchange(o.streamOrdered_, false)),
+      freeStream_(std::exchange(o.freeStream_, nullptr)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
@@ -91,6 +109,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     bytes_ = std::exchange(o.bytes_, 0);
     device_ = o.device_;
     owned_ = std::exchange(o.owned_, false);
+    streamOrdered_ = std::exchange(o.streamOrdered_, false);
+    freeStream_ = std::exchange(o.freeStream_, nullptr);
   }
   return *this;
 }
@@ -99,11 +119,19 @@ DeviceBuffer::~DeviceBuffer() { reset(); }
 
 void DeviceBuffer::reset() {
 #if COFAB_HAVE_CUDA
-  if (owned_ && data_ != nullptr) cudaFree(data_);
+  if (owned_ && data_ != nullptr) {
+    if (streamOrdered_) {
+      cudaFreeAsync(data_, static_cast<cudaStream_t>(freeStream_));
+    } else {
+      cudaFree(data_);
+    }
+  }
 #endif
   data_ = nullptr;
   bytes_ = 0;
   owned_ = false;
+  streamOrdered_ = false;
+  freeStream_ = nullptr;
 }
 
 Status DeviceBuffer::copyFromHost(const void* src, size_t bytes, const Stream& stream) {

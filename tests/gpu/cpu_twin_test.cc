@@ -168,6 +168,8 @@ TEST(GpuAvailabilityTest, CudaTensorsWithoutAGpuAreUnavailable) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
   EXPECT_EQ(Stream::create(0).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(DeviceBuffer::allocate(64, 0).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(DeviceBuffer::allocateOn(64, Stream::borrow(nullptr, 0)).status().code(),
+            StatusCode::kUnavailable);
 }
 
 TEST(GpuAvailabilityTest, BorrowedHandlesAreNotOwned) {

@@ -244,6 +244,34 @@ TEST_F(GpuKernelTest, HostMemoryLabelledAsCudaIsRefusedAndTheContextSurvives) {
   EXPECT_EQ(download<float>(*out, n), std::vector<float>(n, 3.5f));
 }
 
+// allocateOn's buffers go back to the pool in stream order: destroyed while the work that writes
+// and reads them is still queued, they stay valid for it (memcheck would see a use after free),
+// and a buffer taken again right after may reuse the memory without disturbing that work.
+TEST_F(GpuKernelTest, StreamOrderedBuffersOutliveTheWorkQueuedBeforeTheirRelease) {
+  const size_t n = 1 << 20;
+  std::vector<float> a(n, 1.25f), b(n, 2.5f), got(n, 0.0f);
+  auto out = DeviceBuffer::allocate(n * 4, 0);
+  ASSERT_TRUE(out.ok());
+  for (int round = 0; round < 3; ++round) {
+    auto da = DeviceBuffer::allocateOn(n * 4, *stream_);
+    auto db = DeviceBuffer::allocateOn(n * 4, *stream_);
+    ASSERT_TRUE(da.ok() && db.ok()) << da.status() << db.status();
+    EXPECT_TRUE(da->owned());
+    ASSERT_TRUE(da->copyFromHost(a.data(), n * 4, *stream_).ok());
+    ASSERT_TRUE(db->copyFromHost(b.data(), n * 4, *stream_).ok());
+    std::vector<TensorView> in = {TensorView(da->data(), n, DType::kF32, Device::cuda(0)),
+                                  TensorView(db->data(), n, DType::kF32, Device::cuda(0))};
+    ASSERT_TRUE(reduce({.inputs = in,
+                        .output = TensorView(out->data(), n, DType::kF32, Device::cuda(0)),
+                        .stream = stream_->handle()})
+                    .ok());
+    // da and db are released here, before the stream has run the copies and the reduction.
+  }
+  ASSERT_TRUE(out->copyToHost(got.data(), n * 4, *stream_).ok());
+  ASSERT_TRUE(stream_->synchronize().ok());
+  EXPECT_EQ(got, std::vector<float>(n, 3.75f));
+}
+
 // Each thread keeps its own cuBLAS handle (gpu/cuda/blas_kernels.cu): four threads, each on its
 // own stream, run GEMMs at once, again and again, and every product matches the CPU's.
 TEST_F(GpuKernelTest, GemmsFromSeveralThreadsAtOnceAreAllRight) {
