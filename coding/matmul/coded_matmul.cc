@@ -58,7 +58,7 @@ StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a, Device device, vo
     COFAB_RETURN_IF_ERROR(encodeParity(e.storage_.data(), blockElems));
     return e;
   }
-  // The k systematic blocks in, the n-k parity blocks back (encodeParity synchronizes).
+  // The k systematic blocks in, the n-k parity blocks back, all on one stream, then one wait.
   const size_t bytes = blockElems * sizeof(float);
   gpu::Stream s = gpu::Stream::borrow(stream, device.index);
   COFAB_ASSIGN_OR_RETURN(gpu::DeviceBuffer d, gpu::DeviceBuffer::allocateOn(bytes * n, s));
