@@ -12,11 +12,22 @@ namespace cofab::gpu::cuda {
 
 inline Status cudaStatus(cudaError_t err, const char* call) {
   if (err == cudaSuccess) return OkStatus();
+  // Reported here, so taken off the thread's last-error slot: otherwise the next launch check
+  // (cudaGetLastError after a kernel launch) finds it and fails a call that went well. Seen on an
+  // H100: a refused device index failed the next test's kernel launch. Sticky errors stay anyway.
+  (void)cudaGetLastError();
   std::string msg = std::string(call) + " failed: " + cudaGetErrorString(err) + " (cudaError " +
                     std::to_string(static_cast<int>(err)) + ")";
-  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice ||
-      err == cudaErrorInvalidDevice) {
+  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
     return Unavailable(std::move(msg));
+  }
+  // GPUs exist but the caller named one past them: the argument is wrong, not the machine.
+  if (err == cudaErrorInvalidDevice) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess) {
+      msg += ": this machine has " + std::to_string(count) + " CUDA device(s), numbered from 0";
+    }
+    return InvalidArgument(std::move(msg));
   }
   if (err == cudaErrorMemoryAllocation) return ResourceExhausted(std::move(msg));
   return Internal(std::move(msg));

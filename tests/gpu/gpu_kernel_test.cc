@@ -272,6 +272,31 @@ TEST_F(GpuKernelTest, StreamOrderedBuffersOutliveTheWorkQueuedBeforeTheirRelease
   EXPECT_EQ(got, std::vector<float>(n, 3.75f));
 }
 
+// A device index past the machine's GPUs is the caller's mistake: InvalidArgument saying how
+// many there are, from every entry point that takes one.
+TEST_F(GpuKernelTest, ADeviceIndexPastTheGpusIsInvalidAndSaysHowManyThereAre) {
+  const int count = *deviceCount();
+  const std::string many = std::to_string(count) + " CUDA device(s)";
+  auto buf = DeviceBuffer::allocate(64, count);
+  ASSERT_FALSE(buf.ok());
+  EXPECT_EQ(buf.status().code(), StatusCode::kInvalidArgument) << buf.status();
+  EXPECT_NE(buf.status().message().find(many), std::string::npos) << buf.status();
+  auto s = Stream::create(count);
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status();
+  float x = 0;
+  std::vector<TensorView> in = {TensorView::of(&x, 1, DType::kF32, Device::cuda(count))};
+  Status st = reduce({.inputs = in, .output = in[0]});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(many), std::string::npos) << st;
+  // The refusals leave nothing behind: the next kernel launch on a real device is not blamed for
+  // them (CUDA keeps the last error per thread until someone reads it).
+  std::vector<float> ones(1024, 1.0f);
+  DeviceBuffer d = upload(ones.data(), ones.size() * 4);
+  std::vector<TensorView> good = {TensorView(d.data(), ones.size(), DType::kF32, Device::cuda(0))};
+  Status ok = reduce({.inputs = good, .output = good[0], .stream = stream_->handle()});
+  EXPECT_TRUE(ok.ok()) << ok;
+}
+
 // Each thread keeps its own cuBLAS handle (gpu/cuda/blas_kernels.cu): four threads, each on its
 // own stream, run GEMMs at once, again and again, and every product matches the CPU's.
 TEST_F(GpuKernelTest, GemmsFromSeveralThreadsAtOnceAreAllRight) {
