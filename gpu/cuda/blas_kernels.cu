@@ -140,12 +140,12 @@ Status linearCombine(const CombineArgs& c) {
   COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(c.device.index));
   if (c.elements == 0) return OkStatus();
   for (size_t j = 0; j < c.inputs.size(); ++j) {
-    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.inputs[j], c.device.index,
-                                             "linearCombine input " + std::to_string(j)));
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.inputs[j], c.device.index, "linearCombine input",
+                                             static_cast<int>(j)));
   }
   for (size_t r = 0; r < c.outputs.size(); ++r) {
-    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.outputs[r], c.device.index,
-                                             "linearCombine output " + std::to_string(r)));
+    COFAB_RETURN_IF_ERROR(checkDevicePointer(c.outputs[r], c.device.index, "linearCombine output",
+                                             static_cast<int>(r)));
   }
   auto stream = static_cast<cudaStream_t>(c.stream);
   Scratch s;

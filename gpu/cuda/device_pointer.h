@@ -22,22 +22,24 @@ inline bool pageableAccess(int device) {
 }
 
 // OK when `p` is memory of CUDA device `device`, managed memory, or host memory the device can
-// address (pinned, or any where pageableAccess holds). `what` names the argument in the error.
-inline Status checkDevicePointer(const void* p, int device, const std::string& what) {
+// address (pinned, or any where pageableAccess holds). `what` (and `index`, when >= 0) name the
+// argument in the error; the name is only built then, since this runs on every kernel call.
+inline Status checkDevicePointer(const void* p, int device, const char* what, int index = -1) {
   if (p == nullptr) return OkStatus();  // null with nothing to touch: ops_validate's business
   cudaPointerAttributes a{};
   COFAB_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&a, p));
+  auto name = [&] { return std::string(what) + (index >= 0 ? " " + std::to_string(index) : ""); };
   switch (a.type) {
     case cudaMemoryTypeDevice:
       if (a.device == device) return OkStatus();
-      return InvalidArgument(what + " is memory of CUDA device " + std::to_string(a.device) +
+      return InvalidArgument(name() + " is memory of CUDA device " + std::to_string(a.device) +
                              ", but the call runs on device " + std::to_string(device));
     case cudaMemoryTypeManaged:
     case cudaMemoryTypeHost:
       return OkStatus();
     default:
       if (pageableAccess(device)) return OkStatus();
-      return InvalidArgument(what + " is host memory that CUDA device " + std::to_string(device) +
+      return InvalidArgument(name() + " is host memory that CUDA device " + std::to_string(device) +
                              " cannot read (a CPU buffer labelled as a CUDA tensor?); pass "
                              "device memory, or pin the buffer with cudaHostRegister");
   }

@@ -121,7 +121,7 @@ Status reduce(const ReduceArgs& a) {
   COFAB_RETURN_IF_ERROR(checkDevicePointer(a.output.data, device, "reduce output"));
   for (size_t j = 0; j < a.inputs.size(); ++j) {
     COFAB_RETURN_IF_ERROR(
-        checkDevicePointer(a.inputs[j].data, device, "reduce input " + std::to_string(j)));
+        checkDevicePointer(a.inputs[j].data, device, "reduce input", static_cast<int>(j)));
   }
   auto stream = static_cast<cudaStream_t>(a.stream);
   switch (a.output.dtype) {
@@ -142,7 +142,7 @@ Status xorBuffers(const XorArgs& a) {
   COFAB_RETURN_IF_ERROR(checkDevicePointer(a.dst, a.device.index, "xor dst"));
   for (size_t j = 0; j < a.srcs.size(); ++j) {
     COFAB_RETURN_IF_ERROR(
-        checkDevicePointer(a.srcs[j], a.device.index, "xor source " + std::to_string(j)));
+        checkDevicePointer(a.srcs[j], a.device.index, "xor source", static_cast<int>(j)));
   }
   auto stream = static_cast<cudaStream_t>(a.stream);
   const int count = static_cast<int>(a.srcs.size());
