@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "coding/matmul/coded_matmul.h"
@@ -59,6 +60,17 @@ std::vector<float> randomFloats(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// ||got - want|| / ||want|| (Frobenius), accumulated in FP64.
+double relativeError(std::span<const float> got, std::span<const float> want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
 }
 
 // Three inputs of n random elements of type t, as bytes.
@@ -186,12 +198,7 @@ TEST_F(GpuKernelTest, GemmHasNoTf32Error) {
                        .stream = stream_->handle()});
   ASSERT_TRUE(st.ok()) << st;
   auto gpu = download<float>(*dc, m * n);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    num += (double(gpu[i]) - cpu[i]) * (double(gpu[i]) - cpu[i]);
-    den += double(cpu[i]) * cpu[i];
-  }
-  EXPECT_LT(std::sqrt(num / den), 1e-5);
+  EXPECT_LT(relativeError(gpu, cpu), 1e-5);
 }
 
 // A host buffer labelled as a CUDA tensor is refused before any kernel runs: a kernel reading it
@@ -329,12 +336,7 @@ TEST_F(GpuKernelTest, GemmsFromSeveralThreadsAtOnceAreAllRight) {
         ASSERT_TRUE(st.ok()) << st;
         ASSERT_TRUE(dc->copyToHost(gpu.data(), gpu.size() * 4, *s).ok());
         ASSERT_TRUE(s->synchronize().ok());
-        double num = 0, den = 0;
-        for (size_t i = 0; i < cpu.size(); ++i) {
-          num += (double(gpu[i]) - cpu[i]) * (double(gpu[i]) - cpu[i]);
-          den += double(cpu[i]) * cpu[i];
-        }
-        EXPECT_LT(std::sqrt(num / den), 1e-5) << "thread " << t << " round " << round;
+        EXPECT_LT(relativeError(gpu, cpu), 1e-5) << "thread " << t << " round " << round;
         ++checked;
       }
     });
@@ -396,13 +398,8 @@ TEST_F(GpuKernelTest, CodedMatmulOnTheDeviceMatchesTheCpu) {
                   .ok());
   for (int i = 0; i < 2; ++i) {
     auto got = download<float>(rebuilt[i], br * cols);
-    double num = 0, den = 0;
-    for (int64_t e = 0; e < br * cols; ++e) {
-      const double w = want[missing[i] * br * cols + e];
-      num += (got[e] - w) * (got[e] - w);
-      den += w * w;
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-4) << "block " << missing[i];
+    const std::span<const float> block(want.data() + missing[i] * br * cols, br * cols);
+    EXPECT_LT(relativeError(got, block), 1e-4) << "block " << missing[i];
   }
 }
 
