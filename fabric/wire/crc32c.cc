@@ -1,5 +1,7 @@
 #include "fabric/wire/crc32c.h"
 
+#include "fabric/wire/crc32c_fold.h"
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -191,6 +193,9 @@ bool crc32cIsHardware() {
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
 #if COFAB_CRC32C_X86
+  if (size >= detail::kFoldMinBytes && detail::crc32cFoldSupported()) {
+    return detail::crc32cFold(crc, nullptr, static_cast<const uint8_t*>(data), size);
+  }
   if (crc32cIsHardware()) {
     uint8_t* none = nullptr;
     return crc32cSse42<false>(crc, none, static_cast<const uint8_t*>(data), size);
@@ -222,6 +227,10 @@ uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, size_t sizeB) {
 
 uint32_t crc32cCopy(uint32_t crc, void* dst, const void* src, size_t size) {
 #if COFAB_CRC32C_X86
+  if (size >= detail::kFoldMinBytes && detail::crc32cFoldSupported()) {
+    return detail::crc32cFold(crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
+                              size);
+  }
   if (crc32cIsHardware()) {
     return crc32cSse42<true>(crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
                              size);

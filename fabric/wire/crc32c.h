@@ -1,9 +1,10 @@
 // CRC32C (Castagnoli, the iSCSI/ext4 polynomial 0x1EDC6F41, reflected 0x82F63B78).
 //
 // Used for the wire header checksum and the optional payload checksum (fabric/wire/header.h).
-// The SSE4.2 crc32 instruction is used when the CPU has it (checked once, at first use), a
-// table-driven portable version otherwise; both give identical results. Pure functions, callable
-// from any thread.
+// Three implementations, chosen once at first use, give identical results: for 256 bytes and
+// more, carry-less-multiply folding when the CPU has AVX-512 with VPCLMULQDQ (crc32c_fold.h);
+// otherwise the SSE4.2 crc32 instruction when it has that; a table-driven portable version
+// else. Pure functions, callable from any thread.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,8 @@ uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, size_t sizeB);
 
 // The portable implementation, exposed so tests can compare it with the hardware one.
 uint32_t crc32cPortable(uint32_t crc, const void* data, size_t size);
-// Whether crc32c() uses the SSE4.2 instruction on this CPU.
+// Whether crc32c() uses the SSE4.2 instruction on this CPU (below 256 bytes, or for all sizes
+// when it lacks VPCLMULQDQ).
 bool crc32cIsHardware();
 
 }  // namespace cofab::wire
