@@ -421,7 +421,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     }
     for (uint32_t s = una_; s != ack; ++s) {
       auto& fl = inflight_[s % kWindow];
-      if (fl.m != nullptr) rte_pktmbuf_free(fl.m);
+      if (fl.m != nullptr) engine_->release(fl.m);
       fl = InFlight{};
     }
     una_ = ack;
@@ -684,7 +684,7 @@ void Conn::deliver() {
     headOffset_ += used;
     if (headOffset_ < slot.length) return;  // waits for a receive
     (void)more;
-    rte_pktmbuf_free(slot.m);
+    engine_->release(slot.m);
     slot = RxSlot{};
     ++rcvHead_;
     Engine::bump(engine_->counters().rxDataDelivered);

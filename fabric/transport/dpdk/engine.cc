@@ -169,6 +169,7 @@ void Engine::run() {
     pumpAll(now);
     flushTx();
     reapDone();
+    flushReleased();
     if (txCount_ > 0) ++work;  // a backlog the port did not take yet: no nap
     workStart = work > 0 ? now : 0;
     if (work > 0) {
@@ -249,6 +250,7 @@ void Engine::shutdownAll() {
   }
   if (dataStashCount_ > 0) rte_pktmbuf_free_bulk(dataStash_, dataStashCount_);
   dataStashCount_ = 0;
+  flushReleased();
   if (auto eal = Eal::get(); eal.ok()) (*eal)->releasePort(port_);
 }
 
@@ -276,7 +278,7 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
   bump(counters_.rxFrames);
   if (dropThisFrame()) {
     bump(counters_.rxInjectedDrops);
-    rte_pktmbuf_free(m);
+    release(m);
     return;
   }
   ParsedFrame f;
@@ -318,7 +320,7 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
         // Our SynAck was lost and the server already talks (an ack, a keepalive): the Syn
         // retransmission brings the SynAck again; a Rst here would kill its side.
       } else if (it != conns_.end() && it->second->peerConn() == f.header.srcConn &&
-                 it->second->peer().mac == f.src.mac) {
+                 sameMac(it->second->peer().mac, f.src.mac)) {
         kept = it->second->onFrame(f, m, now);
       } else {
         bump(counters_.rxUnknownConnection);
@@ -326,7 +328,12 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
       }
     }
   }
-  if (!kept) rte_pktmbuf_free(m);
+  if (!kept) release(m);
+}
+
+void Engine::flushReleased() {
+  if (releasedCount_ > 0) rte_pktmbuf_free_bulk(released_, releasedCount_);
+  releasedCount_ = 0;
 }
 
 void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {

@@ -98,6 +98,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   rte_mbuf* allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t** payload);
   // Queues a sealed frame for the next TX burst; takes one reference.
   void queueTx(rte_mbuf* m);
+  // Drops one reference to an mbuf this poller is done with (a delivered or refused frame, an
+  // acknowledged one). Freed in bulk at the end of the loop iteration, or once kReleaseBatch
+  // wait: one rte_pktmbuf_free per frame cost the receiver ~12 ns of its ~200 per frame.
+  void release(rte_mbuf* m) {
+    released_[releasedCount_++] = m;
+    if (releasedCount_ == kReleaseBatch) flushReleased();
+  }
   uint16_t maxFramePayload() const { return maxFramePayload_; }
   // Few mbufs left: out-of-order frames are not held (conn.cc), so that holes can still be
   // received and repaired when many connections hold full reassembly windows.
@@ -151,6 +158,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Sends the queued frames; what the port refuses stays queued, or is freed when `final`.
   void flushTx(bool final = false);
   void reapDone();
+  void flushReleased();
   void shutdownAll();
   bool dropThisFrame();
   // Free mbufs in the port's pool, for the reserve checks (allocFrame, poolLow). Exact while the
@@ -199,6 +207,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static constexpr unsigned kDataStash = 32;
   rte_mbuf* dataStash_[kDataStash];
   unsigned dataStashCount_ = 0;
+  static constexpr unsigned kReleaseBatch = 64;
+  rte_mbuf* released_[kReleaseBatch];
+  unsigned releasedCount_ = 0;
   unsigned poolAvail_ = 0;
   unsigned poolChecksLeft_ = 0;
   uint64_t rng_;
