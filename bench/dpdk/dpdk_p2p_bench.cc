@@ -258,6 +258,7 @@ std::string bulkCostText(Context& ctx, const std::string& transport,
   return " bulk_cpu_ns=" + std::to_string(cpu) + " bulk_frames=" + std::to_string(frames) +
          " bulk_retransmits=" + std::to_string(after.retransmits - before.retransmits) +
          " bulk_drops=" + std::to_string(after.rxInjectedDrops - before.rxInjectedDrops) +
+         " bulk_placed=" + std::to_string(after.rxDataPlaced - before.rxDataPlaced) +
          " cpu_ns_per_frame=" +
          (frames > 0 ? std::to_string(static_cast<double>(cpu) / static_cast<double>(frames))
                      : std::string("nan")) +

@@ -8,6 +8,8 @@
 // (wire kFlagPayloadCrc) off and on. The frame check is parseFrame's: the header's CRC, then
 // continued over the payload.
 //   BM_FrameCrcThenCopy            frame check, memcpy                          (payload CRC off)
+//   BM_FrameCheckFusedCopy         frame check while copying (checkFrameCrcCopy: what the
+//                                  receiver does with an in-order frame)        (payload CRC off)
 //   BM_PayloadCrcTwoPasses         frame check, payload CRC, memcpy             (before)
 //   BM_PayloadCrcFusedCopy         frame check, payload CRC while copying       (crc32cCopy)
 //   BM_PayloadCrcJoined            frame check, the payload's CRC derived from it and joined
@@ -74,6 +76,18 @@ void BM_FrameCrcThenCopy(benchmark::State& state) {
 }
 BENCHMARK(BM_FrameCrcThenCopy);
 
+void BM_FrameCheckFusedCopy(benchmark::State& state) {
+  Frames f;
+  size_t i = 0;
+  for (auto _ : state) {
+    const uint32_t h = wire::crc32c(0, f.header(i), kHeader);
+    benchmark::DoNotOptimize(wire::crc32cCopy(h, f.out(i), f.payload(i), kPayload));
+    i = (i + 1) % kFrames;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kPayload));
+}
+BENCHMARK(BM_FrameCheckFusedCopy);
+
 void BM_PayloadCrcTwoPasses(benchmark::State& state) {
   run(state, [](Frames& f, size_t i, uint32_t, uint32_t, uint32_t& message) {
     message = wire::crc32c(message, f.payload(i), kPayload);
@@ -109,12 +123,14 @@ int main(int argc, char** argv) {
     return c == nullptr ? 0.0 : c->realTimeNs;
   };
   const double off = ns("BM_FrameCrcThenCopy");
+  const double checkCopy = ns("BM_FrameCheckFusedCopy");
   const double two = ns("BM_PayloadCrcTwoPasses");
   const double fused = ns("BM_PayloadCrcFusedCopy");
   const double joined = ns("BM_PayloadCrcJoined");
   printResult("frame_checksum",
               {{"payload_bytes", std::to_string(kPayload)},
                {"crc_off_ns", num(off)},
+               {"check_while_copying_ns", num(checkCopy)},
                {"two_passes_ns", num(two)},
                {"fused_copy_ns", num(fused)},
                {"joined_ns", num(joined)},

@@ -518,6 +518,7 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   slot.fin = f.header.kind == FrameKind::kFin;
   slot.frameCrc = f.header.crc;
   slot.headerCrc = f.headerCrc;
+  slot.placedAt = f.placedAt;
   kept = true;
   if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
@@ -559,7 +560,22 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
   }
 }
 
-bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc) {
+uint8_t* Conn::placeTarget(const ParsedFrame& f) {
+  if (state_ != State::kEstablished || f.header.kind != FrameKind::kData ||
+      f.header.seq != rcvNxt_ || rcvHead_ != rcvNxt_ || headOffset_ != 0 || !inPayload_ ||
+      recvs_.empty() || curHeader_.payloadLength - payloadDone_ < f.header.length) {
+    return nullptr;
+  }
+  RecvOp& op = recvs_.front();
+  if (op.owned) return ownedBuf_.data() + payloadDone_;
+  if (destIndex_ >= op.dest.size()) return nullptr;
+  const MutableSlice& d = op.dest[destIndex_];
+  if (d.size - destOffset_ < f.header.length) return nullptr;
+  return static_cast<uint8_t*>(d.data) + destOffset_;
+}
+
+bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc,
+                   const uint8_t* placedAt) {
   *used = 0;
   while (*used < n || (inPayload_ && payloadDone_ == curHeader_.payloadLength)) {
     if (!inPayload_) {
@@ -613,6 +629,10 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
       crc = false;
     }
     auto copy = [&](uint8_t* dst, const uint8_t* from, size_t c) {
+      if (dst == placedAt && from == data) {  // copied while the frame was checked
+        if (crc) payloadCrc_ = wire::crc32c(payloadCrc_, from, c);
+        return;
+      }
       if (crc) {
         payloadCrc_ = wire::crc32cCopy(payloadCrc_, dst, from, c);
       } else {
@@ -679,7 +699,8 @@ void Conn::deliver() {
                        curHeader_.payloadLength - payloadDone_ >= slot.length;
     if (known) dataCrc = payloadCrcOf(slot.frameCrc, slot.headerCrc, slot.length);
     const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used,
-                              known ? &dataCrc : nullptr);
+                              known ? &dataCrc : nullptr,
+                              headOffset_ == 0 ? slot.placedAt : nullptr);
     if (state_ == State::kDone) return;
     headOffset_ += used;
     if (headOffset_ < slot.length) return;  // waits for a receive

@@ -54,6 +54,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void shutdown() { close(); }
   // A frame for this connection (header already checked). Returns true when it kept `m`.
   bool onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now);
+  // Where the payload of `f`, a Data frame not yet checked, belongs if it can be copied there
+  // now: the next frame in sequence with nothing before it waiting, all of its bytes payload of
+  // the message being received and room for them in one destination slice. Null otherwise. The
+  // engine copies the payload there while it checks the frame CRC (checkFrameCrcCopy) and only
+  // then hands the frame to onFrame, whose delivery finds the bytes in place. A frame that fails
+  // the check (its header may be garbage too) has written only past what this receive has
+  // delivered, which the frame that really goes there overwrites before the receive completes.
+  uint8_t* placeTarget(const ParsedFrame& f);
   // Timers: retransmission, keepalive, peer silence, drain bound.
   void tick(uint64_t now);
   // Builds and queues what the windows allow; sends the ack if one is due.
@@ -101,6 +109,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     bool fin = false;
     uint32_t frameCrc = 0;   // checked: with headerCrc, the payload's own CRC (payloadCrcOf)
     uint32_t headerCrc = 0;
+    uint8_t* placedAt = nullptr;  // where the payload was copied already (placeTarget)
   };
 
   void setError(const Status& s);
@@ -118,8 +127,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void retransmitHoles(uint64_t now);
   void deliver();
   // Consumes payload bytes for the message being reassembled; false when it must wait.
-  // `dataCrc`: crc32c(0, data, n) when known (a whole frame's payload), else null.
-  bool consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc = nullptr);
+  // `dataCrc`: crc32c(0, data, n) when known (a whole frame's payload), else null. `placedAt`:
+  // where `data` was copied already (placeTarget), else null: not copied again.
+  bool consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc = nullptr,
+               const uint8_t* placedAt = nullptr);
   void releaseInFlight();
   void updateRtt(uint64_t sampleNs);
 

@@ -169,6 +169,10 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
   }
   if (rate > 0.9) return InvalidArgument("dpdk dropRate must be in [0, 0.9]");
   e.dropRate = rate;
+  if (!(dpdk.corruptRate >= 0 && dpdk.corruptRate <= 0.5)) {
+    return InvalidArgument("dpdk corruptRate must be in [0, 0.5]");
+  }
+  e.corruptRate = dpdk.corruptRate;
   int64_t seed = dpdk.dropSeed;
   if (seed < 0) {
     COFAB_ASSIGN_OR_RETURN(seed, kDropSeed.get());

@@ -85,10 +85,13 @@ Engine::Engine(const EngineOptions& options, Port* port)
   nextConnId_ = static_cast<uint32_t>(monoNs() * 2654435761u) | 1u;
   rng_ = (options.dropSeed * 0x9E3779B97F4A7C15ull) ^ macKey(local_) ^ 0xD1B54A32D192ED03ull;
   if (rng_ == 0) rng_ = 1;
-  dropThreshold_ = options.dropRate <= 0 ? 0
-                   : options.dropRate >= 1
-                       ? UINT64_MAX
-                       : static_cast<uint64_t>(options.dropRate * 18446744073709551616.0);
+  auto threshold = [](double rate) {
+    return rate <= 0 ? 0
+           : rate >= 1 ? UINT64_MAX
+                       : static_cast<uint64_t>(rate * 18446744073709551616.0);
+  };
+  dropThreshold_ = threshold(options.dropRate);
+  corruptThreshold_ = threshold(options.corruptRate);
 }
 
 Engine::~Engine() {
@@ -254,12 +257,24 @@ void Engine::shutdownAll() {
   if (auto eal = Eal::get(); eal.ok()) (*eal)->releasePort(port_);
 }
 
-bool Engine::dropThisFrame() {
-  if (dropThreshold_ == 0) return false;
+uint64_t Engine::nextRandom() {
   rng_ ^= rng_ >> 12;
   rng_ ^= rng_ << 25;
   rng_ ^= rng_ >> 27;
-  return rng_ * 0x2545F4914F6CDD1Dull < dropThreshold_;
+  return rng_ * 0x2545F4914F6CDD1Dull;
+}
+
+bool Engine::dropThisFrame() { return dropThreshold_ != 0 && nextRandom() < dropThreshold_; }
+
+rte_mbuf* Engine::corruptedCopy(rte_mbuf* m) {
+  constexpr size_t kFrom = kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
+  const size_t len = rte_pktmbuf_data_len(m);
+  if (m->nb_segs != 1 || len <= kFrom) return nullptr;
+  rte_mbuf* c = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
+  if (c == nullptr) return nullptr;
+  const uint64_t bit = kFrom * 8 + nextRandom() % ((len - kFrom) * 8);
+  rte_pktmbuf_mtod(c, uint8_t*)[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  return c;
 }
 
 int Engine::pollRx(uint64_t now) {
@@ -281,10 +296,24 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
     release(m);
     return;
   }
+  if (corruptThreshold_ != 0 && nextRandom() < corruptThreshold_) {
+    if (rte_mbuf* c = corruptedCopy(m); c != nullptr) {
+      bump(counters_.rxInjectedCorruptions);
+      release(m);
+      m = c;
+    }
+  }
   ParsedFrame f;
-  const RxVerdict v = m->nb_segs != 1 ? RxVerdict::kBadLength
-                                      : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*),
-                                                   rte_pktmbuf_data_len(m), local_.ip, &f);
+  RxVerdict v = m->nb_segs != 1
+                    ? RxVerdict::kBadLength
+                    : parseFrame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m),
+                                 local_.ip, &f, kPlaceMinBytes);
+  // One lookup serves the CRC check below and the dispatch after it (nothing in between adds or
+  // removes connections). It has no effect of its own, so an unchecked header may drive it.
+  const auto it = v == RxVerdict::kOk ? conns_.find(f.header.dstConn) : conns_.end();
+  if (v == RxVerdict::kOk && !f.crcChecked) {
+    v = checkDataCrc(f, it != conns_.end() ? it->second.get() : nullptr);
+  }
   bool kept = false;
   switch (v) {
     case RxVerdict::kOk:
@@ -310,7 +339,6 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
     } else if (f.header.kind == FrameKind::kSynAck) {
       handleSynAck(f);
     } else {
-      auto it = conns_.find(f.header.dstConn);
       if (it != conns_.end() && it->second->state() == Conn::State::kSynSent &&
           f.header.kind == FrameKind::kRst) {
         if (auto c = connecting_.find(f.header.dstConn); c != connecting_.end()) {
@@ -329,6 +357,21 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
     }
   }
   if (!kept) release(m);
+}
+
+RxVerdict Engine::checkDataCrc(ParsedFrame& f, Conn* conn) {
+  // The header is not to be trusted before the check, but a wrong target costs nothing (see
+  // Conn::placeTarget): the frame fails its check and what it wrote is overwritten.
+  if (conn != nullptr && f.dstPort == local_.port && conn->peerConn() == f.header.srcConn &&
+      sameMac(conn->peer().mac, f.src.mac)) {
+    if (uint8_t* dst = conn->placeTarget(f); dst != nullptr) {
+      if (!checkFrameCrcCopy(f, dst)) return RxVerdict::kBadChecksum;
+      bump(counters_.rxDataPlaced);
+      f.placedAt = dst;
+      return RxVerdict::kOk;
+    }
+  }
+  return checkFrameCrc(f) ? RxVerdict::kOk : RxVerdict::kBadChecksum;
 }
 
 void Engine::flushReleased() {
@@ -655,7 +698,7 @@ DpdkStats Engine::stats() const {
       r(c.rxDuplicates),  r(c.rxOutOfWindow),   r(c.retransmits),         r(c.timeouts),
       r(c.txDrops),       r(c.txDataFrames),    r(c.rxDataDelivered),     pollerCpuNs(),
       r(c.pollerBusyNs),  r(c.txStallInFlight), r(c.txStallPeerWindow),   r(c.txStallPool),
-      r(c.txStallPipe)};
+      r(c.txStallPipe),   r(c.rxInjectedCorruptions), r(c.rxDataPlaced)};
 }
 
 uint64_t Engine::pollerCpuNs() const {

@@ -34,6 +34,10 @@ struct DpdkOptions {
   int udpPort = 0;            // 0: COFAB_DPDK_UDP_PORT
   double dropRate = -1;       // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
   int64_t dropSeed = -1;      // < 0: COFAB_DPDK_DROP_SEED
+  // For tests: the fraction of received frames, in [0, 0.5], that get one bit flipped (seeded
+  // with the drop seed) after the cofab header's start, so that corrupted frames meet every
+  // receive path (most flips land in a payload; the frame CRC must catch them).
+  double corruptRate = 0;
   int64_t peerTimeoutMs = 0;  // 0: COFAB_DPDK_PEER_TIMEOUT_MS
   // Idle policy of the poller: spin this long without work, then nap (PMD ports: idleNapUs; ring
   // ports sleep until their peer wakes them). -1: busy-poll forever (latency-sensitive users
@@ -86,6 +90,10 @@ struct DpdkStats {
   uint64_t txStallPeerWindow = 0;
   uint64_t txStallPool = 0;
   uint64_t txStallPipe = 0;  // the pipe limit (DpdkOptions::pipeFrames) was reached
+  uint64_t rxInjectedCorruptions = 0;  // bits flipped by DpdkOptions::corruptRate
+  // Data frames whose payload went straight into the posted receive while their CRC was
+  // checked (one pass over the bytes; docs/DPDK.md, "Frame format").
+  uint64_t rxDataPlaced = 0;
 };
 
 // InvalidArgument if `context` is not a dpdk context.

@@ -145,7 +145,8 @@ void sealFrame(uint8_t* frame) {
   std::memcpy(fh + offsetof(FrameHeader, crc), &h.crc, sizeof(h.crc));
 }
 
-RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out) {
+RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFrame* out,
+                     size_t deferCrcFrom) {
   if (size < kEthHeaderSize) return RxVerdict::kBadLength;
   if (get16be(f + 12) != kEtherTypeIpv4) return RxVerdict::kForeign;
   if (size < kEthHeaderSize + kIpv4HeaderSize) return RxVerdict::kBadLength;
@@ -171,11 +172,11 @@ RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFram
   if (udpLen != kUdpHeaderSize + kFrameHeaderSize + h.length) return RxVerdict::kBadLength;
   if (h.kind < FrameKind::kData || h.kind > FrameKind::kRst) return RxVerdict::kBadHeader;
   out->headerCrc = headerCrc(fh);
-  if (wire::crc32c(out->headerCrc, fh + kFrameHeaderSize, h.length) != h.crc) {
-    return RxVerdict::kBadChecksum;
-  }
   out->header = h;
   out->payload = fh + kFrameHeaderSize;
+  out->placedAt = nullptr;
+  out->crcChecked = !(h.kind == FrameKind::kData && h.length >= deferCrcFrom);
+  if (out->crcChecked && !checkFrameCrc(*out)) return RxVerdict::kBadChecksum;
   std::memcpy(out->src.mac.data(), f + 6, 6);
   out->src.ip = get32be(ip + 12);
   out->src.port = get16be(udp);

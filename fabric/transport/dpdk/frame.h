@@ -110,6 +110,12 @@ struct ParsedFrame {
   // CRC32C of the cofab header with its crc field 0: with header.crc (header then payload,
   // checked), it gives the payload's own CRC without reading it again (payloadCrcOf()).
   uint32_t headerCrc = 0;
+  // False for a Data frame whose CRC parseFrame() left to its caller (checkFrameCrc or
+  // checkFrameCrcCopy): nothing in `header` may be acted on before that check.
+  bool crcChecked = true;
+  // Where the payload was copied while its CRC was checked (checkFrameCrcCopy into the
+  // receive it belongs to, dpdk::Conn::placeTarget), else null.
+  uint8_t* placedAt = nullptr;
 };
 
 // Writes the Ethernet/IPv4/UDP/cofab headers for a frame of `header.length` payload bytes into
@@ -139,8 +145,20 @@ FrameTemplate makeFrameTemplate(const NetAddress& src, const NetAddress& dst,
 uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq);
 inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
 
-// Checks everything in `frame` against `localIp` (0: accept any destination IP).
-RxVerdict parseFrame(const uint8_t* frame, size_t size, uint32_t localIp, ParsedFrame* out);
+// Checks everything in `frame` against `localIp` (0: accept any destination IP). Data frames
+// with `deferCrcFrom` payload bytes or more are returned kOk with everything but the frame CRC
+// checked (out->crcChecked false): the caller checks it, if it can while copying the payload to
+// where it belongs (the receiver's one pass over those bytes instead of two).
+RxVerdict parseFrame(const uint8_t* frame, size_t size, uint32_t localIp, ParsedFrame* out,
+                     size_t deferCrcFrom = SIZE_MAX);
+// The frame CRC of a frame parseFrame() left unchecked; the second form also copies the payload
+// to `dst` (header.length bytes) from the same loads, whether or not it matches.
+inline bool checkFrameCrc(const ParsedFrame& f) {
+  return wire::crc32c(f.headerCrc, f.payload, f.header.length) == f.header.crc;
+}
+inline bool checkFrameCrcCopy(const ParsedFrame& f, uint8_t* dst) {
+  return wire::crc32cCopy(f.headerCrc, dst, f.payload, f.header.length) == f.header.crc;
+}
 
 // crc32c(0, payload) of a checked frame from its frame CRC and header CRC, without reading the
 // payload: frameCrc = shift(headerCrc over length zero bytes) ^ crc32c(0, payload). For one

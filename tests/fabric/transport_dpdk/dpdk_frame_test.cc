@@ -1,6 +1,7 @@
 // The dpdk frame format (fabric/transport/dpdk/frame.h): pure byte functions, no EAL needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "fabric/transport/dpdk/frame.h"
@@ -92,6 +93,38 @@ TEST(DpdkFrameTest, ThePayloadsOwnCrcFollowsFromTheFrameCheckWithoutReadingIt) {
               wire::crc32c(0, payload.data(), payload.size()))
         << "len " << len;
   }
+}
+
+// The receiver's one pass (Engine::checkDataCrc): parseFrame leaves the CRC of Data frames from
+// the given size on to its caller and checks everything else; checkFrameCrcCopy copies the
+// payload whether or not it matches, and says whether it did.
+TEST(DpdkFrameTest, DeferredDataCrcIsLeftToTheCallerAndCaughtThere) {
+  std::vector<uint8_t> payload(1440);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13 + 5);
+  const auto good = makeFrame(payload, FrameKind::kData);
+  ParsedFrame p;
+  ASSERT_EQ(parseFrame(good.data(), good.size(), kB.ip, &p, 256), RxVerdict::kOk);
+  EXPECT_FALSE(p.crcChecked);
+  EXPECT_TRUE(checkFrameCrc(p));
+  std::vector<uint8_t> out(payload.size());
+  EXPECT_TRUE(checkFrameCrcCopy(p, out.data()));
+  EXPECT_EQ(out, payload);
+  // A payload bit flipped: parsed, then refused by either check (the copy still happens).
+  for (size_t byte : {kFrameOverhead, kFrameOverhead + 700, good.size() - 1}) {
+    auto f = good;
+    f[byte] ^= 0x04;
+    ASSERT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p, 256), RxVerdict::kOk);
+    EXPECT_FALSE(checkFrameCrc(p)) << "byte " << byte;
+    EXPECT_FALSE(checkFrameCrcCopy(p, out.data())) << "byte " << byte;
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), f.begin() + kFrameOverhead));
+    // Without deferral, or below the size, parseFrame checks it itself.
+    EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kBadChecksum);
+    EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p, 1441), RxVerdict::kBadChecksum);
+  }
+  // Other kinds are always checked at once.
+  auto ack = makeFrame(payload, FrameKind::kAck);
+  ack.back() ^= 1;
+  EXPECT_EQ(parseFrame(ack.data(), ack.size(), kB.ip, &p, 256), RxVerdict::kBadChecksum);
 }
 
 TEST(DpdkFrameTest, MalformedFramesAreClassified) {
