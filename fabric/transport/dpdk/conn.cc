@@ -561,17 +561,28 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
 }
 
 uint8_t* Conn::placeTarget(const ParsedFrame& f) {
-  if (state_ != State::kEstablished || f.header.kind != FrameKind::kData ||
-      f.header.seq != rcvNxt_ || rcvHead_ != rcvNxt_ || headOffset_ != 0 || !inPayload_ ||
-      recvs_.empty() || curHeader_.payloadLength - payloadDone_ < f.header.length) {
+  const uint32_t seq = f.header.seq;
+  const size_t full = engine_->maxFramePayload();
+  // A frame already held is never placed again: a corrupted copy of it would overwrite bytes
+  // that delivery counts on finding in place.
+  if (state_ != State::kEstablished || f.header.kind != FrameKind::kData || !inPayload_ ||
+      recvs_.empty() || f.header.length > full || seqLess(seq, rcvNxt_) ||
+      !seqLess(seq, rcvHead_ + kWindow) || rx_[seq % kWindow].m != nullptr) {
     return nullptr;
   }
+  // Where the frame starts, counted from the next byte to consume, if every frame before it is
+  // full: a sender cuts a message into full frames (only its last can be short, and no frame
+  // past that one is placed, as it would not fit in the message). Each frame's guess is its own
+  // full-frame slot, so a wrong guess (a header that fails its CRC) overlaps no right one, and
+  // consume() copies any frame whose bytes turn out to belong elsewhere.
+  const uint64_t ahead = static_cast<uint64_t>(seq - rcvHead_) * full - headOffset_;
+  if (curHeader_.payloadLength - payloadDone_ < ahead + f.header.length) return nullptr;
   RecvOp& op = recvs_.front();
-  if (op.owned) return ownedBuf_.data() + payloadDone_;
+  if (op.owned) return ownedBuf_.data() + payloadDone_ + ahead;
   if (destIndex_ >= op.dest.size()) return nullptr;
   const MutableSlice& d = op.dest[destIndex_];
-  if (d.size - destOffset_ < f.header.length) return nullptr;
-  return static_cast<uint8_t*>(d.data) + destOffset_;
+  if (d.size - destOffset_ < ahead + f.header.length) return nullptr;
+  return static_cast<uint8_t*>(d.data) + destOffset_ + ahead;
 }
 
 bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc,

@@ -55,12 +55,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // A frame for this connection (header already checked). Returns true when it kept `m`.
   bool onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now);
   // Where the payload of `f`, a Data frame not yet checked, belongs if it can be copied there
-  // now: the next frame in sequence with nothing before it waiting, all of its bytes payload of
-  // the message being received and room for them in one destination slice. Null otherwise. The
-  // engine copies the payload there while it checks the frame CRC (checkFrameCrcCopy) and only
-  // then hands the frame to onFrame, whose delivery finds the bytes in place. A frame that fails
-  // the check (its header may be garbage too) has written only past what this receive has
-  // delivered, which the frame that really goes there overwrites before the receive completes.
+  // now: a frame not received before, in the window, all of whose bytes are payload of the
+  // message being received (taking the frames before it as full, as a sender cuts them) with
+  // room in the current destination slice. Null otherwise. The engine copies the payload there
+  // while it checks the frame CRC (checkFrameCrcCopy) and only then hands the frame to onFrame;
+  // delivery, in order, finds the bytes in place (or copies them from the mbuf, still held, if
+  // they belong elsewhere). Out-of-order frames are placed too, so a frame held behind a hole
+  // is not read a second time when the hole fills. A frame that fails the check (its header may
+  // be garbage too) has written only past what this receive has delivered, which the frames
+  // that really go there overwrite before the receive completes.
   uint8_t* placeTarget(const ParsedFrame& f);
   // Timers: retransmission, keepalive, peer silence, drain bound.
   void tick(uint64_t now);

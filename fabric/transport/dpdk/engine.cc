@@ -299,10 +299,19 @@ void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
   if (corruptThreshold_ != 0 && nextRandom() < corruptThreshold_) {
     if (rte_mbuf* c = corruptedCopy(m); c != nullptr) {
       bump(counters_.rxInjectedCorruptions);
-      release(m);
+      // Half the time the intact frame arrives first and the corrupted one as its duplicate.
+      if ((nextRandom() & 1) != 0) {
+        processFrame(m, now);
+      } else {
+        release(m);
+      }
       m = c;
     }
   }
+  processFrame(m, now);
+}
+
+void Engine::processFrame(rte_mbuf* m, uint64_t now) {
   ParsedFrame f;
   RxVerdict v = m->nb_segs != 1
                     ? RxVerdict::kBadLength

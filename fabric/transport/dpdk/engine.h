@@ -150,7 +150,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void run();
   int drainCommands();
   int pollRx(uint64_t now);
+  // A received frame: loss and corruption injection, then processFrame().
   void handleFrame(rte_mbuf* m, uint64_t now);
+  void processFrame(rte_mbuf* m, uint64_t now);
   // The CRC of a Data frame parseFrame() left unchecked, copying its payload into the receive it
   // belongs to on the way when it can (Conn::placeTarget of `conn`, the connection its header
   // names, if any).
@@ -168,7 +170,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void shutdownAll();
   uint64_t nextRandom();  // xorshift64*, seeded from dropSeed and the port's address
   bool dropThisFrame();
-  // A copy of `m` with one bit flipped after the cofab header's start (DpdkOptions::corruptRate);
+  // A copy of `m` with one bit flipped after the UDP header (DpdkOptions::corruptRate);
   // null when it has no such bytes or the pool is empty. A copy, because in ring mode `m` is the
   // sender's own frame, which it keeps for retransmission.
   rte_mbuf* corruptedCopy(rte_mbuf* m);

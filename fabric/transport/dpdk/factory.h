@@ -34,9 +34,10 @@ struct DpdkOptions {
   int udpPort = 0;            // 0: COFAB_DPDK_UDP_PORT
   double dropRate = -1;       // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
   int64_t dropSeed = -1;      // < 0: COFAB_DPDK_DROP_SEED
-  // For tests: the fraction of received frames, in [0, 0.5], that get one bit flipped (seeded
-  // with the drop seed) after the cofab header's start, so that corrupted frames meet every
-  // receive path (most flips land in a payload; the frame CRC must catch them).
+  // For tests: the fraction of received frames, in [0, 0.5], replaced by a copy with one bit
+  // flipped after the UDP header (seeded with the drop seed); half of the time the intact frame
+  // is received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
+  // every receive path (most flips land in a payload); the frame CRC must catch them all.
   double corruptRate = 0;
   int64_t peerTimeoutMs = 0;  // 0: COFAB_DPDK_PEER_TIMEOUT_MS
   // Idle policy of the poller: spin this long without work, then nap (PMD ports: idleNapUs; ring
