@@ -117,6 +117,21 @@ StatusOr<double> DaemonCluster::metric(int i, const std::string& name,
   return InvalidArgument("metric " + name + "{" + labelPart + "} not found in:\n" + body);
 }
 
+Status DaemonCluster::waitMetric(int i, const std::string& name, double want) {
+  const Deadline d = Deadline::afterMs(15000);
+  double last = -1;
+  while (!d.expired()) {
+    auto v = metric(i, name);
+    if (v.ok()) {
+      last = *v;
+      if (last == want) return OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return DeadlineExceeded(name + " stayed at " + std::to_string(last) + ", want " +
+                          std::to_string(want));
+}
+
 StatusOr<std::unique_ptr<ps::PushPullClient>> DaemonCluster::connect(int rank,
                                                                      ps::ClientOptions options) {
   return ps::PushPullClient::connect(*store_, rank, workers_, options);

@@ -42,6 +42,10 @@ class DaemonCluster {
   StatusOr<std::string> httpGet(int i, const std::string& path);
   // Value of the first sample of `metric` whose labels contain `labelPart` ("" for any).
   StatusOr<double> metric(int i, const std::string& metric, const std::string& labelPart = "");
+  // Polls metric() until it equals `want` (a condition on the daemon's state, not a time):
+  // what a daemon counts after answering a peer may be read before it did. DeadlineExceeded
+  // with the last value after 15 s.
+  Status waitMetric(int i, const std::string& metric, double want);
 
   // A client for worker `rank` with these options on top of the cluster's store.
   StatusOr<std::unique_ptr<ps::PushPullClient>> connect(int rank, ps::ClientOptions options = {});

@@ -41,22 +41,6 @@ std::vector<float> delta(size_t n, int rank, int t) {
   return d;
 }
 
-// Polls a daemon metric until it reaches `want` (a condition on the daemon's state, not a time).
-Status waitMetric(DaemonCluster& c, int server, const std::string& name, double want) {
-  const Deadline d = Deadline::afterMs(15000);
-  double last = -1;
-  while (!d.expired()) {
-    auto v = c.metric(server, name);
-    if (v.ok()) {
-      last = *v;
-      if (last == want) return OkStatus();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return DeadlineExceeded(name + " stayed at " + std::to_string(last) + ", want " +
-                          std::to_string(want));
-}
-
 double sumMetric(DaemonCluster& c, const std::string& name, const std::string& label = "") {
   double total = 0;
   for (int s = 0; s < c.servers(); ++s) {
@@ -215,7 +199,7 @@ TEST(ModelStore, DeferralBlocksTheFastWorkerUntilTheSlowOneCatchesUp) {
     std::vector<float> d{1, 1};
     return (*fast)->apply(4, view(d), 2, kLong());
   });
-  ASSERT_TRUE(waitMetric(cluster, 0, "cofab_agg_model_deferred_now", 1).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 1).ok());
   EXPECT_EQ(held.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout)
       << "the fast worker must wait while its update is held";
   std::vector<float> out(2);
@@ -238,7 +222,7 @@ TEST(ModelStore, DeferralBlocksTheFastWorkerUntilTheSlowOneCatchesUp) {
   EXPECT_NE(timedOut.status().message().find("worker 1 is at clock 1"), std::string::npos)
       << timedOut.status();
   ASSERT_TRUE((*slow)->apply(4, view(ten), 1, kLong()).ok());
-  ASSERT_TRUE(waitMetric(cluster, 0, "cofab_agg_model_deferred_now", 0).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
   ASSERT_TRUE((*slow)->pull(4, view(out), kLong()).ok());
   EXPECT_EQ(out, (std::vector<float>{24, 24}));  // 4 * 1 + 2 * 10
   // At least the two held behind the child; the two threads may also hold each other back
@@ -363,7 +347,7 @@ TEST(ModelStore, KilledWorkerStopsBlockingAfterTheDeadWorkerDeadline) {
     if (!r.ok()) return childFail(2, r.status().toString());
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until killed
   });
-  ASSERT_TRUE(waitMetric(cluster, 0, "cofab_agg_model_applied_total", 1).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_applied_total", 1).ok());
   auto workers = std::async(std::launch::async, [&] {
     return runThreadRanks(2, [&](int rank) -> Status {
       COFAB_ASSIGN_OR_RETURN(auto mc, connectModel(cluster, rank));
@@ -378,7 +362,7 @@ TEST(ModelStore, KilledWorkerStopsBlockingAfterTheDeadWorkerDeadline) {
     });
   });
   // Clock 3 is 2 ahead of the child (at clock 1): both workers are held behind it.
-  ASSERT_TRUE(waitMetric(cluster, 0, "cofab_agg_model_deferred_now", 2).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 2).ok());
   pg.signal(child, SIGKILL);
   pg.wait(child, kLong());
   const auto statuses = workers.get();
