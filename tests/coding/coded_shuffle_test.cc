@@ -11,16 +11,12 @@
 #include <set>
 
 #include "coding/shuffle/xor_bytes.h"
+#include "tests/support/random_bytes.h"
 
 namespace cofab::coding {
 namespace {
 
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
+using cofab::testing::randomBytes;
 
 int64_t binom(int n, int k) {
   int64_t c = 1;

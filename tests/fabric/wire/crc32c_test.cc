@@ -10,16 +10,12 @@
 #include <vector>
 
 #include "fabric/wire/crc32c_fold.h"
+#include "tests/support/random_bytes.h"
 
 namespace cofab::wire {
 namespace {
 
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> b(n);
-  for (auto& x : b) x = static_cast<uint8_t>(rng());
-  return b;
-}
+using cofab::testing::randomBytes;
 
 TEST(Crc32cTest, KnownVectors) {
   EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
