@@ -575,7 +575,9 @@ uint8_t* Conn::placeTarget(const ParsedFrame& f) {
   // past that one is placed, as it would not fit in the message). Each frame's guess is its own
   // full-frame slot, so a wrong guess (a header that fails its CRC) overlaps no right one, and
   // consume() copies any frame whose bytes turn out to belong elsewhere.
-  const uint64_t ahead = static_cast<uint64_t>(seq - rcvHead_) * full - headOffset_;
+  const uint64_t start = static_cast<uint64_t>(seq - rcvHead_) * full;
+  if (start < headOffset_) return nullptr;  // (a held head frame: refused above already)
+  const uint64_t ahead = start - headOffset_;
   if (curHeader_.payloadLength - payloadDone_ < ahead + f.header.length) return nullptr;
   RecvOp& op = recvs_.front();
   if (op.owned) return ownedBuf_.data() + payloadDone_ + ahead;
