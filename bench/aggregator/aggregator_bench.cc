@@ -55,14 +55,6 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
 bool flag(int argc, char** argv, const std::string& name) {
   return bench::hasFlag(argc, argv, name);
 }
-size_t parseBytes(const std::string& s) {
-  char* end = nullptr;
-  size_t v = std::strtoull(s.c_str(), &end, 10);
-  if (end && (*end == 'K' || *end == 'k')) v <<= 10;
-  if (end && (*end == 'M' || *end == 'm')) v <<= 20;
-  if (end && (*end == 'G' || *end == 'g')) v <<= 30;
-  return v;
-}
 std::vector<int> parseInts(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -397,7 +389,7 @@ void benchFailover(const std::string& dir) {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   const auto workerCounts = parseInts(arg(argc, argv, "--workers", "2,4"));
-  const size_t bytes = parseBytes(arg(argc, argv, "--bytes", "64M"));
+  const size_t bytes = bench::parseSize(arg(argc, argv, "--bytes", "64M"));
   const int iters = std::atoi(arg(argc, argv, "--iters", "5").c_str());
   char tmpl[] = "/tmp/cofab-aggbench-XXXXXX";
   const char* dir = mkdtemp(tmpl);

@@ -23,13 +23,7 @@ inline std::vector<size_t> parseSizes(const std::string& text) {
   while (pos < text.size()) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(pos, comma - pos);
-    char* end = nullptr;
-    size_t v = std::strtoull(item.c_str(), &end, 10);
-    if (end && (*end == 'K' || *end == 'k')) v <<= 10;
-    if (end && (*end == 'M' || *end == 'm')) v <<= 20;
-    if (end && (*end == 'G' || *end == 'g')) v <<= 30;
-    out.push_back(v);
+    out.push_back(parseSize(text.substr(pos, comma - pos)));
     pos = comma + 1;
   }
   return out;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/dpdk/memif_args.h"
 #include "bench/dpdk/raw_memif.h"
 #include "fabric/rendezvous/file_store.h"
 #include "fabric/transport/dpdk/factory.h"
@@ -44,14 +45,6 @@ constexpr int kInFlight = 8;
 constexpr int kPings = 20000;
 constexpr uint8_t kLast = 1;
 
-std::string ealArgs(bool server) {
-  return server ? "-l 1 --no-huge -m 256 --no-pci --no-shconf --no-telemetry"
-                : "-l 0 --no-huge -m 256 --no-pci --no-shconf --no-telemetry";
-}
-std::string memifVdev(const std::string& sock, bool server) {
-  return "net_memif0,role=" + std::string(server ? "server" : "client") + ",socket=" + sock +
-         ",socket-abstract=no";
-}
 
 struct Waiter {
   std::mutex mu;
@@ -271,7 +264,7 @@ std::string bulkCostText(Context& ctx, const std::string& transport,
 std::string side(const std::string& transport, bool server, const std::string& dir, double seconds,
                  double dropRate, int64_t spinUs) {
   if (transport == "dpdk") {
-    ::setenv("COFAB_DPDK_EAL_ARGS", ealArgs(server).c_str(), 1);
+    ::setenv("COFAB_DPDK_EAL_ARGS", memifEalArgs(server).c_str(), 1);
     ::setenv("COFAB_DPDK_VDEV", memifVdev(dir + "/memif.sock", server).c_str(), 1);
   }
   auto store = FileStore::open(dir + "/store");
@@ -397,14 +390,14 @@ int main(int argc, char** argv) {
   std::string raw = "skipped";
   if (want("raw")) {
     Child rx = spawn([&] {
-      auto r = runRawMemif(ealArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true), false,
+      auto r = runRawMemif(memifEalArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true), false,
                            1514, seconds);
       return r.ok ? "raw_gbps=" + std::to_string(r.gbps) + " raw_mpps=" + std::to_string(r.mpps)
                   : "error=" + r.error;
     });
     std::this_thread::sleep_for(std::chrono::seconds(2));
     Child tx = spawn([&] {
-      auto r = runRawMemif(ealArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false), true,
+      auto r = runRawMemif(memifEalArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false), true,
                            1514, seconds);
       return r.ok ? std::string("ok") : "error=" + r.error;
     });

@@ -1,4 +1,4 @@
-// Small helpers shared by the bench programs: command-line look-ups, a wall clock in ms, seeded
+// Small helpers shared by the bench programs: command-line look-ups and sizes, a wall clock in ms, seeded
 // random data, and spawning a helper process (cofab-aggd, ...) that dies with the bench
 // (PR_SET_PDEATHSIG). Header-only; bench code only.
 #pragma once
@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +31,16 @@ inline bool hasFlag(int argc, char** argv, const std::string& name) {
     if (argv[i] == name) return true;
   }
   return false;
+}
+
+// "64M" -> bytes: a number with an optional K, M or G (binary) suffix.
+inline size_t parseSize(const std::string& text) {
+  char* end = nullptr;
+  size_t v = std::strtoull(text.c_str(), &end, 10);
+  if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+  if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+  if (end && (*end == 'G' || *end == 'g')) v <<= 30;
+  return v;
 }
 
 inline double nowMs() {
