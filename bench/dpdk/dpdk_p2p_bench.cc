@@ -45,7 +45,6 @@ constexpr int kInFlight = 8;
 constexpr int kPings = 20000;
 constexpr uint8_t kLast = 1;
 
-
 struct Waiter {
   std::mutex mu;
   std::condition_variable cv;
@@ -390,15 +389,15 @@ int main(int argc, char** argv) {
   std::string raw = "skipped";
   if (want("raw")) {
     Child rx = spawn([&] {
-      auto r = runRawMemif(memifEalArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true), false,
-                           1514, seconds);
+      auto r = runRawMemif(memifEalArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true),
+                           false, 1514, seconds);
       return r.ok ? "raw_gbps=" + std::to_string(r.gbps) + " raw_mpps=" + std::to_string(r.mpps)
                   : "error=" + r.error;
     });
     std::this_thread::sleep_for(std::chrono::seconds(2));
     Child tx = spawn([&] {
-      auto r = runRawMemif(memifEalArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false), true,
-                           1514, seconds);
+      auto r = runRawMemif(memifEalArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false),
+                           true, 1514, seconds);
       return r.ok ? std::string("ok") : "error=" + r.error;
     });
     raw = collect(rx);
@@ -409,8 +408,8 @@ int main(int argc, char** argv) {
   auto runCase = [&](const std::string& transport, double drop, int64_t spin,
                      const std::string& name) -> std::pair<std::string, std::string> {
     if (!want(name)) return {"skipped", "skipped"};
-    const std::string sub = dir + "/" + name + std::to_string(static_cast<int>(drop * 100)) +
-                            "_" + std::to_string(spin);
+    const std::string sub = dir + "/" + name + std::to_string(static_cast<int>(drop * 100)) + "_" +
+                            std::to_string(spin);
     std::filesystem::create_directories(sub);
     gPayloadCrc = name == "crc";
     Child s = spawn([&] { return side(transport, true, sub, seconds, drop, spin); });

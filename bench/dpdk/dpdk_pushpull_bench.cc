@@ -74,16 +74,15 @@ int worker(const std::string& storeUrl, const std::string& transport, size_t byt
   return 0;
 }
 
-CaseResult runCase(const std::string& dir, const std::string& transport, size_t bytes,
-                   int iters) {
+CaseResult runCase(const std::string& dir, const std::string& transport, size_t bytes, int iters) {
   const std::string caseDir = dir + "/" + transport;
   std::filesystem::create_directories(caseDir + "/store");
   const std::string storeUrl = "file://" + caseDir + "/store";
   const std::string sock = caseDir + "/memif.sock";
-  std::vector<std::string> args = {COFAB_AGGD_PATH, "--store",   storeUrl, "--workers", "1",
-                                   "--id",          "0",         "--servers", "1",
-                                   "--engines",     "1",         "--http",  "off",
-                                   "--transport",   transport};
+  std::vector<std::string> args = {
+      COFAB_AGGD_PATH, "--store", storeUrl,    "--workers", "1",      "--id", "0",
+      "--servers",     "1",       "--engines", "1",         "--http", "off",  "--transport",
+      transport};
   if (transport == "dpdk") {
     // The daemon's dpdk context takes its port from the environment it inherits.
     ::setenv("COFAB_DPDK_EAL_ARGS", memifEalArgs(true).c_str(), 1);
@@ -144,15 +143,18 @@ int main(int argc, char** argv) {
   const CaseResult tcp = runCase(dir, "tcp", bytes, iters);
   const CaseResult dpdk = runCase(dir, "dpdk", bytes, iters);
   std::filesystem::remove_all(dir);
-  auto gbps = [&](double ms) { return ms > 0 ? 2.0 * static_cast<double>(bytes) * 8 / (ms * 1e6) : -1; };
+  auto gbps = [&](double ms) {
+    return ms > 0 ? 2.0 * static_cast<double>(bytes) * 8 / (ms * 1e6) : -1;
+  };
   for (const auto* c : {&tcp, &dpdk}) {
     if (!c->error.empty()) {
       std::printf("%s: %s\n", c == &tcp ? "tcp" : "dpdk", c->error.c_str());
     }
   }
-  std::printf("push-pull %zu B f32 through cofab-aggd, %d ops: tcp %.2f ms (%.2f Gbit/s), dpdk %.2f "
-              "ms (%.2f Gbit/s)\n",
-              bytes, iters, tcp.ms, gbps(tcp.ms), dpdk.ms, gbps(dpdk.ms));
+  std::printf(
+      "push-pull %zu B f32 through cofab-aggd, %d ops: tcp %.2f ms (%.2f Gbit/s), dpdk %.2f "
+      "ms (%.2f Gbit/s)\n",
+      bytes, iters, tcp.ms, gbps(tcp.ms), dpdk.ms, gbps(dpdk.ms));
   std::printf(
       "RESULT dpdk_pushpull bytes=%zu iters=%d dpdk_ms=%.3f tcp_ms=%.3f dpdk_gbps=%.2f "
       "tcp_gbps=%.2f dpdk_vs_tcp=%s\n",

@@ -1,5 +1,5 @@
-// Small helpers shared by the bench programs: command-line look-ups and sizes, a wall clock in ms, seeded
-// random data, and spawning a helper process (cofab-aggd, ...) that dies with the bench
+// Small helpers shared by the bench programs: command-line look-ups and sizes, a wall clock in ms,
+// seeded random data, and spawning a helper process (cofab-aggd, ...) that dies with the bench
 // (PR_SET_PDEATHSIG). Header-only; bench code only.
 #pragma once
 

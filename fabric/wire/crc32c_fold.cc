@@ -73,8 +73,7 @@ COFAB_FOLD_TARGET inline __m512i fold(__m512i acc, __m512i k, __m512i next) {
 }
 COFAB_FOLD_TARGET inline __m128i fold(__m128i acc, __m128i k, __m128i next) {
   return _mm_xor_si128(
-      _mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00), _mm_clmulepi64_si128(acc, k, 0x11)),
-      next);
+      _mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00), _mm_clmulepi64_si128(acc, k, 0x11)), next);
 }
 
 // 128-bit lane i of x. The masked form because GCC 12's unmasked one reads an undefined
@@ -118,8 +117,8 @@ COFAB_FOLD_TARGET uint32_t foldCrc(uint32_t crc, uint8_t* d, const uint8_t* p, s
   const __m512i toLast = multipliers(kLanesToLast);
   const __m512i t = _mm512_xor_si512(_mm512_clmulepi64_epi128(x3, toLast, 0x00),
                                      _mm512_clmulepi64_epi128(x3, toLast, 0x11));
-  __m128i a = _mm_xor_si128(_mm_xor_si128(lane<0>(t), lane<1>(t)),
-                            _mm_xor_si128(lane<2>(t), lane<3>(x3)));
+  __m128i a =
+      _mm_xor_si128(_mm_xor_si128(lane<0>(t), lane<1>(t)), _mm_xor_si128(lane<2>(t), lane<3>(x3)));
   const __m128i by16 = _mm_load_si128(reinterpret_cast<const __m128i*>(kBy16Bytes));
   while (size - off >= 16) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + off));

@@ -711,9 +711,9 @@ void Conn::deliver() {
                        slot.length == engine_->maxFramePayload() &&
                        curHeader_.payloadLength - payloadDone_ >= slot.length;
     if (known) dataCrc = payloadCrcOf(slot.frameCrc, slot.headerCrc, slot.length);
-    const bool more = consume(slot.payload + headOffset_, slot.length - headOffset_, &used,
-                              known ? &dataCrc : nullptr,
-                              headOffset_ == 0 ? slot.placedAt : nullptr);
+    const bool more =
+        consume(slot.payload + headOffset_, slot.length - headOffset_, &used,
+                known ? &dataCrc : nullptr, headOffset_ == 0 ? slot.placedAt : nullptr);
     if (state_ == State::kDone) return;
     headOffset_ += used;
     if (headOffset_ < slot.length) return;  // waits for a receive

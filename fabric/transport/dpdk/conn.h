@@ -110,7 +110,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const uint8_t* payload = nullptr;
     uint16_t length = 0;
     bool fin = false;
-    uint32_t frameCrc = 0;   // checked: with headerCrc, the payload's own CRC (payloadCrcOf)
+    uint32_t frameCrc = 0;  // checked: with headerCrc, the payload's own CRC (payloadCrcOf)
     uint32_t headerCrc = 0;
     uint8_t* placedAt = nullptr;  // where the payload was copied already (placeTarget)
   };

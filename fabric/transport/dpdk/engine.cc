@@ -86,7 +86,7 @@ Engine::Engine(const EngineOptions& options, Port* port)
   rng_ = (options.dropSeed * 0x9E3779B97F4A7C15ull) ^ macKey(local_) ^ 0xD1B54A32D192ED03ull;
   if (rng_ == 0) rng_ = 1;
   auto threshold = [](double rate) {
-    return rate <= 0 ? 0
+    return rate <= 0   ? 0
            : rate >= 1 ? UINT64_MAX
                        : static_cast<uint64_t>(rate * 18446744073709551616.0);
   };
@@ -701,13 +701,29 @@ Status Engine::inject(std::span<const uint8_t> frame) {
 DpdkStats Engine::stats() const {
   const auto& c = counters_;
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return DpdkStats{
-      r(c.rxFrames),      r(c.txFrames),        r(c.rxForeign),           r(c.rxBadLength),
-      r(c.rxBadChecksum), r(c.rxBadHeader),     r(c.rxUnknownConnection), r(c.rxInjectedDrops),
-      r(c.rxDuplicates),  r(c.rxOutOfWindow),   r(c.retransmits),         r(c.timeouts),
-      r(c.txDrops),       r(c.txDataFrames),    r(c.rxDataDelivered),     pollerCpuNs(),
-      r(c.pollerBusyNs),  r(c.txStallInFlight), r(c.txStallPeerWindow),   r(c.txStallPool),
-      r(c.txStallPipe),   r(c.rxInjectedCorruptions), r(c.rxDataPlaced)};
+  return DpdkStats{r(c.rxFrames),
+                   r(c.txFrames),
+                   r(c.rxForeign),
+                   r(c.rxBadLength),
+                   r(c.rxBadChecksum),
+                   r(c.rxBadHeader),
+                   r(c.rxUnknownConnection),
+                   r(c.rxInjectedDrops),
+                   r(c.rxDuplicates),
+                   r(c.rxOutOfWindow),
+                   r(c.retransmits),
+                   r(c.timeouts),
+                   r(c.txDrops),
+                   r(c.txDataFrames),
+                   r(c.rxDataDelivered),
+                   pollerCpuNs(),
+                   r(c.pollerBusyNs),
+                   r(c.txStallInFlight),
+                   r(c.txStallPeerWindow),
+                   r(c.txStallPool),
+                   r(c.txStallPipe),
+                   r(c.rxInjectedCorruptions),
+                   r(c.rxDataPlaced)};
 }
 
 uint64_t Engine::pollerCpuNs() const {
