@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "fabric/transport/dpdk/engine.h"
 #include "fabric/wire/crc32c.h"
@@ -121,7 +122,9 @@ void Conn::recv(std::vector<MutableSlice> dest, RecvCallback done) {
   deliver();
 }
 
-void Conn::recvOwned(RecvOwnedCallback done) {
+void Conn::recvOwned(RecvOwnedCallback done) { recvRouted(nullptr, std::move(done)); }
+
+void Conn::recvRouted(RecvRoute route, RecvOwnedCallback done) {
   Status bad;
   if (closedByApp_)
     bad = FailedPrecondition("recv on " + describe() + ": the connection is closed");
@@ -133,13 +136,14 @@ void Conn::recvOwned(RecvOwnedCallback done) {
   RecvOp op;
   op.owned = true;
   op.ownedDone = std::move(done);
+  op.route = std::move(route);
   recvs_.push_back(std::move(op));
   deliver();
 }
 
 void Conn::completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
                         std::vector<uint8_t>&& owned) {
-  if (op.owned) {
+  if (op.owned || op.ownedDone) {
     if (op.ownedDone) op.ownedDone(s, h, std::move(owned));
   } else if (op.done) {
     op.done(s, h);
@@ -608,6 +612,15 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
         completeRecv(failed, s, wire::Header{}, {});
         fail(s);
         return false;
+      }
+      if (op.route) {
+        // recvRouted: the header decides where the payload goes (called once, here).
+        const MutableSlice d = std::exchange(op.route, nullptr)(*h);
+        if (d.data != nullptr) {
+          op.owned = false;
+          op.expected = d.size;
+          if (d.size > 0) op.dest = {d};
+        }
       }
       if (!op.owned && h->payloadLength != op.expected) {
         const Status s = InvalidArgument(

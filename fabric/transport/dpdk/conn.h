@@ -48,6 +48,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void send(const wire::Header& header, std::vector<ConstSlice> payload, SendCallback done);
   void recv(std::vector<MutableSlice> dest, RecvCallback done);
   void recvOwned(RecvOwnedCallback done);
+  // Connection::recvRouted natively: `route` picks the memory once the header is in, and the
+  // payload's frames go there directly (placed while checked, like a recv) instead of into a
+  // vector copied afterwards; a null slice makes it a recvOwned.
+  void recvRouted(RecvRoute route, RecvOwnedCallback done);
   // Application close: cancels pending operations, then drains what was sent, then Fin.
   void close();
   // Context shutdown: like close(), but the engine bounds the drain.
@@ -97,7 +101,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::vector<MutableSlice> dest;
     size_t expected = 0;
     RecvCallback done;
-    RecvOwnedCallback ownedDone;
+    RecvOwnedCallback ownedDone;  // recvOwned, and recvRouted wherever it lands
+    RecvRoute route;              // recvRouted until its header arrives
   };
   struct InFlight {
     rte_mbuf* m = nullptr;

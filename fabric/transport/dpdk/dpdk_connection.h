@@ -26,6 +26,7 @@ class DpdkConnection final : public Connection {
   void send(const wire::Header& header, ConstSlices payload, SendCallback done) override;
   void recv(MutableSlices dest, RecvCallback done) override;
   void recvOwned(RecvOwnedCallback done) override;
+  void recvRouted(RecvRoute route, RecvOwnedCallback done) override;
   void close() override;
   Status status() const override { return conn_->statusSnapshot(); }
   const std::string& peerId() const override { return conn_->peerName(); }

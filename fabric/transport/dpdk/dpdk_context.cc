@@ -136,6 +136,17 @@ void DpdkConnection::recvOwned(RecvOwnedCallback done) {
   }
 }
 
+void DpdkConnection::recvRouted(RecvRoute route, RecvOwnedCallback done) {
+  auto cb = std::make_shared<RecvOwnedCallback>(std::move(done));
+  if (!engine_->post([c = conn_, route = std::move(route), cb]() mutable {
+        c->recvRouted(std::move(route), std::move(*cb));
+      })) {
+    completeLater([cb, s = stoppedStatus("recv")] {
+      if (*cb) (*cb)(s, wire::Header{}, {});
+    });
+  }
+}
+
 void DpdkConnection::close() {
   engine_->post([c = conn_] { c->close(); });  // after stop the engine closed it already
 }
