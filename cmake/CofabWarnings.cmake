@@ -36,8 +36,9 @@ function(cofab_library name alias)
     target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
     cofab_target_defaults(${name})
     # A library's calls to its own functions bind inside it: no PLT hop per call, and GCC may
-    # inline across them. cofab does not support interposing its symbols. The dpdk poller's
-    # per-frame path crossed about ten such stubs (bench/RESULTS.md, "Session 8").
+    # inline across them. cofab does not support interposing its symbols. The dpdk poller made
+    # about ten PLT calls per frame; bound, its receiver gained 15-18% (bench/RESULTS.md,
+    # "Session 8").
     target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition>)
     if(BUILD_SHARED_LIBS)
       target_link_options(${name} PRIVATE LINKER:-Bsymbolic-functions)

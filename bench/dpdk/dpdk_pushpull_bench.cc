@@ -107,10 +107,23 @@ CaseResult runCase(const std::string& dir, const std::string& transport, size_t 
   }
   int st = 0;
   if (pid > 0) waitpid(pid, &st, 0);
-  kill(daemon, SIGTERM);
+  // A daemon that died early (say its EAL could not start) shows up only as the worker's
+  // connect timing out: name it.
   int dst = 0;
-  waitpid(daemon, &dst, 0);
+  const bool daemonGone = waitpid(daemon, &dst, WNOHANG) == daemon;
+  if (!daemonGone) {
+    kill(daemon, SIGTERM);
+    waitpid(daemon, &dst, 0);
+  }
   CaseResult r;
+  if (pid < 0) return {-1, "could not fork the worker"};
+  if (daemonGone) {
+    r.error = "cofab-aggd --transport " + transport + " exited before the worker finished (" +
+              (WIFEXITED(dst) ? "exit code " + std::to_string(WEXITSTATUS(dst))
+                              : "signal " + std::to_string(WTERMSIG(dst))) +
+              ")";
+    return r;
+  }
   std::ifstream in(resultPath);
   std::string first;
   if (!(in >> first)) {

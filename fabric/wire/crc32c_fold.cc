@@ -1,5 +1,6 @@
 #include "fabric/wire/crc32c_fold.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -164,7 +165,8 @@ uint32_t crc32cFold(uint32_t crc, uint8_t* dst, const uint8_t* src, size_t size)
 #else
 
 bool crc32cFoldSupported() { return false; }
-uint32_t crc32cFold(uint32_t, uint8_t*, const uint8_t*, size_t) { return 0; }
+// Not reachable: callers check crc32cFoldSupported() first, and it is false off x86-64.
+uint32_t crc32cFold(uint32_t, uint8_t*, const uint8_t*, size_t) { std::abort(); }
 
 #endif
 
