@@ -4,13 +4,14 @@
 // forked process (one EAL per process; the server on lcore 1, the client on lcore 0).
 //
 //   build/bench/dpdk/dpdk_p2p_bench [seconds per case, default 2] [idle spin us, default 50]
-//                                   [cases, default raw,dpdk,lossy,tcp,busy]
+//                                   [cases, default raw,dpdk,lossy,tcp,busy,crc,zc]
 //
 // The dpdk pollers use the library's idle policy (spin 50 us, then nap) unless told otherwise
 // (-1: busy-poll); one more lossless case always busy-polls, for comparison.
 //
 // Ends with: RESULT dpdk_p2p frame=1500 goodput_gbps=... raw_gbps=... tcp_gbps=...
 //            rtt_p50_us=... tcp_rtt_p50_us=... lossy10_goodput_gbps=...
+// (and RESULT dpdk_p2p_ratios, dpdk_p2p_cost, dpdk_p2p_zero_copy lines)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,9 @@ double nowS() {
 // The "crc" case: bulk messages carry the end-to-end payload CRC32C (wire kFlagPayloadCrc) on top
 // of the frame CRC. Set before the case's processes fork.
 bool gPayloadCrc = false;
+// The "zc" case: the receiver is the memif client in zero-copy mode (memifEalArgs), so memif's
+// copy of each frame happens in the sender's process, into the receiver's own mbufs.
+bool gZeroCopyRx = false;
 
 // Server side: receives 1 MiB messages until the last one, then echoes 64-byte pings until the
 // last one. Prints goodput_gbps.
@@ -262,21 +266,38 @@ std::string bulkCostText(Context& ctx, const std::string& transport,
 // One side of a transport case. `transport` is "dpdk" or "tcp".
 std::string side(const std::string& transport, bool server, const std::string& dir, double seconds,
                  double dropRate, int64_t spinUs) {
+  // Which side is the memif server: the receiver, unless it is the zero-copy client. A memif
+  // client's port only starts once its server listens, so the server's context comes first.
+  const bool zc = gZeroCopyRx && transport == "dpdk";
+  const bool memifServer = zc ? !server : server;
   if (transport == "dpdk") {
-    ::setenv("COFAB_DPDK_EAL_ARGS", memifEalArgs(server).c_str(), 1);
-    ::setenv("COFAB_DPDK_VDEV", memifVdev(dir + "/memif.sock", server).c_str(), 1);
+    ::setenv("COFAB_DPDK_EAL_ARGS", memifEalArgs(memifServer, zc).c_str(), 1);
+    ::setenv("COFAB_DPDK_VDEV", memifVdev(dir + "/memif.sock", memifServer, zc).c_str(), 1);
   }
   auto store = FileStore::open(dir + "/store");
   if (!store.ok()) return "error=" + store.status().toString();
+  auto makeContext = [&]() -> StatusOr<std::shared_ptr<Context>> {
+    return transport == "dpdk"
+               ? transport::dpdk::createContext({.localId = server ? "srv" : "cli"},
+                                                {.dropRate = dropRate, .idleSpinUs = spinUs})
+               : transport::Registry::create(transport, {});
+  };
+  StatusOr<std::shared_ptr<Context>> ctx = Unavailable("no context yet");
+  if (zc) {
+    if (memifServer) {
+      ctx = makeContext();
+      if (!ctx.ok()) return "error=" + ctx.status().toString();
+      if (!(*store)->set("memif_up", Bytes{1}).ok()) return "error=store";
+    } else {
+      auto up = (*store)->get("memif_up", Deadline::afterMs(30000));
+      if (!up.ok()) return "error=" + up.status().toString();
+    }
+  }
   if (!server) {
     auto up = (*store)->get("addr", Deadline::afterMs(30000));
     if (!up.ok()) return "error=" + up.status().toString();
   }
-  StatusOr<std::shared_ptr<Context>> ctx =
-      transport == "dpdk"
-          ? transport::dpdk::createContext({.localId = server ? "srv" : "cli"},
-                                           {.dropRate = dropRate, .idleSpinUs = spinUs})
-          : transport::Registry::create(transport, {});
+  if (!ctx.ok()) ctx = makeContext();
   if (!ctx.ok()) return "error=" + ctx.status().toString();
   std::string out;
   if (server) {
@@ -381,29 +402,42 @@ int main(int argc, char** argv) {
 
   // Raw memif frame rate: the receiver (server) must be up before the client connects.
   // Which cases run (third argument, comma-separated; default all): raw, dpdk, lossy, tcp, busy,
-  // crc (lossless with the end-to-end payload CRC on).
-  const std::string cases = argc > 3 ? argv[3] : "raw,dpdk,lossy,tcp,busy,crc";
+  // crc (lossless with the end-to-end payload CRC on), zc (lossless with the receiver as a
+  // zero-copy memif client, and raw memif set up the same way).
+  const std::string cases = argc > 3 ? argv[3] : "raw,dpdk,lossy,tcp,busy,crc,zc";
   auto want = [&](const std::string& c) {
     return ("," + cases + ",").find("," + c + ",") != std::string::npos;
   };
-  std::string raw = "skipped";
-  if (want("raw")) {
-    Child rx = spawn([&] {
-      auto r = runRawMemif(memifEalArgs(true) + " --vdev=" + memifVdev(dir + "/raw.sock", true),
-                           false, 1514, seconds);
+  // The memif server starts first: the receiver, or with `zeroCopy` the sender (the receiver is
+  // then the zero-copy client).
+  auto runRaw = [&](bool zeroCopy) {
+    const std::string sock = dir + (zeroCopy ? "/raw_zc.sock" : "/raw.sock");
+    auto rawSide = [&](bool sender) {
+      const bool memifServer = zeroCopy ? sender : !sender;
+      return runRawMemif(
+          memifEalArgs(memifServer, zeroCopy) + " --vdev=" + memifVdev(sock, memifServer, zeroCopy),
+          sender, 1514, seconds);
+    };
+    auto rxFn = [&] {
+      auto r = rawSide(false);
       return r.ok ? "raw_gbps=" + std::to_string(r.gbps) + " raw_mpps=" + std::to_string(r.mpps)
                   : "error=" + r.error;
-    });
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-    Child tx = spawn([&] {
-      auto r = runRawMemif(memifEalArgs(false) + " --vdev=" + memifVdev(dir + "/raw.sock", false),
-                           true, 1514, seconds);
+    };
+    auto txFn = [&] {
+      auto r = rawSide(true);
       return r.ok ? std::string("ok") : "error=" + r.error;
-    });
-    raw = collect(rx);
-    const std::string rawTx = collect(tx);
-    std::printf("raw memif: %s (sender: %s)\n", raw.c_str(), rawTx.c_str());
-  }
+    };
+    Child first = spawn(zeroCopy ? std::function<std::string()>(txFn) : rxFn);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    Child second = spawn(zeroCopy ? std::function<std::string()>(rxFn) : txFn);
+    const std::string a = collect(first), b = collect(second);
+    const std::string& rx = zeroCopy ? b : a;
+    const std::string& tx = zeroCopy ? a : b;
+    std::printf("raw memif%s: %s (sender: %s)\n", zeroCopy ? " (zero-copy receiver)" : "",
+                rx.c_str(), tx.c_str());
+    return rx;
+  };
+  const std::string raw = want("raw") ? runRaw(false) : "skipped";
 
   auto runCase = [&](const std::string& transport, double drop, int64_t spin,
                      const std::string& name) -> std::pair<std::string, std::string> {
@@ -412,6 +446,7 @@ int main(int argc, char** argv) {
                             std::to_string(spin);
     std::filesystem::create_directories(sub);
     gPayloadCrc = name == "crc";
+    gZeroCopyRx = name == "zc";
     Child s = spawn([&] { return side(transport, true, sub, seconds, drop, spin); });
     Child c = spawn([&] { return side(transport, false, sub, seconds, drop, spin); });
     const std::string cs = collect(c);
@@ -425,6 +460,8 @@ int main(int argc, char** argv) {
   const auto tcp = runCase("tcp", 0, spinUs, "tcp");
   const auto busy = runCase("dpdk", 0, -1, "busy");
   const auto crc = runCase("dpdk", 0, spinUs, "crc");
+  const std::string rawZc = want("zc") ? runRaw(true) : "skipped";
+  const auto zc = runCase("dpdk", 0, spinUs, "zc");
   auto num = [](const std::string& v) { return v == "nan" ? 0.0 : std::atof(v.c_str()); };
   const std::string good = valueOf(dpdk.first, "goodput_gbps");
   const std::string lossyGood = valueOf(lossy.first, "goodput_gbps");
@@ -475,6 +512,15 @@ int main(int argc, char** argv) {
       valueOf(dpdk.first, "busy_ns_per_frame").c_str(),
       valueOf(lossy.second, "busy_ns_per_frame").c_str(),
       valueOf(lossy.first, "busy_ns_per_frame").c_str());
+  // The zero-copy memif set-up, against raw memif in the same set-up (its own ceiling).
+  const std::string zcGood = valueOf(zc.first, "goodput_gbps");
+  const std::string zcRaw = valueOf(rawZc, "raw_gbps");
+  std::printf(
+      "RESULT dpdk_p2p_zero_copy goodput_gbps=%s raw_gbps=%s of_raw=%s tx_busy_ns_per_frame=%s "
+      "rx_busy_ns_per_frame=%s\n",
+      zcGood.c_str(), zcRaw.c_str(), ratio(zcGood, zcRaw).c_str(),
+      valueOf(zc.second, "busy_ns_per_frame").c_str(),
+      valueOf(zc.first, "busy_ns_per_frame").c_str());
   std::filesystem::remove_all(dir);  // stores and memif sockets
   return 0;
 }

@@ -85,8 +85,15 @@ Status Eal::start() {
     const std::string name = v.substr(0, v.find(','));
     uint16_t id = 0;
     if (!name.empty() && rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0) {
-      return FailedPrecondition("dpdk: vdev '" + v +
-                                "' (COFAB_DPDK_VDEV) did not probe; EAL's log above says why");
+      // memif's zero-copy client lends its memory by file descriptor, one per segment list: the
+      // commonest reason for a refusal, and one EAL's log states only in its own terms.
+      const bool zeroCopy = v.find("zero-copy=yes") != std::string::npos;
+      const bool singleFile = args.find("--single-file-segments") != std::string::npos;
+      return FailedPrecondition(
+          "dpdk: vdev '" + v + "' (COFAB_DPDK_VDEV) did not probe; EAL's log above says why" +
+          (zeroCopy && !singleFile ? " (memif zero-copy needs --single-file-segments in "
+                                     "COFAB_DPDK_EAL_ARGS)"
+                                   : ""));
     }
   }
 
