@@ -19,7 +19,12 @@
 //     f16/bf16 accumulated in f32, in the reduction order of docs/AGGREGATOR.md, so that every
 //     worker gets bit-identical results and a rerun (also one with a failover) gets the same bits;
 //   - the caller owns `in` and `out` and lends them until the handle completes; they may alias
-//     (in-place), and `in` is read again if a chunk has to be resent after a failover;
+//     (in-place), and `in` is read again if a chunk has to be resent after a failover. A handle
+//     completes only once no send still reads `in` and no receive still writes `out`, also
+//     when it fails early (a reject, a failed round): a push queued behind a slow daemon holds
+//     the handle open until the transport has taken its bytes;
+//   - a (key, iteration) still in flight on this client is refused (FailedPrecondition)
+//     before any of its chunks is sent;
 //   - the call returns at once; many calls may be in flight (batch them: one per layer, and wait
 //     on the handles when the results are needed) so communication overlaps compute;
 //   - iterations: by default the client numbers successive pushPull calls on one key 0, 1, 2...

@@ -1,9 +1,10 @@
 // PushPullClient implementation. One mutex (mu_) guards the table of chunks in flight and the
 // daemon states; it is held only to look up or update an entry (never across a wait), and the
 // transport never calls back inline, so sending under it cannot deadlock. Results are received
-// straight into the caller's `out` (Connection::recvRouted, routeResult below); an op with such a
-// write in flight does not complete before it ends (OpState::beginWrite/endWrite), so a failure
-// elsewhere cannot hand `out` back while the transport still writes into it.
+// straight into the caller's `out` (Connection::recvRouted, routeResult below), and pushes are
+// sent straight from its `in`. An op with such a transport operation in flight does not complete
+// before it ends (OpState::beginIo/endIo), so a failure elsewhere (a reject, a failed round, a
+// dead daemon) cannot hand `in` or `out` back while the transport still reads or writes them.
 #include "fabric/ps/push_pull.h"
 
 #include <algorithm>
@@ -53,22 +54,23 @@ struct OpState {
   std::function<void(const Status&)> onAcked;
   std::function<void(const Status&)> onDone;
   uint32_t unacked = 0;
-  // Results being received straight into `out` by the transport (routed receives): the op must
-  // not complete (the caller would take `out` back) until they have stopped writing. A finish()
-  // meanwhile is deferred to the last endWrite().
-  int writers = 0;
+  // Transport operations on the caller's memory: pushes being sent from `in` and results being
+  // received straight into `out` (routed receives). The op must not complete (the caller would
+  // take its memory back) until they have ended. A finish() meanwhile is deferred to the last
+  // endIo().
+  int ioInFlight = 0;
   bool deferred = false;
   Status deferredStatus;
 
-  void beginWrite() {
+  void beginIo() {
     std::lock_guard<std::mutex> lock(mu);
-    ++writers;
+    ++ioInFlight;
   }
-  void endWrite() {
+  void endIo() {
     Status s;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (--writers > 0 || !deferred) return;
+      if (--ioInFlight > 0 || !deferred) return;
       deferred = false;
       s = std::move(deferredStatus);
     }
@@ -80,7 +82,7 @@ struct OpState {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (done || deferred) return false;
-      if (writers > 0) {
+      if (ioInFlight > 0) {
         deferred = true;
         deferredStatus = std::move(s);
         return true;
@@ -317,6 +319,16 @@ class PushPullClient::Impl {
                                 return o->done;
                               }),
                ops_.end());
+    // A (key, iteration) still in flight is refused before any chunk goes out: chunks already
+    // sent would stay behind, pointing into memory the failed handle hands back.
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      if (pending_.count(ChunkId{key, iteration, c}) != 0) {
+        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
+                                      " iteration=" + std::to_string(iteration) +
+                                      " is already in flight on this client"));
+        return handle;
+      }
+    }
     ops_.push_back(op);
     const int m = static_cast<int>(servers_.size());
     for (uint32_t c = 0; c < layout.chunkCount; ++c) {
@@ -352,13 +364,7 @@ class PushPullClient::Impl {
         op->chunkServer[c] = server;
       }
       const ChunkId id{key, iteration, c};
-      auto [it, inserted] = pending_.emplace(id, std::move(p));
-      if (!inserted) {
-        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
-                                      " iteration=" + std::to_string(iteration) +
-                                      " is already in flight on this client"));
-        return handle;
-      }
+      auto it = pending_.emplace(id, std::move(p)).first;  // free: checked above
       sendChunkLocked(id, it->second);
     }
     return handle;
@@ -564,7 +570,13 @@ class PushPullClient::Impl {
       if (!st.ok()) onServerError(server, conn, st);
     };
     if (p.push) {
-      conn->send(h, p.in, p.bytes, onSent);
+      // The send reads `in` (or the chunk's encoding) until its callback: the op stays open
+      // that long, and the encoding stays alive even if the chunk's entry goes first.
+      p.op->beginIo();
+      conn->send(h, p.in, p.bytes, [onSent, op = p.op, keep = p.encoded](const Status& st) {
+        onSent(st);
+        op->endIo();
+      });
       chunksPushed_.fetch_add(1, std::memory_order_relaxed);
       bytesOut_.fetch_add(p.bytes, std::memory_order_relaxed);
     }
@@ -591,7 +603,7 @@ class PushPullClient::Impl {
                          }
                        }
                        if (!st.ok()) {
-                         if (routed) routed->endWrite();
+                         if (routed) routed->endIo();
                          onServerError(server, conn, st);
                          return;
                        }
@@ -619,7 +631,7 @@ class PushPullClient::Impl {
     ServerState& s = servers_[static_cast<size_t>(server)];
     s.routedOp = p.op;
     s.routedId = id;
-    p.op->beginWrite();
+    p.op->beginIo();
     return {p.out, p.bytes, nullptr};
   }
 
@@ -635,7 +647,7 @@ class PushPullClient::Impl {
     servers_[static_cast<size_t>(server)].lastHeardNs = nowNs();
     const ChunkId id{h.key, h.iteration, h.chunkIndex};
     // The write into `out` is over: a failure that came meanwhile may complete the op now.
-    if (routed) routed->endWrite();
+    if (routed) routed->endIo();
     if (h.type == wire::MessageType::kPullReply) {
       auto it = pending_.find(id);
       if (it == pending_.end()) return;  // a duplicate result after a resend: already applied
