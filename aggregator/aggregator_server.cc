@@ -18,9 +18,8 @@ COFAB_PARAM_INT(kPoolBytes, "COFAB_AGG_POOL_BYTES", int64_t{256} << 20, 0, int64
 AggregatorServer::AggregatorServer(const ServerOptions& options)
     : options_(options),
       metrics_(options.numWorkers, options.engineThreads),
-      activeLinks_(new std::atomic<int>[static_cast<size_t>(options.numWorkers)]) {
+      links_(static_cast<size_t>(std::max(0, options.numWorkers))) {
   metrics_.creditWindow = options.creditBytes;
-  for (int i = 0; i < options.numWorkers; ++i) activeLinks_[static_cast<size_t>(i)].store(0);
 }
 
 StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const ServerOptions& options) {
@@ -108,7 +107,16 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   auto peer = std::make_shared<Peer>();
   peer->conn = std::move(conn);
   const int w = ps::parseWorkerPeerId(peer->conn->peerId());
-  if (w >= 0 && w < options_.numWorkers) peer->workerRank = w;
+  if (w >= 0 && w < options_.numWorkers) {
+    peer->workerRank = w;
+    {
+      std::lock_guard<std::mutex> lock(linksMu_);
+      ++links_[static_cast<size_t>(w)].open;
+    }
+    // A worker that connects (again) is part of the job: rounds wait for it for the round
+    // timeout, not the dead-worker deadline of its lost connection.
+    workerBack(w);
+  }
   const int a = ps::parseAggregatorPeerId(peer->conn->peerId());
   if (a >= 0 && a < options_.numServers) peer->aggregatorId = a;
   COFAB_LOG(kInfo, "aggd") << "accepted " << peer->describe();
@@ -155,30 +163,72 @@ transport::MutableSlice AggregatorServer::routePush(Peer& peer, const wire::Head
 
 void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Status& st) {
   peer->conn->close();
-  if (st.code() == StatusCode::kCancelled || stopped_) return;
+  const bool cancelled = st.code() == StatusCode::kCancelled || stopped_;
   const bool orderly = peer->goodbye.load();
-  if (!orderly) metrics_.connectionsBroken.fetch_add(1, std::memory_order_relaxed);
-  if (peer->workerRank >= 0 && peer->active.exchange(false)) {
-    const int left = activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_sub(1) - 1;
-    if (left == 0 && !orderly) {
-      metrics_.workersLost.fetch_add(1, std::memory_order_relaxed);
-      COFAB_LOG(kWarn, "aggd") << "worker " << peer->workerRank << " lost: " << peer->describe()
-                               << ": " << st.toString();
+  if (!cancelled && !orderly) metrics_.connectionsBroken.fetch_add(1, std::memory_order_relaxed);
+  if (peer->workerRank >= 0) {
+    const bool wasActive = peer->active.exchange(false);
+    bool lost = false;
+    std::string link, reason;
+    {
+      std::lock_guard<std::mutex> lock(linksMu_);
+      WorkerLinks& w = links_[static_cast<size_t>(peer->workerRank)];
+      --w.open;
+      if (wasActive && --w.active == 0 && !orderly && !cancelled) {
+        w.broken = true;
+        w.link = peer->describe();
+        w.reason = st.toString();
+      }
+      // Lost once nothing of it is left; a connection still open (a reconnect, a second
+      // client) may yet carry its state again (activateLink).
+      lost = w.broken && w.open == 0 && w.active == 0;
+      if (lost) {
+        w.broken = false;
+        link = std::move(w.link);
+        reason = std::move(w.reason);
+      }
+    }
+    if (lost) {
+      COFAB_LOG(kWarn, "aggd") << "worker " << peer->workerRank << " lost: " << link << ": "
+                               << reason;
       Event e;
       e.kind = Event::Kind::kWorkerGone;
       e.rank = peer->workerRank;
-      e.reason = st.toString();
+      e.reason = reason;
       broadcast(e);
+      // Counted after the engines have the event: whoever reads the count sees a daemon that
+      // already acts on the loss.
+      metrics_.workersLost.fetch_add(1, std::memory_order_relaxed);
     }
-    return;
+    if (wasActive || cancelled) return;
   }
-  if (!orderly) {
+  if (!orderly && !cancelled) {
     COFAB_LOG(kInfo, "aggd") << peer->describe() << " closed: " << st.toString();
   }
 }
 
 void AggregatorServer::broadcast(const Event& e) {
   for (auto& engine : engines_) engine->post(e);
+}
+
+void AggregatorServer::workerBack(int rank) {
+  Event e;
+  e.kind = Event::Kind::kWorkerBack;
+  e.rank = rank;
+  broadcast(e);
+}
+
+void AggregatorServer::activateLink(int rank) {
+  bool back = false;
+  {
+    std::lock_guard<std::mutex> lock(linksMu_);
+    WorkerLinks& w = links_[static_cast<size_t>(rank)];
+    back = w.active++ == 0;
+    w.broken = false;  // a link carries its state again: not lost after all
+  }
+  // Its first live link again (say its old link's loss was noticed only after this connection
+  // was accepted): back once more.
+  if (back) workerBack(rank);
 }
 
 bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, size_t size) {
@@ -253,7 +303,7 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       }
       metrics_.noteWorkerIteration(static_cast<int>(h.senderRank), h.iteration);
       if (peer->workerRank >= 0 && !peer->active.exchange(true)) {
-        activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_add(1);
+        activateLink(peer->workerRank);
       }
       Event e;
       e.kind = Event::Kind::kPush;

@@ -86,6 +86,10 @@ class AggregatorServer {
   void onBackupError(const Status& st);
   void postBackupRecv(std::shared_ptr<transport::Connection> link);
   void broadcast(const Event& e);
+  // Worker `rank` connected again, or has a live link again: engines stop counting it as lost.
+  void workerBack(int rank);
+  // A connection of worker `rank` starts carrying its state (its loss is a lost worker).
+  void activateLink(int rank);
   // Model store requests (aggregator_server_model.cc): validated here, run on the slot's engine.
   void onModelMessage(const std::shared_ptr<Peer>& peer, const wire::Header& h,
                       std::vector<uint8_t>&& payload);
@@ -104,7 +108,18 @@ class AggregatorServer {
   std::vector<std::shared_ptr<transport::PipeEnd>> inProcess_;  // server ends, joined at shutdown
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
-  std::unique_ptr<std::atomic<int>[]> activeLinks_;  // live active connections per worker rank
+  // Per worker rank: its connections, and whether it is lost. A worker is lost once the link
+  // that carried its state broke (no goodbye) and no connection of it is left: while another
+  // is open (it reconnected, or has a second client) that one decides.
+  struct WorkerLinks {
+    int open = 0;         // accepted, not ended
+    int active = 0;       // of those, carrying its state (Peer::active)
+    bool broken = false;  // its last active link ended without a goodbye
+    std::string link;     // which connection that was
+    std::string reason;   // why it ended
+  };
+  std::mutex linksMu_;
+  std::vector<WorkerLinks> links_;
 
   std::mutex backupMu_;
   std::shared_ptr<transport::Connection> backup_;

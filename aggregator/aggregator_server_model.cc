@@ -59,9 +59,7 @@ void AggregatorServer::onModelMessage(const std::shared_ptr<Peer>& peer, const w
   }
   metrics_.bytesIn.fetch_add(payload.size(), std::memory_order_relaxed);
   // The connection now carries this worker's state: its loss is a lost worker (kWorkerGone).
-  if (!peer->active.exchange(true)) {
-    activeLinks_[static_cast<size_t>(peer->workerRank)].fetch_add(1);
-  }
+  if (!peer->active.exchange(true)) activateLink(peer->workerRank);
   e.payload = std::make_shared<std::vector<uint8_t>>(std::move(payload));
   engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
 }

@@ -138,6 +138,9 @@ void Engine::handle(Event& e) {
       onWorkerGone(e);
       models_->onWorkerGone(e.rank, e.reason);
       break;
+    case Event::Kind::kWorkerBack:
+      onWorkerBack(e);
+      break;
     case Event::Kind::kBackupLost:
       onBackupLost();
       break;
@@ -514,6 +517,13 @@ void Engine::onWorkerGone(const Event& e) {
   if (r >= goneSinceNs_.size()) return;
   goneSinceNs_[r] = nowNs();
   goneReason_[r] = e.reason;
+}
+
+void Engine::onWorkerBack(const Event& e) {
+  const auto r = static_cast<size_t>(e.rank);
+  if (r >= goneSinceNs_.size()) return;
+  goneSinceNs_[r] = 0;
+  goneReason_[r].clear();
 }
 
 std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) const {

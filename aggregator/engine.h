@@ -41,7 +41,7 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
-  int64_t staleness = 3;  // model store: SSP bound tau in clocks (model_store.h)
+  int64_t staleness = 3;          // model store: SSP bound tau in clocks (model_store.h)
   int64_t versionStaleness = 16;  // model store: bound tau_v in model versions (model_store.h)
   // Gradient coding (gradient_groups.h): a round completes once every group of s+1 workers has
   // one contribution. -1: off (every worker needed). Validated by AggregatorServer::create.
@@ -56,6 +56,7 @@ struct Event {
     kPull,
     kForwardAck,
     kWorkerGone,
+    kWorkerBack,  // a connection from that worker again: rounds no longer count it as lost
     kBackupLost,
     kDrain,
     kModel,    // a model store request (model_store.h)
@@ -98,6 +99,7 @@ class Engine {
   void onPull(Event& e);
   void onForwardAck(const Event& e);
   void onWorkerGone(const Event& e);
+  void onWorkerBack(const Event& e);
   // Frees the fan-out slots of the released key range and remembers the range (bounded) so
   // that a late pull is rejected as released instead of waiting for a round that never comes.
   void onRelease(const Event& e);

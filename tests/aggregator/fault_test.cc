@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/raw_peer.h"
 #include "tests/aggregator/test_data.h"
 #include "tests/support/process_group.h"
 #include "tests/support/thread_ranks.h"
@@ -62,6 +64,83 @@ TEST(AggregatorFaults, WorkerKilledMidRoundIsNamedAndTheRoundReleased) {
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 1);
   auto health = cluster.httpGet(0, "/healthz");
   EXPECT_TRUE(health.ok()) << "the daemon must stay up: " << health.status();
+}
+
+// A worker whose connection broke and who connects again is waited for like any live worker:
+// its old loss must not release the rounds it has not pushed yet (the dead-worker deadline,
+// 1 ms here, passed long ago by then).
+TEST(AggregatorFaults, AWorkerThatReconnectsIsNoLongerCountedAsLost) {
+  DaemonCluster cluster(1, 2, {"--dead-worker-ms", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: round 0 of key 3 waits for worker 1
+  {
+    auto gone = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(gone.ok()) << gone.status();
+    ASSERT_TRUE(
+        (*gone)->sendValues(RawPeer::push(1, 9, 0, DType::kF32), std::vector<float>{5, 6}).ok());
+    ASSERT_TRUE((*gone)->recv().ok());  // the ack: this link carries worker 1's state
+  }                                     // broken without a goodbye: a lost worker
+  // Round 0 of key 3 is released for the loss: the dead-worker deadline has passed.
+  auto failed = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
+
+  // Worker 1 is back; worker 0 opens round 1 of key 3 before worker 1 pushes to it.
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 3, 1, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: the round is open
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 3, 1, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto r = (*w)->recvSkippingAcks();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->header.type, wire::MessageType::kPullReply)
+        << r->header.describe() << " " << r->text();
+    std::vector<float> sum(r->payload.size() / 4);
+    std::memcpy(sum.data(), r->payload.data(), r->payload.size());
+    EXPECT_EQ(sum, (std::vector<float>{11, 22}));
+  }
+}
+
+// A worker is lost only once no connection of it is left: while a second one is open (a
+// reconnect the daemon accepted before it noticed the old link break, or a second client), the
+// broken link does not release its rounds; that connection carries its pushes instead.
+TEST(AggregatorFaults, ABrokenLinkWithAnotherConnectionOpenIsNotALostWorker) {
+  DaemonCluster cluster(1, 2, {"--dead-worker-ms", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto spare = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(spare.ok()) << spare.status();
+  {
+    auto first = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(
+        (*first)->sendValues(RawPeer::push(1, 3, 0, DType::kF32), std::vector<float>{5, 6}).ok());
+    ASSERT_TRUE((*first)->recv().ok());  // the ack: this link carries worker 1's state
+  }                                      // broken without a goodbye
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_connections_broken_total", 1).ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 4, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: the round is open
+  ASSERT_TRUE(
+      (*spare)->sendValues(RawPeer::push(1, 4, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*spare}) {
+    auto r = (*w)->recvSkippingAcks();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->header.type, wire::MessageType::kPullReply)
+        << r->header.describe() << " " << r->text();
+  }
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 0);
+  // Its last connection breaks too: now it is lost.
+  spare->reset();
+  EXPECT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
 }
 
 struct Tensor {
