@@ -12,6 +12,9 @@ namespace cofab::aggregator {
 
 using ps::RejectReason;
 
+COFAB_PARAM_INT(kMaxPulledOnly, "COFAB_AGG_MAX_PULLED_ONLY", 65536, 1, int64_t{1} << 24,
+                "chunks per engine that pulls may wait on before anyone pushed them (more are "
+                "rejected pull_backlog): bounds what pulls for wrong keys cost the daemon");
 COFAB_PARAM_INT(kPoolBytes, "COFAB_AGG_POOL_BYTES", int64_t{256} << 20, 0, int64_t{1} << 40,
                 "idle receive buffers a daemon keeps for reuse by later pushes (payload_pool.h)");
 
@@ -55,6 +58,8 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
   s->pool_ = PayloadPool::create(static_cast<size_t>(poolBytes));
   EngineOptions eo = options.engine;
   eo.numWorkers = options.numWorkers;
+  COFAB_ASSIGN_OR_RETURN(int64_t pulledOnly, kMaxPulledOnly.get());
+  eo.maxPulledOnly = static_cast<size_t>(pulledOnly);
   AggregatorServer* self = s.get();
   for (int i = 0; i < options.engineThreads; ++i) {
     s->engines_.push_back(std::make_unique<Engine>(

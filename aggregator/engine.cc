@@ -19,6 +19,8 @@ struct Engine::Slot {
   uint32_t chunk = 0;
   uint32_t chunkCount = 0;
   DType dtype = DType::kF32;
+  // 0 until a push established the chunk: a pull may create the slot first (pushes are never
+  // empty), with the pull's dtype and chunkCount until then.
   size_t bytes = 0;
   uint64_t cur = 0;
 
@@ -198,7 +200,9 @@ void Engine::onPush(Event& e) {
   }
   bool created = false;
   Slot& s = slotFor(h, &created);
-  if (created) {
+  // (A slot of another key under the same id is refused below.)
+  if (s.bytes == 0 && s.key == h.key && s.chunk == h.chunkIndex) {
+    if (!created) adoptPushShape(s, h);
     s.bytes = e.payload->size();
     s.codec = *codec;
     s.logicalCount = encoded.count;
@@ -452,8 +456,19 @@ void Engine::onPull(Event& e) {
                    "the fan-out round was released by its uploader (ControlOp kFanOutRelease)");
     return;
   }
+  const bool known = slots_.count(slotId(h.key, h.chunkIndex)) != 0;
+  if (!known && pulledOnly_ >= options_.maxPulledOnly) {
+    // Each slot costs a few vectors of --workers entries: pulls for chunks nobody pushes (a
+    // wrong key, a hostile peer) must not grow the daemon without bound.
+    e.peer->reject(metrics_, RejectReason::kPullBacklog, h,
+                   std::to_string(options_.maxPulledOnly) +
+                       " chunks on this engine are pulled and not yet pushed by anyone "
+                       "(COFAB_AGG_MAX_PULLED_ONLY); is the key right?");
+    return;
+  }
   bool created = false;
   Slot& s = slotFor(h, &created);
+  if (created) ++pulledOnly_;
   if (!created && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {
     e.peer->reject(metrics_, RejectReason::kWrongDType, h, "pull does not match the chunk");
     return;
@@ -517,6 +532,23 @@ void Engine::onWorkerGone(const Event& e) {
   if (r >= goneSinceNs_.size()) return;
   goneSinceNs_[r] = nowNs();
   goneReason_[r] = e.reason;
+}
+
+void Engine::adoptPushShape(Slot& s, const wire::Header& h) {
+  // The first push of a slot a pull created: the pusher defines the chunk. Pullers that asked
+  // for another dtype or chunk count are refused now, as they would have been after the push.
+  --pulledOnly_;
+  s.dtype = h.dtype;
+  s.chunkCount = h.chunkCount;
+  std::vector<std::pair<std::shared_ptr<Peer>, wire::Header>> kept;
+  for (auto& [peer, pull] : s.pullers) {
+    if (pull.dtype == s.dtype && pull.chunkCount == s.chunkCount) {
+      kept.emplace_back(std::move(peer), pull);
+    } else {
+      peer->reject(metrics_, RejectReason::kWrongDType, pull, "pull does not match the chunk");
+    }
+  }
+  s.pullers.swap(kept);
 }
 
 void Engine::onWorkerBack(const Event& e) {

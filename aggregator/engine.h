@@ -41,6 +41,8 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
+  // Slots a pull may create for chunks nobody has pushed yet, per engine (kPullBacklog beyond).
+  size_t maxPulledOnly = 65536;
   int64_t staleness = 3;          // model store: SSP bound tau in clocks (model_store.h)
   int64_t versionStaleness = 16;  // model store: bound tau_v in model versions (model_store.h)
   // Gradient coding (gradient_groups.h): a round completes once every group of s+1 workers has
@@ -100,6 +102,7 @@ class Engine {
   void onForwardAck(const Event& e);
   void onWorkerGone(const Event& e);
   void onWorkerBack(const Event& e);
+  void adoptPushShape(Slot& slot, const wire::Header& push);
   // Frees the fan-out slots of the released key range and remembers the range (bounded) so
   // that a late pull is rejected as released instead of waiting for a round that never comes.
   void onRelease(const Event& e);
@@ -131,7 +134,8 @@ class Engine {
 
   // Engine-thread state.
   std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;  // by slotId(key, chunk)
-  std::vector<int64_t> goneSinceNs_;                           // 0: connected
+  size_t pulledOnly_ = 0;             // slots created by a pull that no push has reached yet
+  std::vector<int64_t> goneSinceNs_;  // 0: connected
   std::vector<std::string> goneReason_;
   std::atomic<uint64_t> openRounds_{0};
   std::unique_ptr<ModelStore> models_;

@@ -32,6 +32,8 @@ std::string_view rejectReasonName(RejectReason reason) {
       return "wrong_compression";
     case RejectReason::kReleased:
       return "released";
+    case RejectReason::kPullBacklog:
+      return "pull_backlog";
   }
   return "unknown";
 }

@@ -19,8 +19,8 @@ enum PushBits : uint8_t {
   kPushAverage = 1u << 0,    // reduce op: average (else sum)
   kPushDeliver = 1u << 1,    // send the result back to this pusher when the round completes
   kPushForwarded = 1u << 2,  // a primary replicating a worker's contribution to its backup
-  kPushInt8 = 1u << 3,    // payload is compress::Compression::kInt8 of f32 (also on the reply)
-  kPushOneBit = 1u << 4,  // payload is compress::Compression::kOneBit of f32 (also on the reply)
+  kPushInt8 = 1u << 3,       // payload is compress::Compression::kInt8 of f32 (also on the reply)
+  kPushOneBit = 1u << 4,     // payload is compress::Compression::kOneBit of f32 (also on the reply)
   // Fan-out (coded shuffling's multicast, fabric/coded/shuffle_relay.h): this one push is the
   // round's result as it is, delivered to every puller; no other contribution is waited for.
   kPushFanOut = 1u << 6,
@@ -87,9 +87,10 @@ enum class RejectReason : uint8_t {
   kUninitialized = 13,     // model store: pull/apply/elastic on a key nobody initialised
   kWrongCompression = 14,  // compressed chunk malformed, or its codec differs from the round's
   // 15: held for another branch; never sent by this one.
-  kReleased = 16,  // a pull for a fan-out key its uploader released (kFanOutRelease)
+  kReleased = 16,     // a pull for a fan-out key its uploader released (kFanOutRelease)
+  kPullBacklog = 17,  // a pull for a chunk nobody pushed yet, past the daemon's bound on those
 };
-inline constexpr uint8_t kMaxRejectReason = 16;
+inline constexpr uint8_t kMaxRejectReason = 17;
 
 // Payload of kModelApplied (little-endian): outcome (0 applied, 1 dropped), 7 zero bytes,
 // version, staleness; then, for a dropped update, UTF-8 text saying why.

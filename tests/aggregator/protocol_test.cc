@@ -57,6 +57,70 @@ TEST(AggregatorProtocol, RetransmittedChunksAreAppliedOnce) {
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_completed_total"), 1);
 }
 
+wire::Header pullOf(uint32_t rank, uint64_t key, uint64_t iteration, DType dtype) {
+  wire::Header h = RawPeer::push(rank, key, iteration, dtype);
+  h.type = wire::MessageType::kPull;
+  h.opcode = 0;
+  return h;
+}
+
+// A pull may come before anyone pushed the chunk: it waits, and the first push still defines
+// the chunk (its size, dtype and chunk count). A waiting pull for another dtype is refused once
+// the push shows the chunk's.
+TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 5, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto refused = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kWrongDType))
+      << refused->header.describe() << " " << refused->text();
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto r = (*w)->recvSkippingAcks();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->header.type, wire::MessageType::kPullReply)
+        << r->header.describe() << " " << r->text();
+    EXPECT_EQ(floatsOf(*r), (std::vector<float>{11, 22}));
+  }
+}
+
+// Pulls for chunks nobody pushes cost the daemon a slot each: past COFAB_AGG_MAX_PULLED_ONLY
+// per engine they are refused with pull_backlog, and a push still gets through.
+TEST(AggregatorProtocol, PullsForChunksNobodyPushedAreBounded) {
+  ::setenv("COFAB_AGG_MAX_PULLED_ONLY", "4", 1);
+  DaemonCluster cluster(1, 1, {"--engines", "1"});
+  const Status started = cluster.start();
+  ::unsetenv("COFAB_AGG_MAX_PULLED_ONLY");
+  ASSERT_TRUE(started.ok()) << started;
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok());
+  for (uint64_t key = 100; key < 105; ++key) {
+    ASSERT_TRUE((*w0)->send(pullOf(0, key, 0, DType::kF32), {}).ok());
+  }
+  auto refused = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kPullBacklog))
+      << refused->header.describe() << " " << refused->text();
+  EXPECT_EQ(refused->header.key, 104u);
+  // A push for one of the pulled keys completes its round (one worker) and answers both.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 100, 0, DType::kF32), std::vector<float>{3, 4}).ok());
+  for (int i = 0; i < 2; ++i) {
+    auto r = (*w0)->recvSkippingAcks();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->header.type, wire::MessageType::kPullReply) << r->header.describe();
+    EXPECT_EQ(floatsOf(*r), (std::vector<float>{3, 4}));
+  }
+}
+
 TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
   DaemonCluster cluster(1, 2, {"--max-chunk-bytes", "4096"});
   ASSERT_TRUE(cluster.start().ok());
