@@ -83,6 +83,10 @@ void Conn::send(const wire::Header& header, std::vector<ConstSlice> payload, Sen
     bad = FailedPrecondition("send on " + describe() + ": the connection is closed");
   }
   if (bad.ok() && !error_.ok()) bad = error_;
+  if (bad.ok() && peerGone_) {
+    bad = RemoteError("send on " + describe() +
+                      ": the peer closed the connection and is gone (nothing reaches it)");
+  }
   if (!bad.ok()) {
     if (done) done(bad);
     return;
@@ -179,7 +183,7 @@ void Conn::close() {
   }
   rcvHead_ = rcvNxt_;
   headOffset_ = 0;
-  if (!healthy || state_ != State::kEstablished) {
+  if (!healthy || state_ != State::kEstablished || peerGone_) {  // no one to drain to
     state_ = State::kDone;
     releaseInFlight();
     engine_->connDone(id_);
@@ -194,7 +198,7 @@ void Conn::close() {
 void Conn::finish() {
   // A frame the peer sent last (its Fin, say) still gets its ack, or the peer would drain until
   // its own bound.
-  if (ackPending_ && peerConn_ != 0) sendAck(monoNs());
+  if (ackPending_ && peerConn_ != 0 && !peerGone_) sendAck(monoNs());
   state_ = State::kDone;
   releaseInFlight();
   engine_->connDone(id_);
@@ -202,7 +206,9 @@ void Conn::finish() {
 
 void Conn::fail(const Status& s) {
   if (state_ == State::kDone) return;
-  if (ackPending_ && peerConn_ != 0 && state_ != State::kSynSent) sendAck(monoNs());
+  if (ackPending_ && peerConn_ != 0 && state_ != State::kSynSent && !peerGone_) {
+    sendAck(monoNs());
+  }
   setError(s);
   failOps(error_);
   state_ = State::kDone;
@@ -210,13 +216,28 @@ void Conn::fail(const Status& s) {
   engine_->connDone(id_);
 }
 
-void Conn::releaseInFlight() {
+void Conn::releaseSent() {
   for (uint32_t s = una_; s != nxt_; ++s) {
     auto& f = inflight_[s % kWindow];
     if (f.m != nullptr) rte_pktmbuf_free(f.m);
     f = InFlight{};
   }
   una_ = nxt_;
+}
+
+void Conn::peerWentAway(const Status& why) {
+  peerGone_ = true;
+  ackPending_ = false;
+  releaseSent();
+  while (!sends_.empty()) {
+    SendOp op = std::move(sends_.front());
+    sends_.pop_front();
+    if (op.done) op.done(why);
+  }
+}
+
+void Conn::releaseInFlight() {
+  releaseSent();
   for (auto& slot : rx_) {
     if (slot.m != nullptr) rte_pktmbuf_free(slot.m);
     slot = RxSlot{};
@@ -375,6 +396,7 @@ void Conn::sendAck(uint64_t now) {
 void Conn::pump(uint64_t now) {
   pumpWanted_ = false;
   if (state_ != State::kEstablished && state_ != State::kClosing) return;
+  if (peerGone_) return;  // sends failed, and acks would only draw resets
   while (buildDataFrame(now)) {
   }
   if (!sends_.empty()) {
@@ -524,8 +546,13 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   slot.headerCrc = f.headerCrc;
   slot.placedAt = f.placedAt;
   kept = true;
+  if (slot.fin) {
+    finHeld_ = true;
+    finSeq_ = seq;
+  }
   if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
+  if (finHeld_ && seqLess(finSeq_, rcvNxt_)) peerFinished_ = true;
 }
 
 bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
@@ -554,6 +581,12 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
     case FrameKind::kRst:
       if (state_ == State::kClosing) {
         finish();
+      } else if (peerFinished_) {
+        // It finished and forgot the connection (it answers our acks with a reset): what it
+        // sent stays readable up to its Fin.
+        if (!peerGone_) {
+          peerWentAway(RemoteError(describe() + ": the peer closed the connection and reset it"));
+        }
       } else {
         fail(RemoteError(describe() + ": the peer reset the connection (its context closed, or "
                                       "it does not know this connection)"));
@@ -748,12 +781,18 @@ void Conn::deliver() {
 
 void Conn::tick(uint64_t now) {
   if (state_ == State::kDone || state_ == State::kSynSent) return;
+  if (peerGone_) return;  // nothing to resend or time out: held frames wait for receives
   if (lastHeardNs_ == 0) lastHeardNs_ = now;
   if (elapsed(now, lastHeardNs_) > engine_->peerTimeoutNs()) {
     if (state_ == State::kClosing) {
       state_ = State::kDone;
       releaseInFlight();
       engine_->connDone(id_);
+      return;
+    }
+    if (peerFinished_) {  // its context closed after its Fin: what it sent stays readable
+      peerWentAway(
+          RemoteError(describe() + ": the peer closed the connection and then went " + "silent"));
       return;
     }
     fail(RemoteError(describe() + ": nothing heard from the peer for " +

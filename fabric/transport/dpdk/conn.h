@@ -140,6 +140,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc = nullptr,
                const uint8_t* placedAt = nullptr);
   void releaseInFlight();
+  // Frees the frames sent and not acknowledged (the send side's state).
+  void releaseSent();
+  // The peer finished and then reset or went silent: sends fail with `why`, receives go on.
+  void peerWentAway(const Status& why);
   void updateRtt(uint64_t sampleNs);
 
   Engine* const engine_;
@@ -182,7 +186,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
   size_t headOffset_ = 0;
   uint32_t advertisedEnd_ = 1 + kWindow;
   bool ackPending_ = false;
+  // The peer's Fin is held in sequence: everything it will ever send is here, so neither its
+  // reset nor its silence afterwards (its side finished, or its context closed) may cost what
+  // is held. Then such a connection serves receives until the Fin is consumed (peerWentAway).
+  bool finHeld_ = false;
+  uint32_t finSeq_ = 0;
   bool peerFinished_ = false;
+  bool peerGone_ = false;  // ...and it answers no more: nothing is sent to it
   // Reassembly of the current message.
   std::array<uint8_t, wire::kHeaderSize> hdrBuf_{};
   size_t hdrGot_ = 0;

@@ -328,6 +328,55 @@ TEST_F(DpdkTransportTest, CloseCancelsPendingAndSentDataStillArrives) {
   EXPECT_EQ(later.statuses()[0].code(), StatusCode::kFailedPrecondition) << later.statuses()[0];
 }
 
+// The peer sends, closes and goes away before this side reads: its Fin is held in sequence, so
+// what it sent is all here and must stay readable, even once the peer answers our keepalives
+// with a reset (it forgot the connection) or, its context closed, answers nothing at all.
+void expectDataThenClose(ConnPair& pair, const std::vector<uint8_t>& src) {
+  std::vector<uint8_t> dst(src.size());
+  Recorder got;
+  pair.server->recv(dst.data(), dst.size(), got.recvCb());
+  pair.server->recv(dst.data(), dst.size(), got.recvCb());
+  ASSERT_TRUE(got.wait(2));
+  EXPECT_TRUE(got.statuses()[0].ok()) << got.statuses()[0];
+  EXPECT_TRUE(dst == src);
+  EXPECT_EQ(got.statuses()[1].code(), StatusCode::kRemoteError) << got.statuses()[1];
+  EXPECT_NE(got.statuses()[1].message().find("closed"), std::string::npos) << got.statuses()[1];
+  // Nothing sent now reaches the peer, and the send says so.
+  Recorder sent;
+  pair.server->send(wire::Header{}, src.data(), 10, sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_FALSE(sent.statuses()[0].ok());
+}
+
+TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndResetStaysReadable) {
+  start();
+  if (IsSkipped()) return;
+  const auto src = pattern(50000, 9);
+  Recorder sent;
+  pair_.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  ASSERT_TRUE(sent.statuses()[0].ok());
+  pair_.client->close();
+  // Our keepalive (every 100 ms) reaches a peer that finished and forgot the connection: it
+  // answers with a reset, before anything here is read.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  expectDataThenClose(pair_, src);
+}
+
+TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndWentSilentStaysReadable) {
+  start(0, /*peerTimeoutMs=*/200);
+  if (IsSkipped()) return;
+  const auto src = pattern(50000, 10);
+  Recorder sent;
+  pair_.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  ASSERT_TRUE(sent.statuses()[0].ok());
+  pair_.client->close();
+  client_->join();  // its whole context goes: it answers nothing any more
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the peer timeout
+  expectDataThenClose(pair_, src);
+}
+
 TEST_F(DpdkTransportTest, LocalCloseCancelsPendingReceives) {
   start();
   if (IsSkipped()) return;
