@@ -106,6 +106,13 @@ Engine::~Engine() {
 }
 
 bool Engine::post(std::function<void()> fn) {
+  if (std::this_thread::get_id() == pollerThread_.load(std::memory_order_relaxed)) {
+    // Waiting for ring space here would wait for this very thread (and an application thread
+    // waiting for the same space holds postMu_). The next drainCommands runs it.
+    if (stopped_.load()) return false;
+    ownPosts_.push_back(std::move(fn));
+    return true;
+  }
   auto* task = new std::function<void()>(std::move(fn));
   {
     std::lock_guard<std::mutex> lock(postMu_);
@@ -138,8 +145,17 @@ void Engine::join() {
 int Engine::drainCommands() {
   void* batch[32];
   int total = 0;
-  unsigned n;
-  while ((n = rte_ring_sc_dequeue_burst(commands_, batch, 32, nullptr)) > 0) {
+  for (;;) {
+    // The poller's own first: a callback's operation comes before anything an application
+    // thread posted after seeing that callback's effects.
+    while (!ownPosts_.empty()) {
+      std::function<void()> task = std::move(ownPosts_.front());
+      ownPosts_.pop_front();
+      task();
+      ++total;
+    }
+    const unsigned n = rte_ring_sc_dequeue_burst(commands_, batch, 32, nullptr);
+    if (n == 0 && ownPosts_.empty()) break;
     for (unsigned i = 0; i < n; ++i) {
       auto* task = static_cast<std::function<void()>*>(batch[i]);
       (*task)();
@@ -152,6 +168,7 @@ int Engine::drainCommands() {
 
 void Engine::run() {
   const bool registered = rte_thread_register() == 0;
+  pollerThread_ = std::this_thread::get_id();
   if (pthread_getcpuclockid(pthread_self(), &cpuClock_) == 0) cpuClockSet_ = true;
   uint64_t lastTick = 0;
   uint64_t idleSince = 0;
@@ -185,8 +202,8 @@ void Engine::run() {
                                ? Duration(kRingSleep)
                                : Duration(std::chrono::nanoseconds(options_.idleNapNs));
       port_->waker().sleepFor(nap, [&] {
-        return rte_ring_count(commands_) > 0 || rte_ring_count(injected_) > 0 ||
-               port_->rxPending() || stopping_.load();
+        return !ownPosts_.empty() || rte_ring_count(commands_) > 0 ||
+               rte_ring_count(injected_) > 0 || port_->rxPending() || stopping_.load();
       });
     }
   }
@@ -475,6 +492,11 @@ StatusOr<std::shared_ptr<Conn>> Engine::connect(const std::string& address,
   c->conn = std::make_shared<Conn>(this, 0, peer, address);
   auto self = shared_from_this();
   const bool posted = post([self, c] {
+    if (self->stopping_.load()) {  // shutdownAll finished the connects it found; not this one
+      self->finishConnect(*c, Cancelled("connect to " + c->conn->peerAddressText() +
+                                        ": the dpdk context was closed"));
+      return;
+    }
     // The id is taken here, on the poller, which owns the id counter.
     auto conn = std::make_shared<Conn>(self.get(), self->nextConnId_++, c->conn->peer(),
                                        c->conn->peerAddressText());
@@ -645,6 +667,9 @@ StatusOr<std::shared_ptr<ListenerState>> Engine::listen(const std::string& addre
     want = a.port;
   }
   std::lock_guard<std::mutex> lock(listenersMu_);
+  // Again under the lock that shutdownAll takes to close the listeners: a stop since the first
+  // look would otherwise leave this one open, its accepts waiting for ever.
+  if (stopping_.load()) return FailedPrecondition("listen: the dpdk context is closed");
   if (want == 0) {
     for (uint32_t p = local_.port + 1u; p < 65536u; ++p) {
       if (!listeners_.count(static_cast<uint16_t>(p))) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -197,6 +198,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<bool> stopped_{false};
   std::mutex postMu_;
   rte_ring* commands_ = nullptr;
+  // Operations posted by the poller itself (a callback starting another one): never through
+  // the ring, which only the poller empties, so a full ring cannot stall it. Poller only.
+  std::atomic<std::thread::id> pollerThread_{};
+  std::deque<std::function<void()>> ownPosts_;
   rte_ring* injected_ = nullptr;
   std::mutex joinMu_;
 

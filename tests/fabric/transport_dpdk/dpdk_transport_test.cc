@@ -3,6 +3,7 @@
 // death, loss injection and malformed frames. Skips with EAL's reason when EAL cannot start.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -375,6 +376,39 @@ TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndWentSilentStaysReadable) {
   client_->join();  // its whole context goes: it answers nothing any more
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the peer timeout
   expectDataThenClose(pair_, src);
+}
+
+// An operation started from a callback while the command ring is full: the poller runs that
+// callback, and only the poller empties the ring, so it must never wait for ring space (the
+// application thread that waits for it holds the post lock, too).
+TEST_F(DpdkTransportTest, ACallbackPostingWhileTheCommandRingIsFullDoesNotDeadlock) {
+  start();
+  if (IsSkipped()) return;
+  const auto m = pattern(100, 4);
+  Recorder sent;
+  pair_.client->send(wire::Header{}, m.data(), m.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  std::atomic<int> posted{0};
+  std::atomic<bool> inCallback{false};
+  Recorder echoed;
+  std::vector<uint8_t> got(m.size());
+  auto server = pair_.server;
+  pair_.server->recv(got.data(), got.size(), [&, server](const Status& s, const wire::Header& h) {
+    inCallback = true;
+    // Hold the poller until the application has filled the ring (4095 usable slots) and
+    // waits in post() for space; then start an operation from here.
+    while (posted.load() < 4095) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (s.ok()) server->send(h, got.data(), got.size(), echoed.sendCb());
+  });
+  while (!inCallback) std::this_thread::yield();
+  std::vector<uint8_t> sink(1);
+  for (int i = 0; i < 5000; ++i) {
+    pair_.server->recv(sink.data(), sink.size(), [](const Status&, const wire::Header&) {});
+    ++posted;
+  }
+  ASSERT_TRUE(echoed.wait(1, std::chrono::seconds(20))) << "the callback's send never ran";
+  EXPECT_TRUE(echoed.statuses()[0].ok()) << echoed.statuses()[0];
 }
 
 TEST_F(DpdkTransportTest, LocalCloseCancelsPendingReceives) {
