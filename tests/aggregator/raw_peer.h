@@ -2,6 +2,7 @@
 // (as any peer id) and reads the daemon's answers one by one, with deadlines.
 #pragma once
 
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
@@ -98,6 +99,17 @@ class RawPeer {
       COFAB_ASSIGN_OR_RETURN(RawMessage m, recv());
       if (!m.isControl(ps::ControlOp::kAck)) return m;
     }
+  }
+
+  // The next result (acks skipped) as f32 values; an error naming whatever came instead.
+  StatusOr<std::vector<float>> recvResult() {
+    COFAB_ASSIGN_OR_RETURN(RawMessage m, recvSkippingAcks());
+    if (m.header.type != wire::MessageType::kPullReply) {
+      return FailedPrecondition("expected a result, got " + m.header.describe() + " " + m.text());
+    }
+    std::vector<float> v(m.payload.size() / sizeof(float));
+    std::memcpy(v.data(), m.payload.data(), v.size() * sizeof(float));
+    return v;
   }
 
  private:
