@@ -54,6 +54,11 @@ struct UpdateState {
   uint32_t unitsQueued = 0;
   uint32_t unitsInFlight = 0;
   bool cancelled = false;  // fused: keep the bucket, deliver nothing
+  // Chunked: the outcome, decided while chunks were still queued to go or handed to the
+  // client (they read the caller's tensor and may write its result); the handle completes
+  // with it once the last of them is back (ManagerCore::completeLocked).
+  bool decided = false;
+  Status decidedStatus;
 
   bool finish(const Status& s) {
     {
@@ -145,10 +150,17 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (u.update) u.update->unitsQueued--;
   }
 
-  // Completes `up` with `st` (once) and counts it.
+  // Completes `up` with `st` (the first status decided wins) and counts it; deferred while
+  // chunks of it are still to be sent or are with the client.
   void completeLocked(const std::shared_ptr<UpdateState>& up, const Status& st) {
-    if (!up->finish(st)) return;
-    switch (st.code()) {
+    if (!up->decided) {
+      up->decided = true;
+      up->decidedStatus = st;
+    }
+    if (!up->fused && (up->unitsInFlight > 0 || up->unitsQueued > 0)) return;
+    const Status final = up->decidedStatus;
+    if (!up->finish(final)) return;
+    switch (final.code()) {
       case StatusCode::kOk:
         stats.updatesCompleted++;
         break;
@@ -279,10 +291,13 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     UpdateState& up = *u->update;
     up.unitsInFlight--;
     up.unitsDone++;
-    if (!st.ok()) {
-      // The update fails now, but its other queued chunks still go out: they are the other
-      // workers' missing contributions to rounds on other daemons, which would otherwise wait for
-      // this worker until their deadline. (Grant failures are different: see dispatchCentral.)
+    if (up.decided) {  // failed, cancelled or expired before: completes when the last is back
+      completeLocked(u->update, up.decidedStatus);
+    } else if (!st.ok()) {
+      // The update fails with this status, but its other queued chunks still go out: they are
+      // the other workers' missing contributions to rounds on other daemons, which would
+      // otherwise wait for this worker until their deadline (grant failures are different: see
+      // dispatchCentral). They read the tensor, so the handle completes once they are back.
       completeLocked(u->update, st);
     } else if (up.unitsDone == up.unitsTotal) {
       completeLocked(u->update, OkStatus());
@@ -617,6 +632,11 @@ Status TransferHandle::wait(Deadline deadline) const {
     if (core) {
       std::lock_guard<std::mutex> lock(core->mu);
       core->expireLocked(state_);
+      std::lock_guard<std::mutex> l(state_->mu);
+      if (!state_->done) {  // chunks are with the client: the tensors stay lent until back
+        return DeadlineExceeded("deadline passed: " + core->pendingText(*state_) +
+                                "; the handle completes once those handed over are back");
+      }
     } else {
       state_->finish(
           DeadlineExceeded("transfer key=" + std::to_string(state_->key) + ": deadline passed"));

@@ -34,10 +34,14 @@
 // delivered.
 //
 // Ownership and threads: the caller owns the client (it must outlive the manager) and lends
-// each update's tensors until its handle completes. enqueue(), flush(), cancel(), pause(),
-// resume(), stats() and records() may be called from any thread. One dispatcher thread owned
-// by the manager hands units to the client; completions run on the client's I/O threads. The
-// destructor fails what is still queued with Cancelled and waits for nothing on the wire.
+// each update's tensors until its handle completes. A handle completes only once no chunk of
+// it is left to send or with the client: after cancel(), a missed deadline or a failed chunk,
+// the status is decided at once but the handle completes when the chunks already handed over
+// are back (their results may land in `out`); wait() returns DeadlineExceeded meanwhile. enqueue(),
+// flush(), cancel(), pause(), resume(), stats() and records() may be called from any thread. One
+// dispatcher thread owned by the manager hands units to the client; completions run on the client's
+// I/O threads. The destructor fails what is still queued with Cancelled and waits for nothing on
+// the wire.
 #pragma once
 
 #include <cstdint>

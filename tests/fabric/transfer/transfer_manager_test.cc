@@ -354,7 +354,39 @@ TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
   EXPECT_EQ(h.status().code(), StatusCode::kUnavailable) << "still in progress";
   const Status st = h.wait(Deadline::afterMs(20000));
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
-  EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded);  // fused: copied at enqueue
+}
+
+// Cancelling an update whose chunk the client already has: the status is decided, but the
+// handle completes only once that chunk is back (it reads the tensor and writes the result
+// until then), so the caller never gets the tensor back while the client still uses it.
+TEST(TransferCancel, ACancelledUpdateCompletesOnlyOnceItsSentChunkIsBack) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto c0 = connectOrDie(cluster, 0), c1 = connectOrDie(cluster, 1);
+  ASSERT_TRUE(c0 && c1);
+  TransferOptions o;
+  o.fuseBelowBytes = 1;
+  auto m0 = makeManager(*c0, o), m1 = makeManager(*c1, o);
+  ASSERT_TRUE(m0 && m1);
+  auto d0 = gradient(7, 0, 1000), d1 = gradient(7, 1, 1000);
+  GradientUpdate g;
+  g.key = 7;
+  g.tensor = TensorView::of(d0.data(), d0.size(), DType::kF32);
+  TransferHandle h0 = m0->enqueue(g);
+  for (int i = 0; i < 20000 && m0->stats().chunksSent < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_EQ(m0->stats().chunksSent, 1u);
+  ASSERT_TRUE(m0->cancel(h0).ok());
+  // Worker 1 has not pushed: the round is open and the chunk is with worker 0's client.
+  EXPECT_EQ(h0.wait(Deadline::afterMs(200)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(h0.status().code(), StatusCode::kUnavailable) << "the tensor is still lent";
+  g.tensor = TensorView::of(d1.data(), d1.size(), DType::kF32);
+  TransferHandle h1 = m1->enqueue(g);
+  ASSERT_TRUE(h1.wait(Deadline::afterMs(20000)).ok()) << h1.status();
+  EXPECT_EQ(h0.wait(Deadline::afterMs(20000)).code(), StatusCode::kCancelled);
+  EXPECT_EQ(m0->stats().updatesCancelled, 1u);
 }
 
 TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
