@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -26,6 +27,7 @@ namespace {
 struct Conn {
   std::shared_ptr<transport::Connection> conn;
   bool closed = false;
+  std::set<uint64_t> waiting;  // request ids queued and not granted yet
 };
 
 // Queued in the queue of each of its candidate destinations; the first grant wins and the other
@@ -131,6 +133,16 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
                  " wanted, " + std::to_string(h.iteration) + " bytes)");
         return;
       }
+      if (c->waiting.count(h.key) != 0 || grants.count({c.get(), h.key}) != 0) {
+        // A second grant under one id would overwrite the first, whose bytes then never come
+        // back (its delivery releases only one).
+        stats.protocolErrors++;
+        send(c, SchedOp::kRefuse, h.key, 0, 0,
+             "cofab-sched: request id " + std::to_string(h.key) +
+                 " is already waiting or granted on this connection");
+        return;
+      }
+      c->waiting.insert(h.key);
       auto r = std::make_shared<Request>(Request{c, h.key, h.iteration, false});
       for (uint32_t d : cands) {
         queues[d].push_back(r);
@@ -177,6 +189,7 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       queues[d].pop_front();
       Request& r = *rp;
       r.granted = true;
+      r.from->waiting.erase(r.id);
       auto& ds = stats.destinations[d];
       ds.queued = queues[d].size();
       ds.granted++;

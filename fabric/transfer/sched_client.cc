@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "fabric/transfer/central_scheduler.h"
@@ -29,6 +30,10 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
     SchedGrant grant;
   };
   std::map<uint64_t, Pending> pending;
+  // Requests whose acquire() gave up (deadline): the scheduler may still grant them, and such a
+  // grant goes straight back (kDelivered), or its bytes would count against the destination
+  // for as long as this connection lives.
+  std::set<uint64_t> abandoned;
   SchedClientStats stats;
 
   std::string who() const { return "cofab-sched at " + address; }
@@ -47,8 +52,14 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
       }
       const auto op = static_cast<SchedOp>(h.opcode);
       auto it = self->pending.find(h.key);
-      if (h.type == wire::MessageType::kControl && it != self->pending.end() &&
-          (op == SchedOp::kGrant || op == SchedOp::kRefuse)) {
+      const bool answer = h.type == wire::MessageType::kControl &&
+                          (op == SchedOp::kGrant || op == SchedOp::kRefuse);
+      if (answer && self->abandoned.erase(h.key) != 0) {
+        if (op == SchedOp::kGrant && !self->closed) {
+          self->stats.lateGrantsReturned++;
+          self->send(SchedOp::kDelivered, h.key, h.sequence, 0);
+        }
+      } else if (answer && it != self->pending.end()) {
         it->second.answered = true;
         if (op == SchedOp::kGrant) {
           it->second.grant.id = h.key;
@@ -184,6 +195,7 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
                               : s.cv.wait_until(lock, deadline.when()) == std::cv_status::timeout;
     if (timedOut && !s.pending.at(id).answered && s.error.ok()) {
       s.pending.erase(id);
+      s.abandoned.insert(id);
       return DeadlineExceeded("no grant from the central scheduler (" + s.who() + ") for " +
                               std::to_string(bytes) + " bytes to destination " + destination +
                               " (" + std::to_string(s.pending.size()) + " other requests waiting)");

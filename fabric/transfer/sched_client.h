@@ -46,6 +46,8 @@ struct SchedClientStats {
   uint64_t grants = 0;
   uint64_t delivered = 0;
   int64_t pacedUs = 0;  // total delay imposed by grants
+  // Grants that came after their acquire() had given up, given straight back.
+  uint64_t lateGrantsReturned = 0;
 };
 
 class SchedClient {

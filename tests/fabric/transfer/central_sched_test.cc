@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "fabric/transfer/central_scheduler.h"
 #include "fabric/transfer/sched_client.h"
 #include "fabric/transfer/transfer_manager.h"
+#include "fabric/transport/registry.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/support/process_group.h"
 #include "tests/support/thread_ranks.h"
@@ -231,6 +233,89 @@ TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
   }
   EXPECT_EQ((*sched)->stats().protocolErrors, 1u);
   EXPECT_EQ((*sched)->stats().destinations[0].delivered, 2u);
+}
+
+// A grant that comes after its acquire() gave up goes straight back to the scheduler: the
+// destination's load does not keep those bytes, and the client is not broken by an answer it
+// no longer waits for.
+TEST(CentralScheduler, AGrantAfterItsAcquireGaveUpIsGivenBack) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 1;
+  so.destBytes = 100;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto a = transfer::SchedClient::connect(0, co);
+  auto b = transfer::SchedClient::connect(1, co);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ga = (*a)->acquire(0, 100, Deadline::afterMs(10000));
+  ASSERT_TRUE(ga.ok()) << ga.status();
+  auto gb = (*b)->acquire(0, 100, Deadline::afterMs(100));  // waits behind A's 100 bytes
+  EXPECT_EQ(gb.status().code(), StatusCode::kDeadlineExceeded) << gb.status();
+  (*a)->delivered(*ga);  // now the scheduler grants B's request, which nobody waits for
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  do {
+    st = (*sched)->stats();
+    if (st.destinations[0].granted == 2 && st.destinations[0].load == 0) break;
+    std::this_thread::sleep_for(Millis(2));
+  } while (!settle.expired());
+  EXPECT_EQ(st.destinations[0].granted, 2u);
+  EXPECT_EQ(st.destinations[0].load, 0u) << "the late grant's bytes were not given back";
+  EXPECT_TRUE((*b)->status().ok()) << (*b)->status();
+  EXPECT_EQ((*b)->stats().lateGrantsReturned, 1u);
+  auto again = (*b)->acquire(0, 100, Deadline::afterMs(10000));
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+// A request id already waiting or granted on a connection is refused: a second grant under it
+// would overwrite the first, whose bytes would then never come back.
+TEST(CentralScheduler, ARepeatedRequestIdIsRefused) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 1;
+  so.destBytes = 100;
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto ctx = transport::Registry::create("tcp", {});
+  ASSERT_TRUE(ctx.ok());
+  auto conn =
+      (*ctx)->connect((*sched)->address(), {.localId = "worker 0"}, Deadline::afterMs(10000));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  auto message = [](transfer::SchedOp op, uint64_t id, uint64_t bytes) {
+    wire::Header h;
+    h.type = wire::MessageType::kControl;
+    h.opcode = static_cast<uint8_t>(op);
+    h.key = id;
+    h.iteration = bytes;
+    return h;
+  };
+  const std::vector<uint8_t> dest0(4, 0);  // candidate destination 0, u32 little-endian
+  auto answer = [&]() {
+    std::promise<wire::Header> got;
+    auto f = got.get_future();
+    (*conn)->recvOwned([&got](const Status& s, const wire::Header& h, std::vector<uint8_t>&&) {
+      got.set_value(s.ok() ? h : wire::Header{});
+    });
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return f.get();
+  };
+  auto ignore = [](const Status&) {};
+  (*conn)->send(message(transfer::SchedOp::kRequest, 5, 10), dest0.data(), dest0.size(), ignore);
+  EXPECT_EQ(answer().opcode, static_cast<uint8_t>(transfer::SchedOp::kGrant));
+  (*conn)->send(message(transfer::SchedOp::kRequest, 5, 10), dest0.data(), dest0.size(), ignore);
+  EXPECT_EQ(answer().opcode, static_cast<uint8_t>(transfer::SchedOp::kRefuse));
+  EXPECT_EQ((*sched)->stats().protocolErrors, 1u);
+  (*conn)->send(message(transfer::SchedOp::kDelivered, 5, 0), nullptr, 0, ignore);
+  const Deadline settle = Deadline::afterMs(10000);
+  while ((*sched)->stats().destinations[0].load != 0 && !settle.expired()) {
+    std::this_thread::sleep_for(Millis(2));
+  }
+  EXPECT_EQ((*sched)->stats().destinations[0].load, 0u);
+  (*ctx)->close();
+  (*ctx)->join();
 }
 
 // COFAB_TRANSFER_SCHEDULER=central: an unchanged training loop (no TransferOptions::scheduler)
