@@ -59,8 +59,8 @@ class HandshakeHandler final : public EpollHandler {
         group_.count = h->chunkCount == 0 ? 1 : h->chunkCount;
         if (group_.count > kMaxSocketsPerPeer) {
           return finish("bad handshake: " + std::to_string(group_.count) +
-                        " sockets per connection (at most " +
-                        std::to_string(kMaxSocketsPerPeer) + ")");
+                        " sockets per connection (at most " + std::to_string(kMaxSocketsPerPeer) +
+                        ")");
         }
       }
     }
@@ -115,16 +115,17 @@ class HandshakeHandler final : public EpollHandler {
 
 TcpListenerImpl::TcpListenerImpl(std::shared_ptr<TcpContextState> ctx,
                                  std::shared_ptr<EpollLoop> loop, Fd fd, std::string address)
-    : ctx_(std::move(ctx)), loop_(std::move(loop)), fd_(std::move(fd)),
+    : ctx_(std::move(ctx)),
+      loop_(std::move(loop)),
+      fd_(std::move(fd)),
       address_(std::move(address)),
-      queue_("tcp " + address_, [loop = loop_](std::function<void()> fn) {
-        return loop->post(std::move(fn));
-      }) {}
+      queue_("tcp " + address_,
+             [loop = loop_](std::function<void()> fn) { return loop->post(std::move(fn)); }) {}
 
 TcpListenerImpl::~TcpListenerImpl() = default;
 
 StatusOr<std::shared_ptr<Connection>> TcpListenerImpl::ctxAdopt(Fd fd, const std::string& id,
-                                                               const std::string& addr) {
+                                                                const std::string& addr) {
   return ctx_->adopt(std::move(fd), id, addr);
 }
 
@@ -148,8 +149,8 @@ void TcpListenerImpl::handleEvents(uint32_t) {
   while (true) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
-    const int fd = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
@@ -210,10 +211,10 @@ void TcpListenerImpl::stripeMember(const StripeGroup& group, std::shared_ptr<Con
   const int64_t maxAgeNs = 2 * ctx_->connectAttemptMs * 1'000'000;
   std::erase_if(stripes_, [&](const auto& kv) {
     if (now - kv.second.startNs <= maxAgeNs) return false;
+    // (Any slot may be the empty one: the socket that arrived first need not be socket 0.)
     COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": dropped an incomplete group of "
-                            << kv.second.members.size() << " sockets from '"
-                            << kv.second.members.front()->peerId() << "' ("
-                            << kv.second.have << " arrived)";
+                            << kv.second.members.size() << " sockets from '" << kv.second.peerId
+                            << "' (" << kv.second.have << " arrived)";
     return true;
   });
   PendingStripe& p = stripes_[group.token];
@@ -221,8 +222,8 @@ void TcpListenerImpl::stripeMember(const StripeGroup& group, std::shared_ptr<Con
     p.members.resize(group.count);
     p.startNs = now;
   }
-  auto& slot = p.members[group.index];
-  if (p.members.size() != group.count || slot != nullptr ||
+  // The size first: a socket of the same token claiming a larger group must not index past it.
+  if (p.members.size() != group.count || p.members[group.index] != nullptr ||
       (p.have > 0 && p.peerId != conn->peerId())) {
     COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": socket " << group.index << "/"
                             << group.count << " from '" << conn->peerId()
@@ -231,7 +232,7 @@ void TcpListenerImpl::stripeMember(const StripeGroup& group, std::shared_ptr<Con
     return;
   }
   p.peerId = conn->peerId();
-  slot = std::move(conn);
+  p.members[group.index] = std::move(conn);
   if (++p.have < static_cast<int>(group.count)) return;
   auto members = std::move(p.members);
   stripes_.erase(group.token);

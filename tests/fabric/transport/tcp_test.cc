@@ -128,9 +128,8 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
   ASSERT_TRUE(a.ok());
   std::vector<uint8_t> src(2000);
   Recorder rec;
-  (*a)->recvOwned([&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
-    rec.record(st, h);
-  });
+  (*a)->recvOwned(
+      [&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) { rec.record(st, h); });
   Recorder sent;  // src is lent until this completes
   (*cc)->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
   ASSERT_TRUE(rec.wait(1));
@@ -290,6 +289,49 @@ TEST(TcpStripedTest, AnInconsistentGroupIsDroppedAndTheListenerKeepsServing) {
     fds.push_back(fd);
   }
   auto c = tcp::createContext({.localId = "c"}, {.socketsPerPeer = 2});
+  ASSERT_TRUE(c.ok());
+  auto cc = (*c)->connect((*l)->address(), {.localId = "good"}, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->peerId(), "good");
+  for (int fd : fds) ::close(fd);
+}
+
+// Raw striped handshakes: a group whose first socket to arrive is not socket 0 (so its slot 0
+// is empty) outlives the incomplete-group bound and is purged, and a socket of the same token
+// claims a larger group than the one parked. Neither may crash the listener (the purge's log
+// line read slot 0; the size check came after indexing), and it keeps serving.
+TEST(TcpStripedTest, MalformedGroupsArePurgedWithoutCrashingTheListener) {
+  ::setenv("COFAB_TCP_CONNECT_TIMEOUT_MS", "1", 1);  // incomplete groups go after 2 ms
+  auto s = tcp::createContext({.localId = "s"});
+  ::unsetenv("COFAB_TCP_CONNECT_TIMEOUT_MS");
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto addr = tcp::parseAddress((*l)->address());
+  ASSERT_TRUE(addr.ok());
+  std::vector<int> fds;
+  auto hello = [&](uint64_t token, uint32_t index, uint32_t count) {
+    const int fd = ::socket(addr->family(), SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, addr->get(), addr->len), 0);
+    wire::Header h;
+    h.type = wire::MessageType::kHello;
+    h.key = token;
+    h.chunkIndex = index;
+    h.chunkCount = count;
+    auto b = wire::encodeHeader(h);
+    ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+    uint8_t ack[64];
+    ASSERT_EQ(::read(fd, ack, sizeof(ack)), 64);
+    fds.push_back(fd);
+  };
+  hello(0xabc, 1, 2);  // socket 1 of 2 first: slot 0 stays empty
+  hello(0xdef, 0, 2);
+  hello(0xdef, 5, 8);  // the same token, a larger group
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  hello(0x123, 0, 2);  // purges the groups past their bound
+  auto c = tcp::createContext({.localId = "c"});
   ASSERT_TRUE(c.ok());
   auto cc = (*c)->connect((*l)->address(), {.localId = "good"}, testDeadline());
   ASSERT_TRUE(cc.ok()) << cc.status();
