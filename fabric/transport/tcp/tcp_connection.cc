@@ -337,7 +337,10 @@ void TcpConnectionImpl::runScheduled() {
   for (auto& op : batchInline_) completeSend(std::move(op), OkStatus());
   batchInline_.clear();
   if (failed_) {
-    for (auto& op : batchSends_) completeSend(std::move(op), op->error.ok() ? status() : op->error);
+    for (auto& op : batchSends_) {
+      Status s = op->error.ok() ? status() : op->error;  // before the move: argument order
+      completeSend(std::move(op), std::move(s));
+    }
   } else if (!batchSends_.empty()) {
     std::lock_guard<std::mutex> w(writeMu_);
     for (auto& op : batchSends_) sendQueue_.push_back(std::move(op));
@@ -349,7 +352,8 @@ void TcpConnectionImpl::runScheduled() {
   batchSends_.clear();
   for (auto& op : batchRecvs_) {
     if (failed_) {
-      completeRecv(std::move(op), op->error.ok() ? status() : op->error, wire::Header{});
+      Status s = op->error.ok() ? status() : op->error;  // before the move: argument order
+      completeRecv(std::move(op), std::move(s), wire::Header{});
     } else {
       recvQueue_.push_back(std::move(op));
     }
@@ -382,15 +386,14 @@ void TcpConnectionImpl::handleEvents(uint32_t events) {
 Status TcpConnectionImpl::ioError(const char* call, int err) const {
   if (err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH ||
       err == ENETUNREACH) {
-    return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ + ") failed: " +
-                       errnoStatus(StatusCode::kRemoteError, call, err).message());
+    return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ +
+                       ") failed: " + errnoStatus(StatusCode::kRemoteError, call, err).message());
   }
   return errnoStatus(StatusCode::kIoError, call, err, "'" + peerId_ + "' " + peerAddress_);
 }
 
 Status TcpConnectionImpl::peerClosed() const {
-  return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ +
-                     ") closed the connection" +
+  return RemoteError("tcp: peer '" + peerId_ + "' (" + peerAddress_ + ") closed the connection" +
                      (inPayload_ || headerGot_ > 0 ? " in the middle of a message" : "") +
                      " (did it exit or crash?)");
 }
@@ -462,7 +465,8 @@ void TcpConnectionImpl::pumpReads() {
     RecvOp& op = *recvQueue_[recvHead_];
     if (!op.error.ok() && !inPayload_ && headerGot_ == 0) {
       auto o = std::move(recvQueue_[recvHead_++]);
-      completeRecv(std::move(o), o->error, wire::Header{});
+      Status s = o->error;  // before the move: argument order
+      completeRecv(std::move(o), std::move(s), wire::Header{});
       continue;
     }
     if (!inPayload_) {
@@ -617,7 +621,7 @@ void TcpConnectionImpl::finishRecv(const Status& status) {
   completeRecv(std::move(op), status, h);
 }
 
-void TcpConnectionImpl::completeSend(std::unique_ptr<SendOp> op, const Status& status) {
+void TcpConnectionImpl::completeSend(std::unique_ptr<SendOp> op, Status status) {
   SendCallback done = std::move(op->done);
   op->done = nullptr;
   {
@@ -627,7 +631,7 @@ void TcpConnectionImpl::completeSend(std::unique_ptr<SendOp> op, const Status& s
   if (done) done(status);
 }
 
-void TcpConnectionImpl::completeRecv(std::unique_ptr<RecvOp> op, const Status& status,
+void TcpConnectionImpl::completeRecv(std::unique_ptr<RecvOp> op, Status status,
                                      const wire::Header& header) {
   if (op->owned) {
     RecvOwnedCallback done = std::move(op->ownedDone);

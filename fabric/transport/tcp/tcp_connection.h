@@ -96,8 +96,10 @@ class TcpConnectionImpl final : public EpollHandler,
   bool readHeader(RecvOp& op);
   bool readPayload(RecvOp& op);
   void finishRecv(const Status& status);
-  void completeSend(std::unique_ptr<SendOp> op, const Status& status);
-  void completeRecv(std::unique_ptr<RecvOp> op, const Status& status, const wire::Header& header);
+  // `status` by value: the op goes back to the free list before its callback runs, and the
+  // callback may take it again (a new operation), so it must not refer into the op.
+  void completeSend(std::unique_ptr<SendOp> op, Status status);
+  void completeRecv(std::unique_ptr<RecvOp> op, Status status, const wire::Header& header);
   void fail(const Status& status);
   Status ioError(const char* call, int err) const;
   Status peerClosed() const;

@@ -90,6 +90,30 @@ TEST(TcpTest, SeveralLoopsAndExplicitSocketBuffers) {
   for (const auto& d : dst) EXPECT_TRUE(d == src);
 }
 
+// A refused receive's callback gets its error even when it posts another receive first: the
+// op goes back to the free list before the callback runs, and the new receive takes it again,
+// so the status handed to the callback must not refer into the op.
+TEST(TcpTest, ARefusedReceiveKeepsItsErrorWhenItsCallbackPostsAnother) {
+  auto s = tcp::createContext({.localId = "s"});
+  auto c = tcp::createContext({.localId = "c"});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok());
+  std::shared_ptr<Connection> server = *a;
+  std::vector<uint8_t> buf(8);
+  Recorder seen, second;
+  server->recv(nullptr, 8, [&, server](const Status& st, const wire::Header& h) {
+    server->recv(buf.data(), buf.size(), second.recvCb());
+    seen.record(st, h);
+  });
+  ASSERT_TRUE(seen.wait(1));
+  EXPECT_EQ(seen.statuses()[0].code(), StatusCode::kInvalidArgument) << seen.statuses()[0];
+}
+
 TEST(TcpTest, GarbageFromAPeerIsDataLossNotACrash) {
   auto s = tcp::createContext({.localId = "s"});
   ASSERT_TRUE(s.ok());
