@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
@@ -73,6 +75,31 @@ StatusOr<ShuffleEndpoint::Reply> ShuffleEndpoint::next(Deadline deadline) {
 }
 
 namespace {
+// Sends still reading the caller's memory. upload() returns (also with an error) only once
+// every send it started has completed: a daemon that refused the first message, or that is
+// too slow for the deadline, would otherwise still be sent rows from memory the caller freed.
+struct SendsInFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t left = 0;
+  transport::SendCallback one() {
+    return [self = this](const Status&) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      if (--self->left == 0) self->cv.notify_all();
+    };
+  }
+  // Waits for the last completion; past `deadline` it closes `conn`, which cancels what is
+  // still queued (the callbacks follow promptly).
+  void drain(transport::Connection& conn, Deadline deadline) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (cv.wait_until(lock, deadline.when(), [&] { return left == 0; })) return;
+    lock.unlock();
+    conn.close();
+    lock.lock();
+    cv.wait(lock, [&] { return left == 0; });
+  }
+};
+
 Status replyError(const wire::Header& h, const std::vector<uint8_t>& p) {
   if (h.type == wire::MessageType::kControl &&
       (h.opcode == static_cast<uint8_t>(ps::ControlOp::kReject) ||
@@ -94,6 +121,14 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
   }
   const size_t count = messages.size() / rowBytes;
   uint64_t sent = 0;
+  SendsInFlight sends;
+  sends.left = count;
+  struct Drain {  // on every return below
+    SendsInFlight& s;
+    transport::Connection& c;
+    Deadline d;
+    ~Drain() { s.drain(c, d); }
+  } drainOnReturn{sends, *conn_, deadline};
   for (size_t m = 0; m < count; ++m) {
     wire::Header h;
     h.type = wire::MessageType::kPush;
@@ -103,16 +138,23 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
     h.chunkCount = 1;
     h.iteration = epoch;
     h.dtype = DType::kF32;
-    // The message memory is the caller's until the acks below (the send is complete by then).
-    conn_->send(h, messages.data() + m * rowBytes, rowBytes, [](const Status&) {});
+    conn_->send(h, messages.data() + m * rowBytes, rowBytes, sends.one());
     sent += wire::kHeaderSize + rowBytes;
   }
-  for (size_t acked = 0; acked < count;) {
+  // Each message's ack once: a stale one (an earlier call's, another epoch's) or a duplicate
+  // must not make the upload look complete.
+  std::vector<bool> acked(count, false);
+  for (size_t got = 0; got < count;) {
     COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    const bool mine =
+        r.header.iteration == epoch && r.header.key >= keyBase && r.header.key - keyBase < count;
+    if (!mine) continue;
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
     if (r.header.type == wire::MessageType::kControl &&
-        r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck)) {
-      ++acked;
+        r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck) &&
+        !acked[r.header.key - keyBase]) {
+      acked[r.header.key - keyBase] = true;
+      ++got;
     }
   }
   return sent;
@@ -120,8 +162,9 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
 
 Status ShuffleEndpoint::release(uint64_t keyBase, uint64_t count, Deadline deadline) {
   if (count == 0) return OkStatus();
-  std::vector<uint8_t> payload(8);
-  for (size_t i = 0; i < 8; ++i) payload[i] = static_cast<uint8_t>(count >> (8 * i));
+  // Owned by the send: an error return below must not free it under a queued send.
+  auto payload = std::make_shared<std::vector<uint8_t>>(8);
+  for (size_t i = 0; i < 8; ++i) (*payload)[i] = static_cast<uint8_t>(count >> (8 * i));
   wire::Header h;
   h.type = wire::MessageType::kControl;
   h.opcode = static_cast<uint8_t>(ps::ControlOp::kFanOutRelease);
@@ -129,8 +172,7 @@ Status ShuffleEndpoint::release(uint64_t keyBase, uint64_t count, Deadline deadl
   h.key = keyBase;
   h.chunkCount = 1;
   h.dtype = DType::kU8;
-  // The payload lives until the ack below (the send is complete by then).
-  conn_->send(h, payload.data(), payload.size(), [](const Status&) {});
+  conn_->send(h, payload->data(), payload->size(), [payload](const Status&) {});
   for (;;) {
     COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
@@ -160,7 +202,10 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
     conn_->send(h, nullptr, 0, [](const Status&) {});
   }
   // Replies come from several engine threads: match them by key. Replies for other keys are
-  // left over from an earlier call that failed at its first refusal: skip them.
+  // left over from an earlier call that failed at its first refusal: skip them. Each row is
+  // counted once: a duplicate reply (a leftover of this very key) must not stand in for a row
+  // that never came.
+  std::vector<bool> filled(offsets.size(), false);
   for (size_t got = 0; got < offsets.size();) {
     COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
     if (slot.count(r.header.key) == 0 || r.header.iteration != epoch) continue;
@@ -172,7 +217,10 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
                       " (" + std::to_string(r.payload.size()) + " bytes)");
     }
     std::memcpy(out.data() + it->second * rowBytes, r.payload.data(), rowBytes);
-    ++got;
+    if (!filled[it->second]) {
+      filled[it->second] = true;
+      ++got;
+    }
   }
   return OkStatus();
 }
