@@ -783,7 +783,8 @@ class PushPullClient::Impl {
     }
   }
 
-  void failOpLocked(const std::shared_ptr<detail::OpState>& op, const Status& st) {
+  // `op` by value: callers pass the op of a pending entry, and the loop below erases those.
+  void failOpLocked(std::shared_ptr<detail::OpState> op, const Status& st) {
     if (!op->finish(st)) return;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.op == op) {
