@@ -268,7 +268,9 @@ CollectiveHandle p2p(Communicator& comm, const TensorView& data, int peer,
   sig.dtype = data.dtype;
   sig.count = data.count;
   sig.algorithm = Algorithm::kDirect;
-  // Both sides put the receiver in `root`, so a send matched against a send is caught too.
+  // Both sides put the receiver in `root`: a send matched against a recv from another rank is
+  // caught by the receiver. A send matched against a send is not caught by either (neither
+  // receives): the stray messages fail the next operation (collectives.h).
   sig.root = static_cast<uint32_t>(sending ? peer : comm.rank());
   sig.peer = peer;
   return run(comm, makeP2p(comm, sig, deadline, data, sending));

@@ -5,7 +5,10 @@
 // the blocking forms return when it has; the *Async forms return a CollectiveHandle to wait on.
 // Every rank must issue the same collectives, in the same order, with the same count, dtype,
 // op and root; a rank that does not gets InvalidArgument naming the mismatch (checked in every
-// message header), never a wrong result or a hang. Operations have a deadline (options.timeout
+// message header), never a hang. One gap: a rank that only sends in an op (a broadcast's root,
+// a send) checks nothing itself, so two ranks that both believe they are the broadcast's root,
+// or two sends matched against each other, both return OK (and the non-root data is not
+// broadcast); their stray messages fail the communicator's next operation, naming the op. Operations have a deadline (options.timeout
 // or COFAB_COLLECTIVE_TIMEOUT_MS): past it the operation fails with DeadlineExceeded naming the
 // ranks that did not arrive and its sequence number. Any failure is sticky on the communicator.
 //
