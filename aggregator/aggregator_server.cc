@@ -375,20 +375,31 @@ Status AggregatorServer::connectBackup(const std::string& backupAddress, Deadlin
 }
 
 void AggregatorServer::postBackupRecv(std::shared_ptr<transport::Connection> link) {
-  link->recvOwned([this, link](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
-    if (!st.ok()) {
-      onBackupError(st);
-      return;
-    }
-    if (h.type == wire::MessageType::kControl &&
-        h.opcode == static_cast<uint8_t>(ps::ControlOp::kForwardAck)) {
-      Event e;
-      e.kind = Event::Kind::kForwardAck;
-      e.header = h;
-      engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
-    }
-    postBackupRecv(link);
-  });
+  link->recvOwned(
+      [this, link](const Status& st, const wire::Header& h, std::vector<uint8_t>&& payload) {
+        if (!st.ok()) {
+          onBackupError(st);
+          return;
+        }
+        if (h.type == wire::MessageType::kControl &&
+            h.opcode == static_cast<uint8_t>(ps::ControlOp::kForwardAck)) {
+          Event e;
+          e.kind = Event::Kind::kForwardAck;
+          e.header = h;
+          engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
+        } else if (h.type == wire::MessageType::kControl &&
+                   h.opcode == static_cast<uint8_t>(ps::ControlOp::kReject)) {
+          // The backup refused a forwarded chunk (it is draining, or configured otherwise): that
+          // contribution would wait for an ack that never comes, its round until its timeout.
+          // Replication ends here, as when the backup is gone; waiting contributions are durable.
+          const std::string why(payload.begin() + (payload.empty() ? 0 : 1), payload.end());
+          onBackupError(FailedPrecondition("the backup refused a forwarded chunk (" + h.describe() +
+                                           "): " + why));
+          link->close();
+          return;
+        }
+        postBackupRecv(link);
+      });
 }
 
 bool AggregatorServer::forward(const wire::Header& h, const Payload& payload) {

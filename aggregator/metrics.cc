@@ -82,6 +82,9 @@ std::string Metrics::render(int serverId, bool draining) const {
           ld(chunksForwarded), id);
   counter(os, "cofab_agg_forwarded_applied_total", "contributions received as a backup",
           ld(forwardedApplied), id);
+  counter(os, "cofab_agg_backup_lost_total",
+          "times replication ended: the backup's link broke or it refused a forwarded chunk",
+          ld(backupLost), id);
   counter(os, "cofab_agg_connections_accepted_total", "connections accepted",
           ld(connectionsAccepted), id);
   counter(os, "cofab_agg_connections_broken_total", "connections that failed",

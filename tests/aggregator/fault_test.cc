@@ -137,6 +137,42 @@ TEST(AggregatorFaults, ABrokenLinkWithAnotherConnectionOpenIsNotALostWorker) {
   EXPECT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
 }
 
+// The backup refuses a forwarded chunk (here: it is draining after SIGTERM, held open by a
+// round of its own): the primary must not wait for that chunk's ack until the round times out.
+// Replication ends as if the backup were gone, and the primary's round completes.
+TEST(AggregatorFaults, ABackupThatRefusesForwardedChunksEndsReplication) {
+  DaemonCluster cluster(
+      2, 2, {"--replication", "on", "--drain-timeout-ms", "30000", "--round-timeout-ms", "60000"});
+  ASSERT_TRUE(cluster.start().ok());
+  // Daemon 1 (daemon 0's backup) gets a round of its own that stays open: it drains, not exits.
+  auto held = RawPeer::connect(cluster.address(1), "worker 0");
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE(
+      (*held)->sendValues(RawPeer::push(0, 9, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*held)->recv().ok());  // its ack
+  cluster.signal(1, SIGTERM);
+  const Deadline draining = Deadline::afterMs(15000);
+  while (!draining.expired()) {
+    auto h = cluster.httpGet(1, "/healthz");  // HTTP 503 "draining" comes back as an error
+    if (!h.ok() && h.status().message().find("draining") != std::string::npos) break;
+    std::this_thread::sleep_for(Millis(5));
+  }
+  ASSERT_FALSE(draining.expired()) << "daemon 1 never reported draining";
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 4, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 4, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_backup_lost_total"), 1);
+}
+
 struct Tensor {
   uint64_t key;
   size_t count;
