@@ -451,6 +451,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
       fl = InFlight{};
     }
     una_ = ack;
+    if (state_ == State::kClosing) closeNs_ = now;             // the drain made progress
     if (seqLess(highestSacked_, una_)) highestSacked_ = una_;  // keeps it within 2^31 of una_
     pumpWanted_ = true;
   }
@@ -783,7 +784,11 @@ void Conn::tick(uint64_t now) {
   if (state_ == State::kDone || state_ == State::kSynSent) return;
   if (peerGone_) return;  // nothing to resend or time out: held frames wait for receives
   if (lastHeardNs_ == 0) lastHeardNs_ = now;
-  if (elapsed(now, lastHeardNs_) > engine_->peerTimeoutNs()) {
+  // A closing connection whose drain has made no progress for the peer timeout gives up, even
+  // if the peer still answers (it keeps its window shut: its application reads no more).
+  const bool drainStuck =
+      state_ == State::kClosing && elapsed(now, closeNs_) > engine_->peerTimeoutNs();
+  if (elapsed(now, lastHeardNs_) > engine_->peerTimeoutNs() || drainStuck) {
     if (state_ == State::kClosing) {
       state_ = State::kDone;
       releaseInFlight();

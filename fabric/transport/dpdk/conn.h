@@ -206,7 +206,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   uint64_t lastHeardNs_ = 0;
   uint64_t lastSentNs_ = 0;
-  uint64_t closeNs_ = 0;
+  uint64_t closeNs_ = 0;  // close(), or the last ack that advanced its drain since
   bool pumpWanted_ = false;
 
   friend class Engine;

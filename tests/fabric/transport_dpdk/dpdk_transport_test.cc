@@ -411,6 +411,24 @@ TEST_F(DpdkTransportTest, ACallbackPostingWhileTheCommandRingIsFullDoesNotDeadlo
   EXPECT_TRUE(echoed.statuses()[0].ok()) << echoed.statuses()[0];
 }
 
+// A connection closed while its peer reads nothing (its window shut, its acks still coming)
+// drains for at most the peer timeout without progress, then gives up: it stops sending, and
+// the peer, hearing nothing more, fails its side within its own timeout.
+TEST_F(DpdkTransportTest, ACloseWhoseDrainMakesNoProgressGivesUp) {
+  start(0, /*peerTimeoutMs=*/300);
+  if (IsSkipped()) return;
+  const auto big = pattern(4u << 20, 5);  // more than the server's window: it never reads
+  Recorder sent;
+  pair_.client->send(wire::Header{}, big.data(), big.size(), sent.sendCb());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the window is full now
+  pair_.client->close();
+  const Deadline until = Deadline::afterMs(10000);
+  while (pair_.server->status().ok() && !until.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(pair_.server->status().code(), StatusCode::kRemoteError) << pair_.server->status();
+}
+
 TEST_F(DpdkTransportTest, LocalCloseCancelsPendingReceives) {
   start();
   if (IsSkipped()) return;
