@@ -103,15 +103,21 @@ TEST(TcpTest, ARefusedReceiveKeepsItsErrorWhenItsCallbackPostsAnother) {
   ASSERT_TRUE(cc.ok()) << cc.status();
   auto a = (*l)->accept(testDeadline());
   ASSERT_TRUE(a.ok());
-  std::shared_ptr<Connection> server = *a;
+  Connection* server = a->get();
   std::vector<uint8_t> buf(8);
   Recorder seen, second;
-  server->recv(nullptr, 8, [&, server](const Status& st, const wire::Header& h) {
+  server->recv(nullptr, 8, [&](const Status& st, const wire::Header& h) {
     server->recv(buf.data(), buf.size(), second.recvCb());
     seen.record(st, h);
   });
   ASSERT_TRUE(seen.wait(1));
   EXPECT_EQ(seen.statuses()[0].code(), StatusCode::kInvalidArgument) << seen.statuses()[0];
+  // The second receive is cancelled by the close, while `second` is still alive.
+  (*s)->close();
+  (*s)->join();
+  ASSERT_TRUE(second.wait(1));
+  (*c)->close();
+  (*c)->join();
 }
 
 TEST(TcpTest, GarbageFromAPeerIsDataLossNotACrash) {
