@@ -796,8 +796,7 @@ void Conn::tick(uint64_t now) {
       return;
     }
     if (peerFinished_) {  // its context closed after its Fin: what it sent stays readable
-      peerWentAway(
-          RemoteError(describe() + ": the peer closed the connection and then went " + "silent"));
+      peerWentAway(RemoteError(describe() + ": the peer closed the connection, then went silent"));
       return;
     }
     fail(RemoteError(describe() + ": nothing heard from the peer for " +
