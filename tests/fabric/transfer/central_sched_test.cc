@@ -172,16 +172,25 @@ TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
 }
 
-TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
+// An in-process scheduler on loopback, and the options to reach it.
+StatusOr<std::unique_ptr<transfer::CentralScheduler>> localScheduler(int destinations,
+                                                                     uint64_t destBytes) {
   transfer::SchedulerOptions so;
-  so.numDestinations = 2;
-  so.destBytes = 100;
+  so.numDestinations = destinations;
+  so.destBytes = destBytes;
   so.listenAddress = "127.0.0.1:0";
-  auto sched = transfer::CentralScheduler::create(so);
-  ASSERT_TRUE(sched.ok()) << sched.status();
+  return transfer::CentralScheduler::create(so);
+}
+transfer::SchedClientOptions reach(const transfer::CentralScheduler& sched) {
   transfer::SchedClientOptions co;
-  co.address = (*sched)->address();
-  auto sc = transfer::SchedClient::connect(0, co);
+  co.address = sched.address();
+  return co;
+}
+
+TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
+  auto sched = localScheduler(2, 100);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
   ASSERT_TRUE(sc.ok()) << sc.status();
   auto get = [&](std::vector<int> cands, uint64_t bytes) {
     auto g = (*sc)->acquire(cands, bytes, Deadline::afterMs(10000));
@@ -239,16 +248,10 @@ TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
 // destination's load does not keep those bytes, and the client is not broken by an answer it
 // no longer waits for.
 TEST(CentralScheduler, AGrantAfterItsAcquireGaveUpIsGivenBack) {
-  transfer::SchedulerOptions so;
-  so.numDestinations = 1;
-  so.destBytes = 100;
-  so.listenAddress = "127.0.0.1:0";
-  auto sched = transfer::CentralScheduler::create(so);
+  auto sched = localScheduler(1, 100);
   ASSERT_TRUE(sched.ok()) << sched.status();
-  transfer::SchedClientOptions co;
-  co.address = (*sched)->address();
-  auto a = transfer::SchedClient::connect(0, co);
-  auto b = transfer::SchedClient::connect(1, co);
+  auto a = transfer::SchedClient::connect(0, reach(**sched));
+  auto b = transfer::SchedClient::connect(1, reach(**sched));
   ASSERT_TRUE(a.ok() && b.ok());
   auto ga = (*a)->acquire(0, 100, Deadline::afterMs(10000));
   ASSERT_TRUE(ga.ok()) << ga.status();
@@ -273,11 +276,7 @@ TEST(CentralScheduler, AGrantAfterItsAcquireGaveUpIsGivenBack) {
 // A request id already waiting or granted on a connection is refused: a second grant under it
 // would overwrite the first, whose bytes would then never come back.
 TEST(CentralScheduler, ARepeatedRequestIdIsRefused) {
-  transfer::SchedulerOptions so;
-  so.numDestinations = 1;
-  so.destBytes = 100;
-  so.listenAddress = "127.0.0.1:0";
-  auto sched = transfer::CentralScheduler::create(so);
+  auto sched = localScheduler(1, 100);
   ASSERT_TRUE(sched.ok()) << sched.status();
   auto ctx = transport::Registry::create("tcp", {});
   ASSERT_TRUE(ctx.ok());
