@@ -391,9 +391,8 @@ int main(int argc, char** argv) {
   const auto workerCounts = parseInts(arg(argc, argv, "--workers", "2,4"));
   const size_t bytes = bench::parseSize(arg(argc, argv, "--bytes", "64M"));
   const int iters = std::atoi(arg(argc, argv, "--iters", "5").c_str());
-  char tmpl[] = "/tmp/cofab-aggbench-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  if (!dir) return 1;
+  const std::string dir = bench::makeTempDir("cofab-aggbench");
+  if (dir.empty()) return 1;
   const std::string modes = arg(argc, argv, "--modes", "dedicated,colocated");
   if (!flag(argc, argv, "--skip-reduce")) benchReduction(bytes);
   for (int n : workerCounts) {
@@ -403,11 +402,10 @@ int main(int argc, char** argv) {
       if (("," + modes + ",").find(std::string(",") + modeName(m) + ",") == std::string::npos) {
         continue;
       }
-      benchPushPull(std::string(dir) + "/" + modeName(m) + std::to_string(n), n, bytes, iters, m,
-                    gloo);
+      benchPushPull(dir + "/" + modeName(m) + std::to_string(n), n, bytes, iters, m, gloo);
     }
   }
-  if (!flag(argc, argv, "--skip-failover")) benchFailover(std::string(dir) + "/f");
+  if (!flag(argc, argv, "--skip-failover")) benchFailover(dir + "/f");
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/support/bench_util.h"
 #include "bench/support/result_reporter.h"
 #include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_worker.h"
@@ -181,9 +182,8 @@ int main(int argc, char** argv) {
   using namespace cofab::coded;
   const Flags flags = parseFlags(argc, argv);
   openblas_set_num_threads(1);
-  char tmpl[] = "/tmp/cofab-coded-bench-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  const std::string dir = tmpl;
+  const std::string dir = bench::makeTempDir("cofab-coded-bench");
+  if (dir.empty()) return 1;
 
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> u(-1, 1);

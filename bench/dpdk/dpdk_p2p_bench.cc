@@ -31,6 +31,7 @@
 
 #include "bench/dpdk/memif_args.h"
 #include "bench/dpdk/raw_memif.h"
+#include "bench/support/bench_util.h"
 #include "fabric/rendezvous/file_store.h"
 #include "fabric/transport/dpdk/factory.h"
 #include "fabric/transport/registry.h"
@@ -397,8 +398,8 @@ int main(int argc, char** argv) {
   // last case always busy-polls, for comparison: on a quiet host with a core per side it is the
   // usual DPDK set-up; on an oversubscribed one a spinning poller loses its core to the others.
   const int64_t spinUs = argc > 2 ? std::atoll(argv[2]) : 50;
-  char tmpl[] = "/tmp/cofab-dpdk-bench-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  const std::string dir = makeTempDir("cofab-dpdk-bench");
+  if (dir.empty()) return 1;
 
   // Raw memif frame rate: the receiver (server) must be up before the client connects.
   // Which cases run (third argument, comma-separated; default all): raw, dpdk, lossy, tcp, busy,

@@ -147,12 +147,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--bytes must be a size such as 16M\n");
     return 2;
   }
-  char tmpl[] = "/tmp/cofab-dpdk-pushpull-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  if (dir == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
+  const std::string dir = makeTempDir("cofab-dpdk-pushpull");
+  if (dir.empty()) return 1;
   const CaseResult tcp = runCase(dir, "tcp", bytes, iters);
   const CaseResult dpdk = runCase(dir, "dpdk", bytes, iters);
   std::filesystem::remove_all(dir);

@@ -29,7 +29,7 @@
 namespace cofab::bench {
 namespace {
 
-constexpr size_t kHeader = 32;    // the cofab frame header (kFrameHeaderSize) the CRC covers
+constexpr size_t kHeader = 32;     // the cofab frame header (kFrameHeaderSize) the CRC covers
 constexpr size_t kPayload = 1440;  // a full Data frame's payload at MTU 1500
 constexpr size_t kFrames = 1024;   // a window's worth, so the data is not all in L1
 
@@ -127,14 +127,13 @@ int main(int argc, char** argv) {
   const double two = ns("BM_PayloadCrcTwoPasses");
   const double fused = ns("BM_PayloadCrcFusedCopy");
   const double joined = ns("BM_PayloadCrcJoined");
-  printResult("frame_checksum",
-              {{"payload_bytes", std::to_string(kPayload)},
-               {"crc_off_ns", num(off)},
-               {"check_while_copying_ns", num(checkCopy)},
-               {"two_passes_ns", num(two)},
-               {"fused_copy_ns", num(fused)},
-               {"joined_ns", num(joined)},
-               {"joined_vs_two_passes", two > 0 ? num(joined / two) : "nan"},
-               {"joined_vs_crc_off", off > 0 ? num(joined / off) : "nan"}});
+  printResult("frame_checksum", {{"payload_bytes", std::to_string(kPayload)},
+                                 {"crc_off_ns", num(off)},
+                                 {"check_while_copying_ns", num(checkCopy)},
+                                 {"two_passes_ns", num(two)},
+                                 {"fused_copy_ns", num(fused)},
+                                 {"joined_ns", num(joined)},
+                                 {"joined_vs_two_passes", two > 0 ? num(joined / two) : "nan"},
+                                 {"joined_vs_crc_off", off > 0 ? num(joined / off) : "nan"}});
   return 0;
 }

@@ -32,8 +32,8 @@ RawResult runRawMemif(const std::string& ealArgs, bool sender, int frameBytes, d
     r.error = std::string("rte_eal_init: ") + rte_strerror(rte_errno);
     return r;
   }
-  rte_mempool* pool = rte_pktmbuf_pool_create("raw", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-                                              SOCKET_ID_ANY);
+  rte_mempool* pool =
+      rte_pktmbuf_pool_create("raw", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
   if (pool == nullptr || rte_eth_dev_count_avail() == 0) {
     r.error = "no pool or no port";
     return r;
@@ -42,7 +42,8 @@ RawResult runRawMemif(const std::string& ealArgs, bool sender, int frameBytes, d
   std::memset(&conf, 0, sizeof(conf));
   if (rte_eth_dev_configure(0, 1, 1, &conf) != 0 ||
       rte_eth_rx_queue_setup(0, 0, 1024, SOCKET_ID_ANY, nullptr, pool) != 0 ||
-      rte_eth_tx_queue_setup(0, 0, 1024, SOCKET_ID_ANY, nullptr) != 0 || rte_eth_dev_start(0) != 0) {
+      rte_eth_tx_queue_setup(0, 0, 1024, SOCKET_ID_ANY, nullptr) != 0 ||
+      rte_eth_dev_start(0) != 0) {
     r.error = "port setup failed";
     return r;
   }

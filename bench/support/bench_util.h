@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -56,6 +57,17 @@ inline std::vector<float> randomFloats(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// A fresh directory /tmp/<prefix>-<6 random characters> (mkdtemp) for a bench's stores and
+// sockets; "" with the reason on stderr when it cannot be made. The caller removes it.
+inline std::string makeTempDir(const std::string& prefix) {
+  std::string path = "/tmp/" + prefix + "-XXXXXX";  // mkdtemp replaces the X's
+  if (::mkdtemp(path.data()) == nullptr) {
+    std::perror(("mkdtemp " + path).c_str());
+    return "";
+  }
+  return path;
 }
 
 // fork + execv(path, args) with SIGKILL on the bench's death; the child's pid (or -1).

@@ -562,9 +562,8 @@ int main(int argc, char** argv) {
       std::strtoull(arg(argc, argv, "--chunk-bytes", "524288").c_str(), nullptr, 10);
   const int inflight = std::atoi(arg(argc, argv, "--inflight", "1").c_str());
   const int outstanding = std::atoi(arg(argc, argv, "--outstanding", "8").c_str());
-  char tmpl[] = "/tmp/cofab-transferbench-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  if (!dir) return 1;
+  const std::string dir = bench::makeTempDir("cofab-transferbench");
+  if (dir.empty()) return 1;
   if (!flag(argc, argv, "--skip-incast")) {
     benchIncast(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
   }
@@ -572,9 +571,9 @@ int main(int argc, char** argv) {
     benchIncastCentral(std::strtoull(arg(argc, argv, "--credit-chunks", "8").c_str(), nullptr, 10));
   }
   for (const auto& m : models) {
-    benchReplay(m, modelDir + "/" + m + ".csv", std::string(dir) + "/" + m, byteScale, computeScale,
-                iters, rounds, traceDir.empty() ? "" : traceDir + "/transfer_" + m + ".json",
-                chunkBytes, inflight, outstanding);
+    benchReplay(m, modelDir + "/" + m + ".csv", dir + "/" + m, byteScale, computeScale, iters,
+                rounds, traceDir.empty() ? "" : traceDir + "/transfer_" + m + ".json", chunkBytes,
+                inflight, outstanding);
   }
   std::filesystem::remove_all(dir);
   return 0;
