@@ -553,7 +553,6 @@ void Conn::onSequenced(const ParsedFrame& f, rte_mbuf* m, bool& kept) {
   }
   if (!seqLess(seq, rcvMax_)) rcvMax_ = seq + 1;
   while (rx_[rcvNxt_ % kWindow].m != nullptr && seqLess(rcvNxt_, rcvHead_ + kWindow)) ++rcvNxt_;
-  if (finHeld_ && seqLess(finSeq_, rcvNxt_)) peerFinished_ = true;
 }
 
 bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
@@ -582,7 +581,7 @@ bool Conn::onFrame(const ParsedFrame& f, rte_mbuf* m, uint64_t now) {
     case FrameKind::kRst:
       if (state_ == State::kClosing) {
         finish();
-      } else if (peerFinished_) {
+      } else if (peerFinished()) {
         // It finished and forgot the connection (it answers our acks with a reset): what it
         // sent stays readable up to its Fin.
         if (!peerGone_) {
@@ -795,7 +794,7 @@ void Conn::tick(uint64_t now) {
       engine_->connDone(id_);
       return;
     }
-    if (peerFinished_) {  // its context closed after its Fin: what it sent stays readable
+    if (peerFinished()) {  // its context closed after its Fin: what it sent stays readable
       peerWentAway(RemoteError(describe() + ": the peer closed the connection, then went silent"));
       return;
     }

@@ -186,12 +186,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
   size_t headOffset_ = 0;
   uint32_t advertisedEnd_ = 1 + kWindow;
   bool ackPending_ = false;
-  // The peer's Fin is held in sequence: everything it will ever send is here, so neither its
-  // reset nor its silence afterwards (its side finished, or its context closed) may cost what
-  // is held. Then such a connection serves receives until the Fin is consumed (peerWentAway).
+  // The peer's Fin has arrived (finSeq_), and peerFinished() once every frame before it has:
+  // then everything it will ever send is here, so neither its reset nor its silence afterwards
+  // (its side finished, or its context closed) may cost what is held, and such a connection
+  // serves receives until the Fin is consumed (peerWentAway).
   bool finHeld_ = false;
   uint32_t finSeq_ = 0;
-  bool peerFinished_ = false;
+  bool peerFinished() const { return finHeld_ && seqLess(finSeq_, rcvNxt_); }
   bool peerGone_ = false;  // ...and it answers no more: nothing is sent to it
   // Reassembly of the current message.
   std::array<uint8_t, wire::kHeaderSize> hdrBuf_{};
