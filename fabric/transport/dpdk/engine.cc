@@ -106,22 +106,26 @@ Engine::~Engine() {
 }
 
 bool Engine::post(std::function<void()> fn) {
-  if (std::this_thread::get_id() == pollerThread_.load(std::memory_order_relaxed)) {
-    // Waiting for ring space here would wait for this very thread (and an application thread
-    // waiting for the same space holds postMu_). The next drainCommands runs it.
-    if (stopped_.load()) return false;
-    ownPosts_.push_back(std::move(fn));
-    return true;
-  }
-  auto* task = new std::function<void()>(std::move(fn));
   {
     std::lock_guard<std::mutex> lock(postMu_);
-    if (stopped_.load()) {
-      delete task;
-      return false;
+    if (stopped_.load()) return false;
+    // Never waits for ring space: only the poller makes it, and a poster may hold a lock the
+    // poller needs (a callback posting, or an application lock also taken in a callback). A
+    // full ring spills into the overflow queue, and once it holds anything every post goes
+    // there too, so that commands keep their order (drainCommands empties the ring first).
+    bool queued = false;
+    if (overflow_.empty()) {
+      auto* task = new std::function<void()>(std::move(fn));
+      queued = rte_ring_sp_enqueue(commands_, task) == 0;
+      if (!queued) {
+        fn = std::move(*task);
+        delete task;
+      }
     }
-    // Full ring: the poller is far behind; wait for it (it drains without taking postMu_).
-    while (rte_ring_sp_enqueue(commands_, task) != 0) std::this_thread::yield();
+    if (!queued) {
+      overflow_.push_back(std::move(fn));
+      overflowing_.store(true, std::memory_order_release);
+    }
   }
   port_->waker().wake();
   return true;
@@ -146,29 +150,31 @@ int Engine::drainCommands() {
   void* batch[32];
   int total = 0;
   for (;;) {
-    // The poller's own first: a callback's operation comes before anything an application
-    // thread posted after seeing that callback's effects.
-    while (!ownPosts_.empty()) {
-      std::function<void()> task = std::move(ownPosts_.front());
-      ownPosts_.pop_front();
-      task();
-      ++total;
+    unsigned n;
+    while ((n = rte_ring_sc_dequeue_burst(commands_, batch, 32, nullptr)) > 0) {
+      for (unsigned i = 0; i < n; ++i) {
+        auto* task = static_cast<std::function<void()>*>(batch[i]);
+        (*task)();
+        delete task;
+      }
+      total += static_cast<int>(n);
     }
-    const unsigned n = rte_ring_sc_dequeue_burst(commands_, batch, 32, nullptr);
-    if (n == 0 && ownPosts_.empty()) break;
-    for (unsigned i = 0; i < n; ++i) {
-      auto* task = static_cast<std::function<void()>*>(batch[i]);
-      (*task)();
-      delete task;
+    // The ring is empty, and everything in the overflow was posted after what it held.
+    if (!overflowing_.load(std::memory_order_acquire)) break;
+    std::deque<std::function<void()>> spilled;
+    {
+      std::lock_guard<std::mutex> lock(postMu_);
+      spilled.swap(overflow_);
+      overflowing_.store(false, std::memory_order_relaxed);
     }
-    total += static_cast<int>(n);
+    for (auto& task : spilled) task();
+    total += static_cast<int>(spilled.size());
   }
   return total;
 }
 
 void Engine::run() {
   const bool registered = rte_thread_register() == 0;
-  pollerThread_ = std::this_thread::get_id();
   if (pthread_getcpuclockid(pthread_self(), &cpuClock_) == 0) cpuClockSet_ = true;
   uint64_t lastTick = 0;
   uint64_t idleSince = 0;
@@ -202,7 +208,7 @@ void Engine::run() {
                                ? Duration(kRingSleep)
                                : Duration(std::chrono::nanoseconds(options_.idleNapNs));
       port_->waker().sleepFor(nap, [&] {
-        return !ownPosts_.empty() || rte_ring_count(commands_) > 0 ||
+        return overflowing_.load() || rte_ring_count(commands_) > 0 ||
                rte_ring_count(injected_) > 0 || port_->rxPending() || stopping_.load();
       });
     }

@@ -198,10 +198,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<bool> stopped_{false};
   std::mutex postMu_;
   rte_ring* commands_ = nullptr;
-  // Operations posted by the poller itself (a callback starting another one): never through
-  // the ring, which only the poller empties, so a full ring cannot stall it. Poller only.
-  std::atomic<std::thread::id> pollerThread_{};
-  std::deque<std::function<void()>> ownPosts_;
+  // Commands posted while the ring was full, in order after it (Engine::post); under postMu_.
+  std::deque<std::function<void()>> overflow_;
+  std::atomic<bool> overflowing_{false};
   rte_ring* injected_ = nullptr;
   std::mutex joinMu_;
 

@@ -396,7 +396,7 @@ TEST_F(DpdkTransportTest, ACallbackPostingWhileTheCommandRingIsFullDoesNotDeadlo
   pair_.server->recv(got.data(), got.size(), [&, server](const Status& s, const wire::Header& h) {
     inCallback = true;
     // Hold the poller until the application has filled the ring (4095 usable slots) and
-    // waits in post() for space; then start an operation from here.
+    // posted past it; then start an operation from here.
     while (posted.load() < 4095) std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (s.ok()) server->send(h, got.data(), got.size(), echoed.sendCb());
