@@ -392,9 +392,8 @@ void AggregatorServer::postBackupRecv(std::shared_ptr<transport::Connection> lin
           // The backup refused a forwarded chunk (it is draining, or configured otherwise): that
           // contribution would wait for an ack that never comes, its round until its timeout.
           // Replication ends here, as when the backup is gone; waiting contributions are durable.
-          const std::string why(payload.begin() + (payload.empty() ? 0 : 1), payload.end());
           onBackupError(FailedPrecondition("the backup refused a forwarded chunk (" + h.describe() +
-                                           "): " + why));
+                                           "): " + ps::parseReject(payload).describe()));
           link->close();
           return;
         }

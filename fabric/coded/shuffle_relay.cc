@@ -101,14 +101,18 @@ struct SendsInFlight {
 };
 
 Status replyError(const wire::Header& h, const std::vector<uint8_t>& p) {
-  if (h.type == wire::MessageType::kControl &&
-      (h.opcode == static_cast<uint8_t>(ps::ControlOp::kReject) ||
-       h.opcode == static_cast<uint8_t>(ps::ControlOp::kRoundFailed))) {
-    return RemoteError("shuffle: the daemon refused key " + std::to_string(h.key) + " iteration " +
-                       std::to_string(h.iteration) + ": " +
-                       (p.size() > 1 ? std::string(p.begin() + 1, p.end()) : "no reason"));
+  if (h.type != wire::MessageType::kControl) return OkStatus();
+  // A reject starts with its reason byte; a failed round's payload is all text.
+  std::string why;
+  if (h.opcode == static_cast<uint8_t>(ps::ControlOp::kReject)) {
+    why = ps::parseReject(p).describe();
+  } else if (h.opcode == static_cast<uint8_t>(ps::ControlOp::kRoundFailed)) {
+    why = p.empty() ? "the round failed" : std::string(p.begin(), p.end());
+  } else {
+    return OkStatus();
   }
-  return OkStatus();
+  return RemoteError("shuffle: the daemon refused key " + std::to_string(h.key) + " iteration " +
+                     std::to_string(h.iteration) + ": " + why);
 }
 }  // namespace
 

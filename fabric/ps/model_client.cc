@@ -397,16 +397,10 @@ class ModelClient::Impl {
         return;
       }
       case ControlOp::kReject: {
-        RejectReason reason = RejectReason::kMalformed;
-        std::string text;
-        if (!payload.empty()) {
-          reason = static_cast<RejectReason>(payload[0]);
-          text.assign(payload.begin() + 1, payload.end());
-        }
-        std::string msg =
-            chunkName + " rejected: " + std::string(rejectReasonName(reason)) + ": " + text;
+        const Reject rej = parseReject(payload);
+        std::string msg = chunkName + " rejected: " + rej.describe();
         const bool precondition =
-            reason == RejectReason::kUninitialized || reason == RejectReason::kDraining;
+            rej.reason == RejectReason::kUninitialized || rej.reason == RejectReason::kDraining;
         failLocked(r.call, precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
         return;
       }

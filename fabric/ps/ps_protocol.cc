@@ -4,6 +4,17 @@
 
 namespace cofab::ps {
 
+Reject parseReject(const std::vector<uint8_t>& payload) {
+  Reject r;
+  if (!payload.empty()) {
+    r.reason = static_cast<RejectReason>(payload[0]);
+    r.text.assign(payload.begin() + 1, payload.end());
+  }
+  return r;
+}
+
+std::string Reject::describe() const { return std::string(rejectReasonName(reason)) + ": " + text; }
+
 std::string_view rejectReasonName(RejectReason reason) {
   switch (reason) {
     case RejectReason::kFinishedIteration:

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fabric/wire/header.h"
 
@@ -103,6 +104,14 @@ inline constexpr size_t kModelApplyReplyBytes = 24;
 
 // "finished_iteration", "beyond_window", ... (metric label values); "unknown" otherwise.
 std::string_view rejectReasonName(RejectReason reason);
+
+// A kReject payload: the reason byte (kMalformed when missing) and the daemon's text.
+struct Reject {
+  RejectReason reason = RejectReason::kMalformed;
+  std::string text;
+  std::string describe() const;  // "<reason name>: <text>"
+};
+Reject parseReject(const std::vector<uint8_t>& payload);
 
 // The peer ids the transport handshake carries: "worker 3", "agg 1".
 std::string workerPeerId(int rank);

@@ -718,17 +718,11 @@ class PushPullClient::Impl {
     if (cop == ControlOp::kReject) {
       auto it = pending_.find(id);
       if (it == pending_.end()) return;
-      RejectReason reason = RejectReason::kMalformed;
-      std::string text;
-      if (!payload.empty()) {
-        reason = static_cast<RejectReason>(payload[0]);
-        text.assign(payload.begin() + 1, payload.end());
-      }
-      const bool precondition = reason == RejectReason::kFinishedIteration ||
-                                reason == RejectReason::kBeyondWindow ||
-                                reason == RejectReason::kDraining;
-      std::string msg = serverName(server) + " rejected " + h.describe() + ": " +
-                        std::string(rejectReasonName(reason)) + ": " + text;
+      const Reject rej = parseReject(payload);
+      const bool precondition = rej.reason == RejectReason::kFinishedIteration ||
+                                rej.reason == RejectReason::kBeyondWindow ||
+                                rej.reason == RejectReason::kDraining;
+      std::string msg = serverName(server) + " rejected " + h.describe() + ": " + rej.describe();
       failOpLocked(it->second.op, precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
       return;
     }
