@@ -147,8 +147,8 @@ void Conn::recvRouted(RecvRoute route, RecvOwnedCallback done) {
 
 void Conn::completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
                         std::vector<uint8_t>&& owned) {
-  if (op.owned || op.ownedDone) {
-    if (op.ownedDone) op.ownedDone(s, h, std::move(owned));
+  if (op.ownedDone) {
+    op.ownedDone(s, h, std::move(owned));
   } else if (op.done) {
     op.done(s, h);
   }
@@ -161,6 +161,10 @@ void Conn::failOps(const Status& s) {
     recvs_.pop_front();
     completeRecv(op, s, wire::Header{}, {});
   }
+  failSends(s);
+}
+
+void Conn::failSends(const Status& s) {
   while (!sends_.empty()) {
     SendOp op = std::move(sends_.front());
     sends_.pop_front();
@@ -177,11 +181,7 @@ void Conn::close() {
   // middle of it and fails its receive, which is what a cancelled send means to it.
   failOps(error_);
   // Nothing more will be read: what waits in the reassembly window goes now.
-  for (auto& slot : rx_) {
-    if (slot.m != nullptr) rte_pktmbuf_free(slot.m);
-    slot = RxSlot{};
-  }
-  rcvHead_ = rcvNxt_;
+  releaseReceived();
   headOffset_ = 0;
   if (!healthy || state_ != State::kEstablished || peerGone_) {  // no one to drain to
     state_ = State::kDone;
@@ -229,20 +229,20 @@ void Conn::peerWentAway(const Status& why) {
   peerGone_ = true;
   ackPending_ = false;
   releaseSent();
-  while (!sends_.empty()) {
-    SendOp op = std::move(sends_.front());
-    sends_.pop_front();
-    if (op.done) op.done(why);
-  }
+  failSends(why);
 }
 
-void Conn::releaseInFlight() {
-  releaseSent();
+void Conn::releaseReceived() {
   for (auto& slot : rx_) {
     if (slot.m != nullptr) rte_pktmbuf_free(slot.m);
     slot = RxSlot{};
   }
   rcvHead_ = rcvNxt_;
+}
+
+void Conn::releaseInFlight() {
+  releaseSent();
+  releaseReceived();
 }
 
 void Conn::transmit(uint32_t seq, uint64_t now) {

@@ -78,6 +78,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   uint32_t id() const { return id_; }
   uint32_t peerConn() const { return peerConn_; }
+  // The frame comes from this connection's peer (its connection id and MAC).
+  bool isFrom(const ParsedFrame& f) const {
+    return peerConn_ == f.header.srcConn && sameMac(peer_.mac, f.src.mac);
+  }
   State state() const { return state_; }
   const NetAddress& peer() const { return peer_; }
   bool wantsPump() const { return pumpWanted_; }
@@ -124,7 +128,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void finish();
   void completeRecv(RecvOp& op, const Status& s, const wire::Header& h,
                     std::vector<uint8_t>&& owned);
-  void failOps(const Status& s);
+  void failOps(const Status& s);  // receives, then sends (failSends)
+  void failSends(const Status& s);
   bool buildDataFrame(uint64_t now);
   bool pipeFull() const;  // DpdkOptions::pipeFrames reached (conn.cc says why)
   bool buildFin(uint64_t now);
@@ -140,8 +145,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* dataCrc = nullptr,
                const uint8_t* placedAt = nullptr);
   void releaseInFlight();
-  // Frees the frames sent and not acknowledged (the send side's state).
+  // Frees the frames sent and not acknowledged (the send side's state), or those held for
+  // delivery (the receive side's); releaseInFlight does both.
   void releaseSent();
+  void releaseReceived();
   // The peer finished and then reset or went silent: sends fail with `why`, receives go on.
   void peerWentAway(const Status& why);
   void updateRtt(uint64_t sampleNs);

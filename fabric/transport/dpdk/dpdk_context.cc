@@ -127,14 +127,7 @@ void DpdkConnection::recv(MutableSlices dest, RecvCallback done) {
   }
 }
 
-void DpdkConnection::recvOwned(RecvOwnedCallback done) {
-  auto cb = std::make_shared<RecvOwnedCallback>(std::move(done));
-  if (!engine_->post([c = conn_, cb]() mutable { c->recvOwned(std::move(*cb)); })) {
-    completeLater([cb, s = stoppedStatus("recv")] {
-      if (*cb) (*cb)(s, wire::Header{}, {});
-    });
-  }
-}
+void DpdkConnection::recvOwned(RecvOwnedCallback done) { recvRouted(nullptr, std::move(done)); }
 
 void DpdkConnection::recvRouted(RecvRoute route, RecvOwnedCallback done) {
   auto cb = std::make_shared<RecvOwnedCallback>(std::move(done));

@@ -379,8 +379,7 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
       } else if (it != conns_.end() && it->second->state() == Conn::State::kSynSent) {
         // Our SynAck was lost and the server already talks (an ack, a keepalive): the Syn
         // retransmission brings the SynAck again; a Rst here would kill its side.
-      } else if (it != conns_.end() && it->second->peerConn() == f.header.srcConn &&
-                 sameMac(it->second->peer().mac, f.src.mac)) {
+      } else if (it != conns_.end() && it->second->isFrom(f)) {
         kept = it->second->onFrame(f, m, now);
       } else {
         bump(counters_.rxUnknownConnection);
@@ -394,8 +393,7 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
 RxVerdict Engine::checkDataCrc(ParsedFrame& f, Conn* conn) {
   // The header is not to be trusted before the check, but a wrong target costs nothing (see
   // Conn::placeTarget): the frame fails its check and what it wrote is overwritten.
-  if (conn != nullptr && f.dstPort == local_.port && conn->peerConn() == f.header.srcConn &&
-      sameMac(conn->peer().mac, f.src.mac)) {
+  if (conn != nullptr && f.dstPort == local_.port && conn->isFrom(f)) {
     if (uint8_t* dst = conn->placeTarget(f); dst != nullptr) {
       if (!checkFrameCrcCopy(f, dst)) return RxVerdict::kBadChecksum;
       bump(counters_.rxDataPlaced);

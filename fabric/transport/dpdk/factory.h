@@ -29,11 +29,11 @@
 namespace cofab::transport::dpdk {
 
 struct DpdkOptions {
-  std::string port;           // DPDK port name (e.g. "net_memif0"); empty: COFAB_DPDK_PORT
-  std::string ip;             // dotted IPv4; empty: COFAB_DPDK_IP, else derived from the MAC
-  int udpPort = 0;            // 0: COFAB_DPDK_UDP_PORT
-  double dropRate = -1;       // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
-  int64_t dropSeed = -1;      // < 0: COFAB_DPDK_DROP_SEED
+  std::string port;       // DPDK port name (e.g. "net_memif0"); empty: COFAB_DPDK_PORT
+  std::string ip;         // dotted IPv4; empty: COFAB_DPDK_IP, else derived from the MAC
+  int udpPort = 0;        // 0: COFAB_DPDK_UDP_PORT
+  double dropRate = -1;   // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
+  int64_t dropSeed = -1;  // < 0: COFAB_DPDK_DROP_SEED
   // For tests: the fraction of received frames, in [0, 0.5], replaced by a copy with one bit
   // flipped after the UDP header (seeded with the drop seed); half of the time the intact frame
   // is received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
@@ -90,7 +90,7 @@ struct DpdkStats {
   uint64_t txStallInFlight = 0;
   uint64_t txStallPeerWindow = 0;
   uint64_t txStallPool = 0;
-  uint64_t txStallPipe = 0;  // the pipe limit (DpdkOptions::pipeFrames) was reached
+  uint64_t txStallPipe = 0;            // the pipe limit (DpdkOptions::pipeFrames) was reached
   uint64_t rxInjectedCorruptions = 0;  // bits flipped by DpdkOptions::corruptRate
   // Data frames whose payload went straight into the posted receive while their CRC was
   // checked (one pass over the bytes; docs/DPDK.md, "Frame format").
