@@ -451,12 +451,12 @@ void Engine::resetRound(Slot& s) {
 
 void Engine::onPull(Event& e) {
   const wire::Header& h = e.header;
-  if (slots_.count(slotId(h.key, h.chunkIndex)) == 0 && wasReleased(h.key)) {
+  const bool known = slots_.count(slotId(h.key, h.chunkIndex)) != 0;
+  if (!known && wasReleased(h.key)) {
     e.peer->reject(metrics_, RejectReason::kReleased, h,
                    "the fan-out round was released by its uploader (ControlOp kFanOutRelease)");
     return;
   }
-  const bool known = slots_.count(slotId(h.key, h.chunkIndex)) != 0;
   if (!known && pulledOnly_ >= options_.maxPulledOnly) {
     // Each slot costs a few vectors of --workers entries: pulls for chunks nobody pushes (a
     // wrong key, a hostile peer) must not grow the daemon without bound.
@@ -466,7 +466,7 @@ void Engine::onPull(Event& e) {
                        "(COFAB_AGG_MAX_PULLED_ONLY); is the key right?");
     return;
   }
-  bool created = false;
+  bool created = false;  // == !known
   Slot& s = slotFor(h, &created);
   if (created) ++pulledOnly_;
   if (!created && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {

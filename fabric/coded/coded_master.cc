@@ -289,14 +289,21 @@ CodedMaster::~CodedMaster() {
   }
   const Deadline d = Deadline::afterMs(2000);
   while (pending->load() > 0 && !d.expired()) std::this_thread::sleep_for(Millis(1));
-  // Then let the workers close their ends first (their receive loops here see it): closing
+  // Then let the workers close their ends first (the receive loops mark them dead): closing
   // ours while a straggler's last message is still unread resets the connection, and the
   // worker may read that reset instead of the Shutdown and report a failed master.
-  auto anyOpen = [&] {
-    return std::any_of(conns.begin(), conns.end(),
-                       [](const auto& c) { return c != nullptr && c->status().ok(); });
-  };
-  while (anyOpen() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+  {
+    State& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.cv.wait_until(lock, d.when(), [&] {
+      for (int w = 0; w < s.n; ++w) {
+        if (s.conns[static_cast<size_t>(w)] != nullptr && s.dead[static_cast<size_t>(w)].empty()) {
+          return false;
+        }
+      }
+      return true;
+    });
+  }
   ctx_->join();
 }
 
