@@ -200,30 +200,12 @@ void TcpConnectionImpl::submitSend(std::unique_ptr<SendOp> op) {
     if (closed_ && op->error.ok()) {
       op->error = FailedPrecondition("send on " + describe() + ": the connection is closed");
     }
-    if (tryInlineWrite(op)) {
-      inlineDone_.push_back(std::move(op));
-    } else if (op) {
-      submittedSends_.push_back(std::move(op));
-    }
+    tryInlineWrite(op);
+    if (op) submittedSends_.push_back(std::move(op));
     needSchedule = !scheduled_;
     scheduled_ = true;
   }
-  if (needSchedule && !loop_->schedule(shared_from_this())) {
-    std::vector<std::unique_ptr<SendOp>> sends;
-    std::vector<std::unique_ptr<RecvOp>> recvs;
-    {
-      std::lock_guard<std::mutex> lock(submitMu_);
-      // Already written ones first, and they succeeded: keep that.
-      for (auto& op : inlineDone_) op->written = true;
-      sends.swap(inlineDone_);
-      for (auto& op : submittedSends_) sends.push_back(std::move(op));
-      submittedSends_.clear();
-      recvs.swap(submittedRecvs_);
-      scheduled_ = false;
-    }
-    completeOffLoop(std::move(sends), std::move(recvs),
-                    FailedPrecondition(describe() + ": its transport context has been closed"));
-  }
+  if (needSchedule && !loop_->schedule(shared_from_this())) failOffLoop();
 }
 
 void TcpConnectionImpl::submitRecv(std::unique_ptr<RecvOp> op) {
@@ -237,35 +219,43 @@ void TcpConnectionImpl::submitRecv(std::unique_ptr<RecvOp> op) {
     needSchedule = !scheduled_;
     scheduled_ = true;
   }
-  if (needSchedule && !loop_->schedule(shared_from_this())) {
-    std::vector<std::unique_ptr<SendOp>> sends;
-    std::vector<std::unique_ptr<RecvOp>> recvs;
-    {
-      std::lock_guard<std::mutex> lock(submitMu_);
-      // Already written ones first, and they succeeded: keep that.
-      for (auto& op : inlineDone_) op->written = true;
-      sends.swap(inlineDone_);
-      for (auto& op : submittedSends_) sends.push_back(std::move(op));
-      submittedSends_.clear();
-      recvs.swap(submittedRecvs_);
-      scheduled_ = false;
-    }
-    completeOffLoop(std::move(sends), std::move(recvs),
-                    FailedPrecondition(describe() + ": its transport context has been closed"));
-  }
+  if (needSchedule && !loop_->schedule(shared_from_this())) failOffLoop();
 }
 
-bool TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
-  if (!op->error.ok() || !error_.ok() || !submittedSends_.empty() || sendsInTransit_) {
-    return false;
+void TcpConnectionImpl::failOffLoop() {
+  std::vector<std::unique_ptr<SendOp>> sends;
+  std::vector<std::unique_ptr<RecvOp>> recvs;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    {
+      // Already written ones first, and they succeeded: keep that.
+      std::lock_guard<std::mutex> w(writeMu_);
+      for (auto& op : doneSends_) op->written = true;
+      sends.swap(doneSends_);
+    }
+    for (auto& op : submittedSends_) sends.push_back(std::move(op));
+    submittedSends_.clear();
+    recvs.swap(submittedRecvs_);
+    scheduled_ = false;
   }
+  completeOffLoop(std::move(sends), std::move(recvs),
+                  FailedPrecondition(describe() + ": its transport context has been closed"));
+}
+
+void TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
+  if (!op->error.ok() || !error_.ok() || !submittedSends_.empty() || sendsInTransit_) return;
   size_t total = 0;
   for (const auto& v : op->iov) total += v.iov_len;
-  if (total > kInlineWriteMax) return false;
+  if (total > kInlineWriteMax) return;
   std::unique_lock<std::mutex> w(writeMu_, std::try_to_lock);
-  if (!w.owns_lock() || !writeReady_ || !writable_ || sendHead_ != sendQueue_.size()) return false;
+  if (!w.owns_lock() || !writeReady_ || !writable_ || sendHead_ != sendQueue_.size()) return;
   const ssize_t n = writeIov(fd_.get(), op->iov.data(), op->iov.size());
-  if (n == static_cast<ssize_t>(total)) return true;
+  if (n == static_cast<ssize_t>(total)) {
+    // Its callback waits for the loop, behind every send completed before it: one list keeps
+    // them all in posting order, whoever wrote them.
+    doneSends_.push_back(std::move(op));
+    return;
+  }
   // Partly written, or not at all: the loop carries on from here (and reports any error).
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) writable_ = false;
@@ -280,7 +270,6 @@ bool TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
     v.iov_len -= left;
   }
   sendQueue_.push_back(std::move(op));
-  return false;
 }
 
 void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sends,
@@ -325,7 +314,6 @@ void TcpConnectionImpl::runScheduled() {
   bool closeNow = false;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
-    batchInline_.swap(inlineDone_);
     batchSends_.swap(submittedSends_);
     sendsInTransit_ = !batchSends_.empty();
     batchRecvs_.swap(submittedRecvs_);
@@ -333,9 +321,6 @@ void TcpConnectionImpl::runScheduled() {
     closeRequested_ = false;
     scheduled_ = false;
   }
-  // Written by their callers before anything in batchSends_ was posted: complete them first.
-  for (auto& op : batchInline_) completeSend(std::move(op), OkStatus());
-  batchInline_.clear();
   if (failed_) {
     for (auto& op : batchSends_) {
       Status s = op->error.ok() ? status() : op->error;  // before the move: argument order

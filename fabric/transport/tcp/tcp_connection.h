@@ -88,7 +88,10 @@ class TcpConnectionImpl final : public EpollHandler,
                        std::vector<std::unique_ptr<RecvOp>> recvs, Status why);
 
   // Caller thread, under submitMu_: writes `op` right away when nothing is queued ahead of it.
-  bool tryInlineWrite(std::unique_ptr<SendOp>& op);
+  // Takes `op` when it wrote any of it (into doneSends_ when whole, sendQueue_ when partly).
+  void tryInlineWrite(std::unique_ptr<SendOp>& op);
+  // The loop is gone (context joined): completes what was posted on a helper thread.
+  void failOffLoop();
 
   // Loop thread only.
   void flushWrites(bool nowWritable = false);
@@ -119,8 +122,6 @@ class TcpConnectionImpl final : public EpollHandler,
   bool closeRequested_ = false;
   bool closed_ = false;  // close() called: later ops fail with FailedPrecondition
   Status error_;         // sticky error, readable from any thread (under submitMu_)
-  // Sends written completely by the caller's thread, waiting for their callback on the loop.
-  std::vector<std::unique_ptr<SendOp>> inlineDone_;
   // The loop has taken sends out of submittedSends_ but not yet queued them for writing: an
   // inline write now would overtake them.
   bool sendsInTransit_ = false;
@@ -134,7 +135,9 @@ class TcpConnectionImpl final : public EpollHandler,
   std::vector<std::unique_ptr<SendOp>> sendQueue_;
   size_t sendHead_ = 0;
   std::vector<iovec> gather_;
-  std::vector<std::unique_ptr<SendOp>> doneSends_;  // completed, callbacks not yet run
+  // Written completely (by the loop or a caller's inline write), callbacks not yet run; the
+  // loop runs them in this order.
+  std::vector<std::unique_ptr<SendOp>> doneSends_;
 
   // Loop state.
   Fd fd_;
@@ -145,7 +148,6 @@ class TcpConnectionImpl final : public EpollHandler,
   size_t recvHead_ = 0;
   std::vector<std::unique_ptr<SendOp>> completing_;  // loop-local copy of doneSends_
   std::vector<std::unique_ptr<SendOp>> batchSends_;
-  std::vector<std::unique_ptr<SendOp>> batchInline_;
   std::vector<std::unique_ptr<RecvOp>> batchRecvs_;
   // Receive state machine for the message at the head of the stream.
   bool inPayload_ = false;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -169,6 +170,69 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
 }
 
 // Writing to a peer that has gone must be EPIPE -> RemoteError, not SIGPIPE killing the process.
+// Send callbacks run in posting order when the caller's thread wrote an earlier send itself
+// and the loop fails a later one. Made deterministic by holding the client's loop inside a
+// receive callback (run from its socket event) while the caller writes A inline, the peer resets
+// the connection, and B's inline write fails and is queued for the loop: when the loop resumes,
+// its write of B fails the connection, and B's error used to be reported before A's success.
+TEST(TcpTest, SendCallbacksKeepPostingOrderWhenALaterSendFails) {
+  signal(SIGPIPE, SIG_DFL);
+  auto s = tcp::createContext({.localId = "s"});
+  auto c = tcp::createContext({.localId = "c"});
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+
+  std::promise<void> entered, release;
+  auto releaseFuture = release.get_future().share();
+  Recorder held;
+  (*cc)->recv(nullptr, 0, [&](const Status& st, const wire::Header& h) {
+    entered.set_value();
+    releaseFuture.wait();
+    held.record(st, h);
+  });
+  // Over the inline-write limit, so the loop writes it after queueing the receive above: once
+  // its callback ran, the receive is waiting on the socket, and the reply completes it from the
+  // loop's event handling rather than from the posting.
+  const auto big = pattern(300 << 10, 1);
+  Recorder first;
+  (*cc)->send(wire::Header{}, big.data(), big.size(), first.sendCb());
+  ASSERT_TRUE(first.wait(1));
+  Recorder reply;
+  (*a)->send(wire::Header{}, nullptr, 0, reply.sendCb());
+  entered.get_future().wait();
+
+  constexpr size_t kLater = 16;
+  Recorder sends;
+  const auto small = pattern(64, 2);
+  (*cc)->send(wire::Header{}, small.data(), small.size(), sends.sendCb(0));  // A: inline
+  // The server closes with unread bytes: its kernel answers with a reset.
+  (*s)->close();
+  (*s)->join();
+  for (size_t i = 1; i <= kLater; ++i) {
+    (*cc)->send(wire::Header{}, small.data(), small.size(), sends.sendCb(i));
+  }
+  release.set_value();
+  ASSERT_TRUE(held.wait(1));
+  ASSERT_TRUE(sends.wait(kLater + 1));
+  std::vector<size_t> inOrder(kLater + 1);
+  std::iota(inOrder.begin(), inOrder.end(), size_t{0});
+  EXPECT_EQ(sends.order(), inOrder);
+  const auto st = sends.statuses();
+  EXPECT_TRUE(st[0].ok()) << st[0];
+  EXPECT_EQ(st[kLater].code(), StatusCode::kRemoteError) << st[kLater];
+  for (size_t i = 2; i < st.size(); ++i) {
+    // Once one failed, so does every later one.
+    if (!st[i - 1].ok()) {
+      EXPECT_FALSE(st[i].ok()) << "send " << i;
+    }
+  }
+}
+
 TEST(TcpTest, SendToAClosedPeerIsRemoteErrorNotSigpipe) {
   signal(SIGPIPE, SIG_DFL);
   auto s = tcp::createContext({.localId = "s"});
