@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "core/clock.h"
 #include "fabric/launcher/line_prefixer.h"
+#include "fabric/rendezvous/bootstrap.h"
 #include "fabric/rendezvous/tcp_store_server.h"
 
 namespace cofab {
@@ -59,6 +61,9 @@ void say(const std::string& msg) {
   (void)!::write(2, line.data(), line.size());
 }
 
+// Signals cofab-run forwards to every process (and then reports as its own exit status).
+bool isForwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
 StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
                       const std::vector<std::pair<std::string, std::string>>& env) {
   int out[2], err[2];
@@ -74,20 +79,27 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
   cargv.push_back(nullptr);
   std::vector<std::string> envStrings;
   for (const auto& [k, v] : env) envStrings.push_back(k + "=" + v);
+  static const std::vector<std::string> dropped = otherLaunchersRankVariables();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
-    bool overridden = false;
-    for (const auto& [k, _] : env) overridden |= entry.rfind(k + "=", 0) == 0;
-    if (!overridden) envStrings.push_back(entry);
+    bool replaced = false;
+    for (const auto& [k, _] : env) replaced |= entry.rfind(k + "=", 0) == 0;
+    for (const auto& k : dropped) replaced |= entry.rfind(k + "=", 0) == 0;
+    if (!replaced) envStrings.push_back(entry);
   }
   std::vector<char*> cenv;
   for (auto& s : envStrings) cenv.push_back(s.data());
   cenv.push_back(nullptr);
   std::string execError = "cofab-run: cannot execute '" + argv[0] + "': ";
 
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return errnoStatus(StatusCode::kIoError, "fork", errno);
   if (pid == 0) {
+    // Dies with cofab-run, however cofab-run ends (SIGKILL, OOM killer): ranks must not live on
+    // holding ports and devices. The check covers a parent that died before the prctl.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     ::setpgid(0, 0);  // its own group, so signals reach its whole process tree
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
@@ -96,6 +108,7 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
     ::execvpe(cargv[0], cargv.data(), cenv.data());
     int e = errno;
@@ -125,7 +138,9 @@ std::string launchUsage() {
          "  and COFAB_STORE set. Without --store it hosts a TcpStore on --store-bind\n"
          "  (default 127.0.0.1). --role starts COUNT extra processes running COMMAND through\n"
          "  /bin/sh -c, with COFAB_ROLE, COFAB_ROLE_RANK, COFAB_ROLE_SIZE and COFAB_STORE set.\n"
-         "  When a process fails the others get SIGTERM, then SIGKILL after --grace-ms.\n";
+         "  When a process fails the others get SIGTERM, then SIGKILL after --grace-ms.\n"
+         "  SIGINT, SIGTERM and SIGHUP are forwarded to every process; if cofab-run itself is\n"
+         "  killed, its processes are killed with it.\n";
 }
 
 StatusOr<LaunchOptions> parseLaunchArgs(const std::vector<std::string>& args) {
@@ -208,9 +223,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  struct sigaction oldInt {}, oldTerm {}, oldChld {};
+  struct sigaction oldInt {
+  }, oldTerm{}, oldHup{}, oldChld{};
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
+  sigaction(SIGHUP, &sa, &oldHup);
   sigaction(SIGCHLD, &sa, &oldChld);
 
   std::vector<Child> children;
@@ -250,10 +267,16 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   int exitCode = 0;
   bool stopping = false;
   Deadline killAt = Deadline::never();
+  // A child that exited may have left processes of its group behind holding its output pipes
+  // (`sh -c 'server & exit 3'`): they are signalled too, or the wait for the pipes never ends.
+  // The group id cannot have been reused while they live.
+  auto lingers = [](const Child& c) {
+    return c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0);
+  };
   auto stopAll = [&](int sig) {
     for (auto& c : children) {
-      if (c.pid > 0 && !c.exited) {
-        c.terminatedByUs = true;
+      if (lingers(c)) {
+        if (!c.exited) c.terminatedByUs = true;
         ::kill(-c.pid, sig);
       }
     }
@@ -273,10 +296,13 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   };
   auto anyAlive = [&] {
     for (auto& c : children) {
-      if (c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0)) return true;
+      if (lingers(c)) return true;
     }
     return false;
   };
+  // After SIGKILL, output still open belongs to processes that left the child's group (setsid):
+  // cofab-run stops reading it after one more grace period instead of waiting forever.
+  Deadline abandonAt = Deadline::never();
 
   while (anyAlive()) {
     std::vector<pollfd> fds;
@@ -285,7 +311,10 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
       if (c.outFd >= 0) fds.push_back({c.outFd, POLLIN, 0});
       if (c.errFd >= 0) fds.push_back({c.errFd, POLLIN, 0});
     }
-    int timeout = stopping ? std::max(1, killAt.remainingMsForPoll()) : 1000;
+    int timeout = !stopping              ? 1000
+                  : !killAt.isNever()    ? std::max(1, killAt.remainingMsForPoll())
+                  : !abandonAt.isNever() ? std::max(1, abandonAt.remainingMsForPoll())
+                                         : 1000;
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) {
       say(std::string("poll failed: ") + strerror(errno));
@@ -308,7 +337,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     }
     unsigned char sig;
     while (::read(gSignalPipe[0], &sig, 1) == 1) {
-      if (sig == SIGINT || sig == SIGTERM) {
+      if (isForwarded(sig)) {
         say(std::string("received ") + strsignal(sig) + ", forwarding to every process");
         if (exitCode == 0) exitCode = 128 + sig;
         stopAll(sig);
@@ -336,18 +365,34 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     if (!stopping && workersLeft() == 0) stopAll(SIGTERM);  // done: stop the daemons
     if (stopping && killAt.expired()) {
       for (auto& c : children) {
-        if (c.pid > 0 && !c.exited) {
-          say(c.label + " still running " + std::to_string(options.killGraceMs) +
-              " ms after SIGTERM; sending SIGKILL");
-          ::kill(-c.pid, SIGKILL);
-        }
+        if (!lingers(c)) continue;
+        say(c.label + (c.exited ? "'s leftover processes" : "") + " still running " +
+            std::to_string(options.killGraceMs) + " ms after SIGTERM; sending SIGKILL");
+        ::kill(-c.pid, SIGKILL);
       }
       killAt = Deadline::never();
+      abandonAt = Deadline::afterMs(options.killGraceMs);
+    }
+    if (abandonAt.expired()) {
+      for (auto& c : children) {
+        if (!c.exited || (c.outFd < 0 && c.errFd < 0)) continue;
+        say(c.label +
+            "'s output is still held open by a process outside its group; "
+            "no longer reading it");
+        for (int* fd : {&c.outFd, &c.errFd}) {
+          if (*fd < 0) continue;
+          (fd == &c.outFd ? c.out : c.err)->finish();
+          ::close(*fd);
+          *fd = -1;
+        }
+      }
+      abandonAt = Deadline::never();
     }
   }
 
   sigaction(SIGINT, &oldInt, nullptr);
   sigaction(SIGTERM, &oldTerm, nullptr);
+  sigaction(SIGHUP, &oldHup, nullptr);
   sigaction(SIGCHLD, &oldChld, nullptr);
   ::close(gSignalPipe[0]);
   ::close(gSignalPipe[1]);

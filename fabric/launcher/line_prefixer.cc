@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace cofab {
@@ -34,7 +35,15 @@ void LinePrefixer::feed(const char* data, size_t len) {
     }
     start = i + 1;
   }
-  partial_.append(data + start, len - start);
+  while (len - start > 0) {
+    const size_t take = std::min(len - start, kMaxLine - partial_.size());
+    partial_.append(data + start, take);
+    start += take;
+    if (partial_.size() == kMaxLine) {
+      emit(partial_.data(), partial_.size());
+      partial_.clear();
+    }
+  }
 }
 
 void LinePrefixer::finish() {

@@ -13,7 +13,8 @@
 
 namespace cofab {
 
-COFAB_PARAM_INT(kRankParam, "COFAB_RANK", -1, -1, 1 << 24, "this process's rank (set by cofab-run)");
+COFAB_PARAM_INT(kRankParam, "COFAB_RANK", -1, -1, 1 << 24,
+                "this process's rank (set by cofab-run)");
 COFAB_PARAM_INT(kWorldParam, "COFAB_WORLD_SIZE", -1, -1, 1 << 24,
                 "number of ranks in the job (set by cofab-run)");
 COFAB_PARAM_INT(kLocalRankParam, "COFAB_LOCAL_RANK", -1, -1, 1 << 24,
@@ -49,6 +50,15 @@ StatusOr<int> parseInt(const std::string& name, const std::string& value) {
 }
 
 }  // namespace
+
+std::vector<std::string> otherLaunchersRankVariables() {
+  std::vector<std::string> names;
+  for (const auto& src : kSources) {
+    if (std::string_view(src.name) == "cofab") continue;
+    names.insert(names.end(), {src.rank, src.size, src.localRank});
+  }
+  return names;
+}
 
 EnvLookup processEnv() {
   return [](std::string_view name, std::string* value) { return rawParamValue(name, value); };
@@ -156,7 +166,8 @@ StatusOr<BootstrapResult> bootstrapFromEnv(Deadline connectDeadline) {
   COFAB_ASSIGN_OR_RETURN(out.info, readBootstrapEnv());
   setLogRank(out.info.rank);
   std::string ignored;
-  if (out.info.rank == 0 && out.info.source == "torchrun" && !rawParamValue("COFAB_STORE", &ignored)) {
+  if (out.info.rank == 0 && out.info.source == "torchrun" &&
+      !rawParamValue("COFAB_STORE", &ignored)) {
     // Under torchrun nobody else hosts a cofab store: rank 0 does, next to torch's port.
     COFAB_ASSIGN_OR_RETURN(HostPort addr, parseHostPort(out.info.storeUrl.substr(6)));
     TcpStoreServerOptions options;

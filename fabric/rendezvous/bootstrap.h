@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fabric/rendezvous/store.h"
 #include "fabric/rendezvous/tcp_store_server.h"
@@ -31,6 +32,10 @@ struct BootstrapInfo {
 // (ScopedParamOverride) and then the process environment.
 using EnvLookup = std::function<bool(std::string_view name, std::string* value)>;
 EnvLookup processEnv();
+// The rank, world-size and local-rank variables of the other launchers readBootstrapEnv reads
+// (torchrun, Open MPI, Slurm). cofab-run removes them from its children's environment: run
+// inside an allocation, they describe cofab-run's own place there, not its ranks'.
+std::vector<std::string> otherLaunchersRankVariables();
 
 StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env = processEnv());
 

@@ -1,6 +1,9 @@
 // cofab-run as a user runs it: a real binary starting real processes.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "fabric/launcher/launcher.h"
+#include "fabric/launcher/line_prefixer.h"
 #include "tests/support/temp_dir.h"
 
 namespace cofab {
@@ -20,7 +24,8 @@ struct RunResult {
 };
 
 RunResult runCofabRun(const std::string& args) {
-  std::string cmd = std::string(COFAB_RUN_BINARY) + " " + args + " 2>&1";
+  // Bounded: a launcher that never ends fails the test (exit 137) instead of hanging it.
+  std::string cmd = "timeout -s KILL 120 " + std::string(COFAB_RUN_BINARY) + " " + args + " 2>&1";
   RunResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -80,31 +85,184 @@ TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
   testing::TempDir dir;
   std::string marker = dir.path() + "/role";
   auto script = writeScript(dir, "sleep 0.2\necho worker-done\n");
-  auto r = runCofabRun("-n 2 --role 'aggd:2:echo role=$COFAB_ROLE.$COFAB_ROLE_RANK of "
-                       "$COFAB_ROLE_SIZE; exec sleep 60' " + script);
+  auto r = runCofabRun(
+      "-n 2 --role 'aggd:2:echo role=$COFAB_ROLE.$COFAB_ROLE_RANK of "
+      "$COFAB_ROLE_SIZE; exec sleep 60' " +
+      script);
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("[aggd.0] role=aggd.0 of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[aggd.1] role=aggd.1 of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 1] worker-done"), std::string::npos) << r.output;
 }
 
-TEST(LauncherTest, SigtermIsForwardedAndReported) {
+// Starts 2 ranks that trap `sig`, sends it to cofab-run once both are ready, and returns
+// cofab-run's wait status and output.
+RunResult forwardSignal(const std::string& sig) {
   testing::TempDir dir;
-  // Each rank says it is ready only after its trap is installed, so the SIGTERM below can never
+  // Each rank says it is ready only after its trap is installed, so the signal below can never
   // arrive before the rank can report it, however slow the machine.
-  auto script = writeScript(dir, "trap 'echo got-term; exit 0' TERM\ntouch " + dir.path() +
-                                     "/ready.$COFAB_RANK\nsleep 30 & wait\n");
+  auto script = writeScript(dir, "trap 'echo got-" + sig + "; exit 0' " + sig + "\ntouch " +
+                                     dir.path() + "/ready.$COFAB_RANK\nsleep 30 & wait\n");
   std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 2 " + script + " > " + dir.path() +
                     "/out 2>&1 & pid=$!; i=0; while [ $i -lt 600 ] && ! { [ -e " + dir.path() +
                     "/ready.0 ] && [ -e " + dir.path() + "/ready.1 ]; }; do sleep 0.1; " +
-                    "i=$((i+1)); done; kill -TERM $pid; wait $pid";
+                    "i=$((i+1)); done; kill -" + sig + " $pid; wait $pid";
   int status = std::system(("sh -c '" + cmd + "'").c_str());
   std::ifstream in(dir.path() + "/out");
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(WEXITSTATUS(status), 128 + 15) << out;
-  EXPECT_NE(out.find("forwarding"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank 0] got-term"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank 1] got-term"), std::string::npos) << out;
+  RunResult r;
+  r.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  r.exitCode = WEXITSTATUS(status);
+  return r;
+}
+
+TEST(LauncherTest, SigtermIsForwardedAndReported) {
+  auto r = forwardSignal("TERM");
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_NE(r.output.find("forwarding"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] got-TERM"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] got-TERM"), std::string::npos) << r.output;
+}
+
+// A hang-up (the ssh session running cofab-run went away) reaches the ranks, which are in
+// their own process groups and would not see the terminal's.
+TEST(LauncherTest, SighupIsForwardedAndReported) {
+  auto r = forwardSignal("HUP");
+  EXPECT_EQ(r.exitCode, 128 + SIGHUP) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] got-HUP"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] got-HUP"), std::string::npos) << r.output;
+}
+
+// True when `pid` is gone or a zombie (killed, not yet reaped by whoever inherited it).
+bool processEnded(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  if (text.empty()) return true;
+  const size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+std::string readWhenPresent(const std::string& path) {
+  for (int i = 0; i < 600; ++i) {  // bounded: 60 s
+    std::ifstream in(path);
+    std::string v;
+    if (in >> v && !v.empty()) return v;
+    ::usleep(100 * 1000);
+  }
+  return {};
+}
+
+// cofab-run SIGKILLed (OOM killer, a scheduler's hard stop): its ranks die with it instead of
+// living on with their ports and devices.
+TEST(LauncherTest, RanksDieWhenTheLauncherIsKilled) {
+  testing::TempDir dir;
+  auto script = writeScript(dir, "echo $$ > " + dir.path() + "/rank.tmp; mv " + dir.path() +
+                                     "/rank.tmp " + dir.path() + "/rank.pid\nexec sleep 600\n");
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(COFAB_RUN_BINARY, COFAB_RUN_BINARY, "-n", "1", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  const std::string rankPid = readWhenPresent(dir.path() + "/rank.pid");
+  ASSERT_FALSE(rankPid.empty()) << "the rank never started";
+  const pid_t rank = static_cast<pid_t>(std::stol(rankPid));
+  ASSERT_FALSE(processEnded(rank));
+  ::kill(launcher, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  bool ended = false;
+  for (int i = 0; i < 600 && !(ended = processEnded(rank)); ++i) ::usleep(100 * 1000);
+  EXPECT_TRUE(ended) << "rank " << rank << " outlived its launcher";
+  if (!ended) ::kill(rank, SIGKILL);
+}
+
+// A rank that exits while a background process of its own still holds its output: cofab-run
+// stops that process too and returns the rank's status instead of waiting for the pipe.
+TEST(LauncherTest, LeftoverProcessesOfAnExitedRankAreStopped) {
+  auto r = runCofabRun("-n 1 --grace-ms 5000 -- sh -c 'sleep 600 & exit 3'");
+  EXPECT_EQ(r.exitCode, 3) << r.output;
+  EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
+}
+
+// One that escaped the rank's process group (setsid) is beyond cofab-run's signals: its output
+// is given up after the grace periods, named, and cofab-run still ends.
+TEST(LauncherTest, OutputHeldOutsideTheGroupIsGivenUpAfterTheGrace) {
+  testing::TempDir dir;
+  // The rank exits only once the escaped process has its own session (it writes its pid from
+  // there), so cofab-run's signals to the rank's group cannot reach it.
+  const std::string pidFile = dir.path() + "/escaped.pid";
+  auto script = writeScript(dir, "setsid sh -c 'echo $$ > " + pidFile + ".tmp; mv " + pidFile +
+                                     ".tmp " + pidFile + "; exec sleep 600' &\nwhile [ ! -s " +
+                                     pidFile + " ]; do sleep 0.01; done\nexit 3\n");
+  auto r = runCofabRun("-n 1 --grace-ms 200 " + script);
+  const std::string escaped = readWhenPresent(pidFile);
+  if (!escaped.empty()) ::kill(static_cast<pid_t>(std::stol(escaped)), SIGKILL);
+  EXPECT_EQ(r.exitCode, 3) << r.output;
+  EXPECT_NE(r.output.find("no longer reading it"), std::string::npos) << r.output;
+}
+
+// Under srun, mpirun or torchrun, cofab-run's own place in that launcher must not reach its
+// ranks, whose bootstrap would otherwise see two disagreeing rank numbers and refuse to start.
+TEST(LauncherTest, OtherLaunchersRankVariablesAreNotPassedOn) {
+  const std::vector<std::pair<std::string, std::string>> outer = {
+      {"SLURM_PROCID", "0"},        {"SLURM_NTASKS", "1"},
+      {"SLURM_JOB_ID", "42"},       {"RANK", "5"},
+      {"WORLD_SIZE", "9"},          {"OMPI_COMM_WORLD_RANK", "0"},
+      {"OMPI_COMM_WORLD_SIZE", "1"}};
+  for (const auto& [k, v] : outer) ::setenv(k.c_str(), v.c_str(), 1);
+  testing::TempDir dir;
+  auto script = writeScript(dir,
+                            "echo \"slurm=${SLURM_PROCID-none}/${SLURM_NTASKS-none} "
+                            "torch=${RANK-none}/${WORLD_SIZE-none} "
+                            "ompi=${OMPI_COMM_WORLD_RANK-none} job=${SLURM_JOB_ID-none} "
+                            "cofab=$COFAB_RANK/$COFAB_WORLD_SIZE\"\n");
+  auto r = runCofabRun("-n 2 " + script);
+  for (const auto& [k, v] : outer) ::unsetenv(k.c_str());
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) +
+                            "] slurm=none/none torch=none/none ompi=none job=42 cofab=" +
+                            std::to_string(rank) + "/2"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// A child that never writes a newline: its output comes out in prefixed pieces of at most
+// kMaxLine bytes instead of piling up in memory until it exits.
+TEST(LinePrefixerTest, ALineWithoutNewlineIsCutIntoBoundedPieces) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/out";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  std::string input;
+  for (size_t i = 0; input.size() < 3 * LinePrefixer::kMaxLine + 1000; ++i) {
+    input += static_cast<char>('a' + i % 26);
+  }
+  LinePrefixer p("[r] ", fd, true);
+  for (size_t off = 0; off < input.size(); off += 4096) {
+    p.feed(input.data() + off, std::min<size_t>(4096, input.size() - off));
+  }
+  // Three whole pieces are out before the stream ends; the rest waits for more or the end.
+  std::ifstream before(path);
+  std::string early((std::istreambuf_iterator<char>(before)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(early.size(), 3 * (4 + LinePrefixer::kMaxLine + 1));
+  p.finish();
+  ::close(fd);
+  std::ifstream in(path);
+  std::string line, joined;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ASSERT_EQ(line.rfind("[r] ", 0), 0u) << "piece " << lines << " lacks the prefix";
+    EXPECT_LE(line.size() - 4, LinePrefixer::kMaxLine);
+    joined += line.substr(4);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 4);
+  EXPECT_EQ(joined, input);
 }
 
 TEST(LauncherArgsTest, BadArgumentsAreExplained) {
@@ -114,12 +272,15 @@ TEST(LauncherArgsTest, BadArgumentsAreExplained) {
   EXPECT_NE(noN.status().message().find("-n N is required"), std::string::npos);
   EXPECT_NE(parseLaunchArgs({"-n", "0", "prog"}).status().message().find("integer >= 1"),
             std::string::npos);
-  EXPECT_NE(parseLaunchArgs({"-n", "2", "--role", "bad", "prog"}).status().message().find(
-                "NAME:COUNT:COMMAND"),
+  EXPECT_NE(parseLaunchArgs({"-n", "2", "--role", "bad", "prog"})
+                .status()
+                .message()
+                .find("NAME:COUNT:COMMAND"),
             std::string::npos);
   EXPECT_NE(parseLaunchArgs({"-n", "2", "--bogus", "prog"}).status().message().find("'--bogus'"),
             std::string::npos);
-  auto ok = parseLaunchArgs({"-n", "4", "--role", "aggd:2:cofab-aggd --x", "--", "prog", "-n", "9"});
+  auto ok =
+      parseLaunchArgs({"-n", "4", "--role", "aggd:2:cofab-aggd --x", "--", "prog", "-n", "9"});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->nprocs, 4);
   ASSERT_EQ(ok->roles.size(), 1u);
