@@ -1,10 +1,21 @@
 #include "fabric/transport/loopback/loopback_connection.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "fabric/wire/crc32c.h"
 
 namespace cofab::transport::loopback {
+namespace {
+
+void queueSend(SendCallback cb, const Status& s, std::vector<std::function<void()>>& out) {
+  out.push_back([cb = std::move(cb), s] {
+    if (cb) cb(s);
+  });
+}
+
+}  // namespace
 
 Endpoint::Endpoint(Params p)
     : worker_(std::move(p.worker)),
@@ -33,17 +44,33 @@ void Endpoint::setFaults(const FaultPlan& faults) {
 }
 
 void Endpoint::schedulePumpLocked() {
+  if (helperRunning_) {
+    helperAgain_ = true;
+    return;
+  }
   if (pumpScheduled_) return;
   pumpScheduled_ = true;
-  std::weak_ptr<Endpoint> weak = weak_from_this();
-  if (!worker_->post([weak] {
-        if (auto self = weak.lock()) self->pump();
-      })) {
-    pumpScheduled_ = false;
-    // The worker has stopped (context joined): complete what is queued on a helper thread so
-    // that callbacks still run exactly once and never inline.
-    auto self = shared_from_this();
-    std::thread([self] { self->pump(); }).detach();
+  // The task owns this end: when the connection object is dropped right after close(), the pump
+  // must still run, or pending callbacks would be destroyed unrun and the peer never see EOF.
+  auto self = shared_from_this();
+  if (worker_->post([self] { self->pump(); })) return;
+  pumpScheduled_ = false;
+  // The worker has stopped (context joined): complete what is queued on a helper thread so that
+  // callbacks still run exactly once and never inline; one helper at a time per end, so that
+  // they also stay serial and in order.
+  helperRunning_ = true;
+  std::thread([self] { self->runHelper(); }).detach();
+}
+
+void Endpoint::runHelper() {
+  while (true) {
+    pump();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!helperAgain_) {
+      helperRunning_ = false;
+      return;
+    }
+    helperAgain_ = false;
   }
 }
 
@@ -52,9 +79,9 @@ void Endpoint::send(const wire::Header& header, ConstSlices payload, SendCallbac
   op.done = std::move(done);
   for (size_t i = 0; i < payload.size() && op.error.ok(); ++i) {
     if (payload[i].data == nullptr && payload[i].size > 0) {
-      op.error = InvalidArgument("send on " + describe() + ": slice " + std::to_string(i) +
-                                 " has a null pointer and " + std::to_string(payload[i].size) +
-                                 " bytes");
+      op.error =
+          InvalidArgument("send on " + describe() + ": slice " + std::to_string(i) +
+                          " has a null pointer and " + std::to_string(payload[i].size) + " bytes");
     }
   }
   if (op.error.ok()) {
@@ -90,9 +117,9 @@ void Endpoint::recv(MutableSlices dest, RecvCallback done) {
   op.done = std::move(done);
   for (size_t i = 0; i < dest.size(); ++i) {
     if (dest[i].data == nullptr && dest[i].size > 0 && op.error.ok()) {
-      op.error = InvalidArgument("recv on " + describe() + ": slice " + std::to_string(i) +
-                                 " has a null pointer and " + std::to_string(dest[i].size) +
-                                 " bytes");
+      op.error =
+          InvalidArgument("recv on " + describe() + ": slice " + std::to_string(i) +
+                          " has a null pointer and " + std::to_string(dest[i].size) + " bytes");
     }
     op.dest.push_back(dest[i]);
     op.expected += dest[i].size;
@@ -110,7 +137,8 @@ void Endpoint::recvOwned(RecvOwnedCallback done) {
   op.owned = true;
   op.ownedDone = std::move(done);
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) op.error = FailedPrecondition("recv on " + describe() + ": the connection is closed");
+  if (closed_)
+    op.error = FailedPrecondition("recv on " + describe() + ": the connection is closed");
   recvs_.push_back(std::move(op));
   schedulePumpLocked();
 }
@@ -149,7 +177,10 @@ void Endpoint::pump() {
       Status s = op.error.ok() ? error_ : op.error;
       if (s.ok() && !peer) {
         s = RemoteError("loopback: peer '" + peerId_ + "' (" + peerAddress_ + ") is gone");
+        // This send completes before the later ones that failLocked fails: posting order.
+        queueSend(std::move(op.done), s, done);
         failLocked(s, done);
+        continue;
       }
       if (s.ok()) {
         Message m;
@@ -160,7 +191,9 @@ void Endpoint::pump() {
         }
         bool cut = false;
         if (faults_.dropAfterBytes >= 0 && sentBytes_ + len > faults_.dropAfterBytes) {
-          m.bytes.resize(faults_.dropAfterBytes - sentBytes_);
+          // A plan injected after more than dropAfterBytes went out cuts at once.
+          const int64_t keep = std::max<int64_t>(0, faults_.dropAfterBytes - sentBytes_);
+          m.bytes.resize(static_cast<size_t>(keep));
           cut = true;
         }
         sentBytes_ += static_cast<int64_t>(m.bytes.size());
@@ -169,20 +202,14 @@ void Endpoint::pump() {
         if (!m.bytes.empty()) outgoing.push_back(std::move(m));
         if (cut) {
           s = RemoteError("loopback: connection to '" + peerId_ + "' (" + peerAddress_ +
-                          ") dropped by fault injection after " +
-                          std::to_string(faults_.dropAfterBytes) + " bytes");
-          auto cb = std::move(op.done);
-          done.push_back([cb, s] {
-            if (cb) cb(s);
-          });
+                          ") dropped by fault injection after " + std::to_string(sentBytes_) +
+                          " bytes");
+          queueSend(std::move(op.done), s, done);
           failLocked(s, done);
           continue;
         }
       }
-      auto cb = std::move(op.done);
-      done.push_back([cb, s] {
-        if (cb) cb(s);
-      });
+      queueSend(std::move(op.done), s, done);
     }
     processRecvsLocked(done);
     if (!error_.ok() && !eofSent_) {
@@ -190,8 +217,8 @@ void Endpoint::pump() {
       eofSent_ = true;
       Message eof;
       eof.eof = true;
-      eof.reason = closed_ ? "closed the connection"
-                           : "broke the connection (" + error_.message() + ")";
+      eof.reason =
+          closed_ ? "closed the connection" : "broke the connection (" + error_.message() + ")";
       eof.readyAt = std::max(Clock::now(), lastReady_);
       outgoing.push_back(std::move(eof));
     }
@@ -203,21 +230,18 @@ void Endpoint::pump() {
 }
 
 void Endpoint::processRecvsLocked(Completions& out) {
-  while (!recvs_.empty()) {
-    if (!recvs_.front().error.ok()) {
+  while (true) {
+    if (!recvs_.empty() && (!recvs_.front().error.ok() || !error_.ok())) {
       RecvOp op = std::move(recvs_.front());
       recvs_.pop_front();
-      const Status s = op.error;
+      const Status s = op.error.ok() ? error_ : op.error;
       completeRecvLocked(std::move(op), s, wire::Header{}, {}, out);
       continue;
     }
-    if (!error_.ok()) {
-      RecvOp op = std::move(recvs_.front());
-      recvs_.pop_front();
-      completeRecvLocked(std::move(op), error_, wire::Header{}, {}, out);
-      continue;
-    }
-    if (inbox_.empty()) return;
+    if (!error_.ok() || inbox_.empty()) return;
+    // With no receive posted, data waits for one, but an EOF at the head is taken at once: the
+    // connection breaks for sends too (status() and later sends report it), as with a socket.
+    if (recvs_.empty() && !inbox_.front().eof) return;
     Message& m = inbox_.front();
     if (m.readyAt > Clock::now()) {
       std::weak_ptr<Endpoint> weak = weak_from_this();
@@ -227,8 +251,7 @@ void Endpoint::processRecvsLocked(Completions& out) {
       return;
     }
     if (m.eof) {
-      failLocked(RemoteError("loopback: peer '" + peerId_ + "' (" + peerAddress_ + ") " +
-                             m.reason),
+      failLocked(RemoteError("loopback: peer '" + peerId_ + "' (" + peerAddress_ + ") " + m.reason),
                  out);
       inbox_.clear();
       return;

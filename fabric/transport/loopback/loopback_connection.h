@@ -6,6 +6,12 @@
 // plan and hands the message to the peer end, which decodes and checks it exactly as tcp would
 // and copies the payload into the posted receive. All state is under one mutex per end;
 // callbacks run with no lock held.
+//
+// Lifetime: every pump task owns a reference to its end, so an end whose LoopbackConnection is
+// dropped (or that a closing listener discards unaccepted) still runs its pump: pending
+// callbacks complete exactly once and the peer sees the close. Once the worker has stopped
+// (context joined), one helper thread per end at a time runs its pumps, so callbacks stay
+// serial and in order.
 #pragma once
 
 #include <deque>
@@ -69,6 +75,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   void deliver(Message m);
   void schedulePumpLocked();
   void pump();
+  // Runs pump() on the helper thread until no operation arrived meanwhile.
+  void runHelper();
   void processRecvsLocked(Completions& out);
   void failLocked(const Status& status, Completions& out);
   void completeRecvLocked(RecvOp op, const Status& s, const wire::Header& h,
@@ -87,6 +95,8 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   bool closed_ = false;
   bool closeRequested_ = false;
   bool pumpScheduled_ = false;
+  bool helperRunning_ = false;  // a helper thread drains this end (the worker has stopped)
+  bool helperAgain_ = false;    // something arrived while it did: it pumps once more
   bool eofSent_ = false;
   Status error_;
   std::deque<SendOp> sends_;
