@@ -38,12 +38,11 @@ constexpr uint8_t kAckTimeout = 14;
 constexpr uint8_t kRetryCount = 7;
 constexpr uint8_t kRnrRetry = 7;
 
-
 }  // namespace
 
 StatusOr<std::shared_ptr<Endpoint>> Endpoint::create(std::shared_ptr<RdmaDevice> device,
-                                                    std::shared_ptr<Worker> worker,
-                                                    const EndpointOptions& options) {
+                                                     std::shared_ptr<Worker> worker,
+                                                     const EndpointOptions& options) {
   std::shared_ptr<Endpoint> ep(new Endpoint(std::move(device), std::move(worker), options));
   Status s = ep->init();
   if (!s.ok()) {
@@ -84,7 +83,8 @@ Status Endpoint::init() {
   qa.cap.max_recv_sge = 1;
   errno = 0;
   qp_ = verbs_.createQp(device_->pd(), &qa);
-  if (qp_ == nullptr) return verbsError(StatusCode::kIoError, "ibv_create_qp(RC, " + dev + ")", errno);
+  if (qp_ == nullptr)
+    return verbsError(StatusCode::kIoError, "ibv_create_qp(RC, " + dev + ")", errno);
 
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
@@ -102,11 +102,11 @@ Status Endpoint::init() {
   stageSlots_.assign(size_t{slots} * options_.slotBytes, 0);
   ctrlRecv_.assign(size_t{ctrlRecvCount_} * kCtrlBytes, 0);
   ctrlSend_.assign(size_t{ctrlSendCount_} * kCtrlBytes, 0);
-  COFAB_ASSIGN_OR_RETURN(recvMr_, RdmaMemoryRegion::create(device_, recvSlots_.data(),
-                                                           recvSlots_.size(),
-                                                           IBV_ACCESS_REMOTE_WRITE));
-  COFAB_ASSIGN_OR_RETURN(stageMr_,
-                         RdmaMemoryRegion::create(device_, stageSlots_.data(), stageSlots_.size(), 0));
+  COFAB_ASSIGN_OR_RETURN(recvMr_,
+                         RdmaMemoryRegion::create(device_, recvSlots_.data(), recvSlots_.size(),
+                                                  IBV_ACCESS_REMOTE_WRITE));
+  COFAB_ASSIGN_OR_RETURN(
+      stageMr_, RdmaMemoryRegion::create(device_, stageSlots_.data(), stageSlots_.size(), 0));
   COFAB_ASSIGN_OR_RETURN(ctrlRecvMr_,
                          RdmaMemoryRegion::create(device_, ctrlRecv_.data(), ctrlRecv_.size(), 0));
   COFAB_ASSIGN_OR_RETURN(ctrlSendMr_,
@@ -157,10 +157,10 @@ Status Endpoint::connectQp(const QpInfo& remote) {
   a.ah_attr.port_num = device_->port();
   // ibv_modify_qp(3), RC table: RTR requires STATE, AV, PATH_MTU, DEST_QPN, RQ_PSN,
   // MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER.
-  if (int rc = verbs_.modifyQp(qp_, &a,
-                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                   IBV_QP_MIN_RNR_TIMER);
+  if (int rc =
+          verbs_.modifyQp(qp_, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
       rc != 0) {
     return verbsError(StatusCode::kIoError,
                       "ibv_modify_qp(INIT->RTR, remote qp " + std::to_string(remote.qpNum) +
@@ -231,16 +231,18 @@ void Endpoint::send(const wire::Header& header, ConstSlices payload, SendCallbac
   }
   if (bad.ok()) bad = wire::validateHeader(h, {.maxPayload = options_.maxPayload});
   if (!bad.ok()) {
-    worker_->postOrDetach([op, bad] { op->done(bad); });
-    return;
+    // Queued like any send (total 0: nothing to post), so that it completes after the sends
+    // posted before it; completing it through a task of its own overtook them.
+    op->error = std::move(bad);
+  } else {
+    if (h.hasPayloadCrc()) {
+      h.payloadCrc = 0;
+      for (const auto& s : payload) h.payloadCrc = wire::crc32c(h.payloadCrc, s.data, s.size);
+    }
+    wire::encodeHeader(h, op->header.data());
+    op->slices.assign(payload.begin(), payload.end());
+    op->total = wire::kHeaderSize + h.payloadLength;
   }
-  if (h.hasPayloadCrc()) {
-    h.payloadCrc = 0;
-    for (const auto& s : payload) h.payloadCrc = wire::crc32c(h.payloadCrc, s.data, s.size);
-  }
-  wire::encodeHeader(h, op->header.data());
-  op->slices.assign(payload.begin(), payload.end());
-  op->total = wire::kHeaderSize + h.payloadLength;
   auto self = shared_from_this();
   worker_->postOrDetach([self, op]() mutable { self->doSend(std::move(op)); });
 }
@@ -250,6 +252,14 @@ void Endpoint::recv(MutableSlices dest, RecvCallback done) {
   op.dest.assign(dest.begin(), dest.end());
   op.expected = totalSize(dest);
   op.done = std::move(done);
+  for (const auto& d : dest) {
+    if (d.data == nullptr && d.size > 0) {
+      // Queued like any receive and completed in its turn (processRecvs()).
+      op.error = InvalidArgument("recv on " + describe() + ": a null slice of " +
+                                 std::to_string(d.size) + " bytes");
+      break;
+    }
+  }
   auto self = shared_from_this();
   worker_->postOrDetach([self, op = std::move(op)]() mutable { self->doRecv(std::move(op)); });
 }
@@ -267,33 +277,34 @@ void Endpoint::close() {
   worker_->postOrDetach([self] { self->doClose(Cancelled(self->describe() + " was closed")); });
 }
 
-void Endpoint::shutdown() {
-  doClose(Cancelled(describe() + ": its transport context was closed"));
-}
+void Endpoint::shutdown() { doClose(Cancelled(describe() + ": its transport context was closed")); }
 
+// Once the connection is closed, failed or its peer gone, nothing is queued (fail() and
+// peerGone() emptied the queue), so refusing an operation at once keeps the posting order. An
+// operation's own validation error wins over the connection's state, as on loopback.
 void Endpoint::doSend(std::shared_ptr<SendOp> op) {
+  Status refused;
   if (closed_ || finished_) {
-    return op->done(FailedPrecondition("send on " + describe() + ": the connection is closed"));
+    refused = FailedPrecondition("send on " + describe() + ": the connection is closed");
+  } else if (Status s = status(); !s.ok()) {
+    refused = s;
+  } else if (!peerClosed_.ok()) {
+    refused = peerClosed_;
   }
-  if (Status s = status(); !s.ok()) return op->done(s);
-  if (!peerClosed_.ok()) return op->done(peerClosed_);
+  if (!refused.ok()) return op->done(op->error.ok() ? refused : op->error);
   sends_.push_back(std::move(op));
   pumpSends();
+  completeSends();  // an invalid send with nothing before it completes now
 }
 
 void Endpoint::doRecv(RecvOp op) {
+  Status refused;
   if (closed_ || finished_) {
-    op.expected = 0;
-    return finishRecv(op, FailedPrecondition("recv on " + describe() +
-                                             ": the connection is closed"));
+    refused = FailedPrecondition("recv on " + describe() + ": the connection is closed");
+  } else if (Status s = status(); !s.ok()) {
+    refused = s;
   }
-  if (Status s = status(); !s.ok()) return finishRecv(op, s);
-  for (const auto& d : op.dest) {
-    if (d.data == nullptr && d.size > 0) {
-      return finishRecv(op, InvalidArgument("recv on " + describe() + ": a null slice of " +
-                                            std::to_string(d.size) + " bytes"));
-    }
-  }
+  if (!refused.ok()) return finishRecv(op, op.error.ok() ? refused : op.error);
   recvOps_.push_back(std::move(op));
   processRecvs();
 }
@@ -359,8 +370,8 @@ void Endpoint::pumpSends() {
     wr.wr.rdma.rkey = remote_.slotRkey;
     ibv_send_wr* bad = nullptr;
     if (int rc = verbs_.postSend(qp_, &wr, &bad); rc != 0) {
-      return fail(verbsError(StatusCode::kIoError, "ibv_post_send(RDMA_WRITE_WITH_IMM)", rc,
-                             describe()));
+      return fail(
+          verbsError(StatusCode::kIoError, "ibv_post_send(RDMA_WRITE_WITH_IMM)", rc, describe()));
     }
     stageBusy_[stage] = true;
     stageOp_[stage] = op;
@@ -376,7 +387,7 @@ void Endpoint::completeSends() {
          sends_.front()->inFlight == 0) {
     auto op = std::move(sends_.front());
     sends_.pop_front();
-    op->done(OkStatus());
+    op->done(op->error);  // OK, or the validation error of a send that posted nothing
   }
 }
 
@@ -434,21 +445,29 @@ Status Endpoint::postRecvBuffer(uint32_t index) {
 
 void Endpoint::processRecvs() {
   while (!recvOps_.empty() && status_.ok()) {
+    if (!recvOps_.front().error.ok()) {
+      // Failed validation when posted: its turn has come; it consumes no message.
+      RecvOp bad = std::move(recvOps_.front());
+      recvOps_.pop_front();
+      const Status s = bad.error;
+      finishRecv(bad, s);
+      continue;
+    }
     RecvOp& op = recvOps_.front();
     if (arrived_.empty()) break;
     const Chunk chunk = arrived_.front();
     const uint8_t* data = recvSlots_.data() + size_t{chunk.slot} * options_.slotBytes;
     if (!op.started) {
-      auto h = wire::decodeHeader(std::span<const uint8_t>(data, std::min<uint32_t>(
-                                                                     chunk.length, wire::kHeaderSize)),
-                                  {.maxPayload = options_.maxPayload});
+      auto h = wire::decodeHeader(
+          std::span<const uint8_t>(data, std::min<uint32_t>(chunk.length, wire::kHeaderSize)),
+          {.maxPayload = options_.maxPayload});
       if (!h.ok()) return fail(h.status().withContext("recv on " + describe()));
       op.started = true;
       op.header = *h;
       chunkOffset_ = wire::kHeaderSize;
       if (!op.owned && h->payloadLength != op.expected) {
-        return fail(InvalidArgument("recv on " + describe() + ": the peer sent " +
-                                    h->describe() + " of " + std::to_string(h->payloadLength) +
+        return fail(InvalidArgument("recv on " + describe() + ": the peer sent " + h->describe() +
+                                    " of " + std::to_string(h->payloadLength) +
                                     " bytes but the posted receive expects " +
                                     std::to_string(op.expected)));
       }
@@ -457,9 +476,8 @@ void Endpoint::processRecvs() {
     const uint64_t remaining = op.header.payloadLength - op.copied;
     const uint64_t avail = chunk.length - chunkOffset_;
     if (avail > remaining) {
-      return fail(DataLoss("recv on " + describe() + ": a chunk carries " +
-                           std::to_string(avail) + " bytes past the end of " +
-                           op.header.describe()));
+      return fail(DataLoss("recv on " + describe() + ": a chunk carries " + std::to_string(avail) +
+                           " bytes past the end of " + op.header.describe()));
     }
     const uint8_t* src = data + chunkOffset_;
     if (op.header.hasPayloadCrc()) op.crc = wire::crc32c(op.crc, src, avail);
@@ -514,13 +532,16 @@ void Endpoint::handleCompletion(const ibv_wc& wc) {
     if (closed_) return;  // flushes of our own teardown
     // ibv_poll_cq(3): after an error completion the QP is in the error state; only wr_id,
     // status, qp_num and vendor_err are valid.
-    return fail(wcError(wc, kind == kWrWrite ? "RDMA WRITE WITH IMM"
-                                             : kind == kWrCtrlSend ? "SEND" : "RECV"));
+    return fail(wcError(wc, kind == kWrWrite      ? "RDMA WRITE WITH IMM"
+                            : kind == kWrCtrlSend ? "SEND"
+                                                  : "RECV"));
   }
   if (kind == kWrWrite) {
     stageBusy_[idx] = false;
     SendOp* op = stageOp_[idx];
     stageOp_[idx] = nullptr;
+    // Null when the op was failed (and destroyed) while this chunk was in flight: the QP stays
+    // in RTS after our orderly close or the peer's goodbye, so such WRITEs still complete.
     if (op != nullptr) --op->inFlight;
     completeSends();
   } else if (kind == kWrCtrlSend) {
@@ -531,9 +552,9 @@ void Endpoint::handleCompletion(const ibv_wc& wc) {
       const uint32_t slot = ntohl(wc.imm_data);
       const auto expected = static_cast<uint32_t>(chunksArrived_ % options_.slots);
       if (slot != expected || wc.byte_len > options_.slotBytes) {
-        return fail(DataLoss("recv on " + describe() + ": chunk for slot " +
-                             std::to_string(slot) + " (" + std::to_string(wc.byte_len) +
-                             " bytes) where slot " + std::to_string(expected) +
+        return fail(DataLoss("recv on " + describe() + ": chunk for slot " + std::to_string(slot) +
+                             " (" + std::to_string(wc.byte_len) + " bytes) where slot " +
+                             std::to_string(expected) +
                              " was next: the peer broke the slot protocol"));
       }
       arrived_.push_back({slot, wc.byte_len});
@@ -558,8 +579,8 @@ void Endpoint::handleCompletion(const ibv_wc& wc) {
 Status Endpoint::wcError(const ibv_wc& wc, const char* what) const {
   return RemoteError("rdma: " + std::string(what) + " on " + describe() + " completed with '" +
                      verbs_.wcStatusStr(wc.status) + "' (ibv_wc_status " +
-                     std::to_string(wc.status) + ", vendor_err " +
-                     std::to_string(wc.vendor_err) + ")");
+                     std::to_string(wc.status) + ", vendor_err " + std::to_string(wc.vendor_err) +
+                     ")");
 }
 
 bool Endpoint::poll() {
@@ -591,12 +612,11 @@ void Endpoint::fail(const Status& s) {
     if (status_.ok()) status_ = s;
   }
   const Status sticky = status();
-  auto sends = std::move(sends_);
-  sends_.clear();
+  auto sends = takeSends();
   auto recvs = std::move(recvOps_);
   recvOps_.clear();
-  for (auto& op : sends) op->done(sticky);
-  for (auto& op : recvs) finishRecv(op, sticky);
+  for (auto& op : sends) op->done(op->error.ok() ? sticky : op->error);
+  for (auto& op : recvs) finishRecv(op, op.error.ok() ? sticky : op.error);
   // A local failure must reach the peer too: ending the side channel tells it.
   if (!closed_ && side_) side_->close();
 }
@@ -604,10 +624,22 @@ void Endpoint::fail(const Status& s) {
 void Endpoint::peerGone(const Status& s) {
   if (peerClosed_.ok()) peerClosed_ = s;
   // Nothing more will be read by the peer: sends still waiting fail now.
+  auto sends = takeSends();
+  for (auto& op : sends) op->done(op->error.ok() ? peerClosed_ : op->error);
+  processRecvs();
+}
+
+std::deque<std::shared_ptr<Endpoint::SendOp>> Endpoint::takeSends() {
   auto sends = std::move(sends_);
   sends_.clear();
-  for (auto& op : sends) op->done(peerClosed_);
-  processRecvs();
+  // Chunks of these sends may still be in flight, and their WRITEs still complete successfully
+  // when the QP stays in RTS (our orderly close waits for the goodbye; a goodbye received
+  // leaves it as it is). Their stage slots stay busy until then, but the completions must not
+  // reach the ops, which die with `sends`. Every op a stage slot names is in sends_ (an op
+  // leaves it through completeSends() only once none of its chunks is in flight), and all of
+  // them are being failed, so every entry goes.
+  std::fill(stageOp_.begin(), stageOp_.end(), nullptr);
+  return sends;
 }
 
 void Endpoint::onSideChannelEnd(const Status& s) {
@@ -618,8 +650,8 @@ void Endpoint::onSideChannelEnd(const Status& s) {
   }
   if (goodbyeSeen_ || finished_) return;
   peerGone(RemoteError("rdma: peer '" + peerId_ + "' (" + peerAddress_ +
-                       ") went away without closing the connection (side channel: " +
-                       s.message() + ")"));
+                       ") went away without closing the connection (side channel: " + s.message() +
+                       ")"));
 }
 
 void Endpoint::doClose(Status why) {

@@ -54,8 +54,7 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   // INIT→RTR→RTS towards the peer. Any thread, before start().
   Status connectQp(const QpInfo& remote);
   // Names the peer and hands the endpoint to the worker; `sideChannel` is kept for liveness.
-  void start(std::string peerId, std::string peerAddress,
-             std::shared_ptr<Connection> sideChannel);
+  void start(std::string peerId, std::string peerAddress, std::shared_ptr<Connection> sideChannel);
 
   // The Connection operations (called through RdmaConnection; they post to the worker).
   void send(const wire::Header& header, ConstSlices payload, SendCallback done);
@@ -79,15 +78,21 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   struct SendOp {
     wire::EncodedHeader header;
     std::vector<ConstSlice> slices;
-    uint64_t total = 0;     // header + payload bytes
-    uint64_t posted = 0;    // bytes handed to the QP so far
-    size_t slice = 0;       // copy cursor: slice index and offset in it (-1 slice: the header)
+    uint64_t total = 0;   // header + payload bytes
+    uint64_t posted = 0;  // bytes handed to the QP so far
+    size_t slice = 0;     // copy cursor: slice index and offset in it (-1 slice: the header)
     size_t sliceOffset = 0;
     uint32_t inFlight = 0;  // chunks posted, not yet completed
+    // Set when the send failed validation: it posts nothing and completes with this status in
+    // its turn, after the sends posted before it (callbacks in posting order).
+    Status error;
     SendCallback done;
   };
   struct RecvOp {
     bool owned = false;
+    // Set when the receive failed validation: it consumes no message and completes with this
+    // status in its turn, after the receives posted before it.
+    Status error;
     std::vector<MutableSlice> dest;
     size_t expected = 0;
     RecvCallback done;
@@ -121,6 +126,7 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   Status postRecvBuffer(uint32_t index);
   void handleCompletion(const ibv_wc& wc);
   void completeSends();
+  std::deque<std::shared_ptr<SendOp>> takeSends();
   void fail(const Status& s);
   void peerGone(const Status& s);
   void finishRecv(RecvOp& op, const Status& s);
@@ -143,28 +149,30 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   QpInfo remote_;
   uint32_t ctrlRecvCount_ = 0;  // RECVs kept posted (data chunks and control messages)
   uint32_t ctrlSendCount_ = 0;
-  std::vector<uint8_t> recvSlots_;    // peer writes here
-  std::vector<uint8_t> stageSlots_;   // copied from, written to the peer
-  std::vector<uint8_t> ctrlRecv_;     // 16 bytes per posted RECV
-  std::vector<uint8_t> ctrlSend_;     // 16 bytes per control SEND in flight
+  std::vector<uint8_t> recvSlots_;   // peer writes here
+  std::vector<uint8_t> stageSlots_;  // copied from, written to the peer
+  std::vector<uint8_t> ctrlRecv_;    // 16 bytes per posted RECV
+  std::vector<uint8_t> ctrlSend_;    // 16 bytes per control SEND in flight
   std::unique_ptr<RdmaMemoryRegion> recvMr_, stageMr_, ctrlRecvMr_, ctrlSendMr_;
 
   // Worker-thread state.
   bool started_ = false;
-  bool closed_ = false;     // close() ran: no more operations
-  bool closing_ = false;    // waiting for the goodbye SEND to complete before teardown
-  bool finished_ = false;   // resources released
+  bool closed_ = false;    // close() ran: no more operations
+  bool closing_ = false;   // waiting for the goodbye SEND to complete before teardown
+  bool finished_ = false;  // resources released
   int64_t goodbyeDeadlineNs_ = 0;
-  uint32_t credits_ = 0;          // free peer slots
-  uint64_t chunksSent_ = 0;       // next peer slot = chunksSent_ % remote_.slotCount
+  uint32_t credits_ = 0;     // free peer slots
+  uint64_t chunksSent_ = 0;  // next peer slot = chunksSent_ % remote_.slotCount
   std::vector<bool> stageBusy_;
   std::vector<bool> ctrlSendBusy_;
   uint32_t ctrlSendNext_ = 0;
   std::deque<std::shared_ptr<SendOp>> sends_;  // in post order until their callback ran
-  std::vector<SendOp*> stageOp_;                // the op whose chunk occupies each stage slot
-  uint32_t goodbyeIndex_ = UINT32_MAX;          // control buffer of the goodbye, once posted
+  // The op whose chunk occupies each stage slot; null once that op was failed (takeSends()) while
+  // the chunk's WRITE is still outstanding.
+  std::vector<SendOp*> stageOp_;
+  uint32_t goodbyeIndex_ = UINT32_MAX;  // control buffer of the goodbye, once posted
   bool goodbyeDone_ = false;
-  uint64_t chunkOffset_ = 0;                    // read position in arrived_.front()
+  uint64_t chunkOffset_ = 0;  // read position in arrived_.front()
   std::deque<RecvOp> recvOps_;
   std::deque<Chunk> arrived_;
   uint64_t chunksArrived_ = 0;

@@ -1,7 +1,8 @@
 // rdma-specific transport tests over the verbs emulation (tests/support/verbs_emulation.h):
 // credit flow control with tiny slot rings, QP errors reported as RemoteError with the verbs
-// status string, memory registration and the registration cache. The generic contract suite
-// runs over the emulation in rdma_contract_tests.
+// status string, closing (or being closed) while chunks are in flight, callback order with
+// operations that fail validation, memory registration and the registration cache. The generic
+// contract suite runs over the emulation in rdma_contract_tests.
 #include <gtest/gtest.h>
 
 #include "fabric/transport/rdma/factory.h"
@@ -14,21 +15,26 @@ namespace {
 
 class RdmaTransportTest : public ::testing::Test {
  protected:
-  void start(int slots, int slotBytes) {
+  // oneContext: both ends live in server_ (client_ stays null), so one worker thread runs both
+  // endpoints and operations posted from a callback on either end run back to back, before
+  // either end polls its completion queue again.
+  void start(int slots, int slotBytes, bool oneContext = false) {
     cofab::testing::setEmulatedDeviceCount(1);
-    const rdma::RdmaOptions o{.verbs = &cofab::testing::emulatedVerbs(),
-                              .slots = slots,
-                              .slotBytes = slotBytes};
+    const rdma::RdmaOptions o{
+        .verbs = &cofab::testing::emulatedVerbs(), .slots = slots, .slotBytes = slotBytes};
     auto s = rdma::createContext({.localId = "server"}, o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
-    auto c = rdma::createContext({.localId = "client"}, o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = *c;
+    if (!oneContext) {
+      auto c = rdma::createContext({.localId = "client"}, o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      client_ = *c;
+    }
     auto l = server_->listen({});
     ASSERT_TRUE(l.ok()) << l.status();
     listener_ = std::move(l).value();
-    auto conn = client_->connect(listener_->address(), {.localId = "rank 1"}, testDeadline());
+    Context& connector = oneContext ? *server_ : *client_;
+    auto conn = connector.connect(listener_->address(), {.localId = "rank 1"}, testDeadline());
     ASSERT_TRUE(conn.ok()) << conn.status();
     p_.client = *conn;
     auto a = listener_->accept(testDeadline());
@@ -110,8 +116,134 @@ TEST_F(RdmaTransportTest, QpErrorFailsPendingOperationsWithTheVerbsStatusString)
   EXPECT_EQ(later.statuses()[0], s);
   ASSERT_TRUE(peer.wait(1));
   EXPECT_EQ(peer.statuses()[0].code(), StatusCode::kRemoteError) << peer.statuses()[0];
-  EXPECT_NE(peer.statuses()[0].message().find("rank 1"), std::string::npos)
-      << peer.statuses()[0];
+  EXPECT_NE(peer.statuses()[0].message().find("rank 1"), std::string::npos) << peer.statuses()[0];
+}
+
+// A send whose chunks are in flight when close() fails it: the QP stays in RTS until the goodbye
+// completed, so the chunks' WRITEs still complete afterwards, and they must not reach the failed
+// (destroyed) send. The warm-up send's callback runs inside the worker's poll(), so the big send
+// and the close run back to back before the next poll: at least one chunk is in flight at the
+// close (under ASan this was a heap-use-after-free).
+TEST_F(RdmaTransportTest, CloseWithChunksInFlightCompletesTheSendOnceWithCancelled) {
+  start(/*slots=*/2, /*slotBytes=*/4096);
+  std::vector<uint8_t> warm(8, 1);
+  std::vector<uint8_t> big(3 * 4096, 2);  // 4 chunks; the server posts no receive: 2 credits
+  Recorder sent;
+  std::shared_ptr<Connection> client = p_.client;
+  client->send(wire::Header{}, warm.data(), warm.size(), [&sent, &big, client](const Status& s) {
+    sent.record(s, {}, 0);
+    client->send(wire::Header{}, big.data(), big.size(), sent.sendCb(1));
+    client->close();
+  });
+  ASSERT_TRUE(sent.wait(2));
+  // Joining the client's context waits for its endpoint to finish: after the goodbye completed,
+  // hence after every WRITE completion posted before it was polled.
+  client_->join();
+  const auto statuses = sent.statuses();
+  ASSERT_EQ(statuses.size(), 2u) << "a send completed twice";
+  EXPECT_EQ(sent.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0];
+  EXPECT_EQ(statuses[1].code(), StatusCode::kCancelled) << statuses[1];
+  EXPECT_EQ(sent.inlineCalls(), 0);
+}
+
+// The same with the peer's goodbye: it arrives (first in the completion queue) while chunks of a
+// send are in flight; the send fails with the close, and the WRITE completions that follow must
+// not reach it. Both ends share one worker, so the server's close (goodbye posted) and the
+// client's send (chunks posted behind it) run back to back before either end polls.
+TEST_F(RdmaTransportTest, PeerGoodbyeWithChunksInFlightCompletesTheSendOnce) {
+  start(/*slots=*/4, /*slotBytes=*/4096, /*oneContext=*/true);
+  std::vector<uint8_t> warm(8, 1);
+  std::vector<uint8_t> big(3 * 4096, 2);  // 4 chunks, 3 credits left after the warm-up
+  Recorder sent;
+  std::shared_ptr<Connection> client = p_.client;
+  std::shared_ptr<Connection> server = p_.server;
+  client->send(wire::Header{}, warm.data(), warm.size(),
+               [&sent, &big, client, server](const Status& s) {
+                 sent.record(s, {}, 0);
+                 server->close();
+                 client->send(wire::Header{}, big.data(), big.size(), sent.sendCb(1));
+               });
+  ASSERT_TRUE(sent.wait(2));
+  client->close();
+  server_->join();  // both endpoints finished: every completion has been polled
+  const auto statuses = sent.statuses();
+  ASSERT_EQ(statuses.size(), 2u) << "a send completed twice";
+  EXPECT_EQ(sent.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0];
+  EXPECT_EQ(statuses[1].code(), StatusCode::kRemoteError) << statuses[1];
+  EXPECT_NE(statuses[1].message().find("closed the connection"), std::string::npos) << statuses[1];
+}
+
+// Callbacks run in posting order even for operations that fail validation: such an operation
+// waits behind the earlier ones instead of completing through a task of its own.
+TEST_F(RdmaTransportTest, InvalidSendCompletesAfterAnEarlierPendingSendOnClose) {
+  start(/*slots=*/2, /*slotBytes=*/4096);
+  std::vector<uint8_t> big(3 * 4096, 2);  // 4 chunks, 2 credits, no receive: cannot finish
+  Recorder sent;
+  p_.client->send(wire::Header{}, big.data(), big.size(), sent.sendCb(0));
+  p_.client->send(wire::Header{}, nullptr, 10, sent.sendCb(1));
+  p_.client->close();
+  ASSERT_TRUE(sent.wait(2));
+  EXPECT_EQ(sent.order(), (std::vector<size_t>{0, 1}));
+  const auto statuses = sent.statuses();
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled) << statuses[0];
+  EXPECT_EQ(statuses[1].code(), StatusCode::kInvalidArgument) << statuses[1];
+}
+
+TEST_F(RdmaTransportTest, InvalidRecvCompletesAfterAnEarlierPendingRecvOnClose) {
+  start(/*slots=*/2, /*slotBytes=*/4096);
+  std::vector<uint8_t> dst(3 * 4096);
+  Recorder got;
+  p_.server->recv(dst.data(), dst.size(), got.recvCb(0));  // nothing is sent: stays pending
+  p_.server->recv(nullptr, 10, got.recvCb(1));
+  p_.server->close();
+  ASSERT_TRUE(got.wait(2));
+  EXPECT_EQ(got.order(), (std::vector<size_t>{0, 1}));
+  const auto statuses = got.statuses();
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled) << statuses[0];
+  EXPECT_EQ(statuses[1].code(), StatusCode::kInvalidArgument) << statuses[1];
+}
+
+// On a healthy connection an invalid operation keeps its place too, fails only itself and
+// consumes no message: the valid ones around it go through in order.
+TEST_F(RdmaTransportTest, InvalidOperationsKeepTheirPlaceAndFailOnlyThemselves) {
+  start(/*slots=*/2, /*slotBytes=*/4096);
+  const std::vector<uint8_t> big = pattern(3 * 4096, 7);  // needs credits back: several polls
+  const std::vector<uint8_t> small = pattern(100, 8);
+  std::vector<uint8_t> bigIn(big.size()), smallIn(small.size());
+  Recorder sent, got;
+  p_.server->recv(bigIn.data(), bigIn.size(), got.recvCb(0));
+  p_.server->recv(nullptr, 10, got.recvCb(1));
+  p_.server->recv(smallIn.data(), smallIn.size(), got.recvCb(2));
+  wire::Header h;
+  h.sequence = 1;
+  p_.client->send(h, big.data(), big.size(), sent.sendCb(0));
+  p_.client->send(wire::Header{}, nullptr, 10, sent.sendCb(1));
+  h.sequence = 2;
+  p_.client->send(h, small.data(), small.size(), sent.sendCb(2));
+  ASSERT_TRUE(sent.wait(3));
+  ASSERT_TRUE(got.wait(3));
+  EXPECT_EQ(sent.order(), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(got.order(), (std::vector<size_t>{0, 1, 2}));
+  const auto ss = sent.statuses();
+  const auto gs = got.statuses();
+  ASSERT_EQ(ss.size(), 3u);
+  ASSERT_EQ(gs.size(), 3u);
+  EXPECT_TRUE(ss[0].ok()) << ss[0];
+  EXPECT_EQ(ss[1].code(), StatusCode::kInvalidArgument) << ss[1];
+  EXPECT_TRUE(ss[2].ok()) << ss[2];
+  EXPECT_TRUE(gs[0].ok()) << gs[0];
+  EXPECT_EQ(gs[1].code(), StatusCode::kInvalidArgument) << gs[1];
+  EXPECT_TRUE(gs[2].ok()) << gs[2];
+  EXPECT_EQ(got.headers()[0].sequence, 1u);
+  EXPECT_EQ(got.headers()[2].sequence, 2u);
+  EXPECT_TRUE(bigIn == big);
+  EXPECT_TRUE(smallIn == small);
+  EXPECT_TRUE(p_.client->status().ok()) << p_.client->status();
+  EXPECT_TRUE(p_.server->status().ok()) << p_.server->status();
 }
 
 TEST_F(RdmaTransportTest, RegisteredMemoryAndTheRegistrationCache) {
@@ -135,7 +267,7 @@ TEST_F(RdmaTransportTest, RegisteredMemoryAndTheRegistrationCache) {
   EXPECT_EQ(cache.hits(), 1u);
   ASSERT_TRUE(cache.get(b.data(), b.size()).ok());
   ASSERT_TRUE(cache.get(c.data(), c.size()).ok());
-  EXPECT_EQ(cache.size(), 2u);  // the least recently used (a) was evicted
+  EXPECT_EQ(cache.size(), 2u);              // the least recently used (a) was evicted
   EXPECT_EQ((*r1)->lkey(), (*r2)->lkey());  // still valid while held
   EXPECT_EQ(cache.get(nullptr, 5).status().code(), StatusCode::kInvalidArgument);
 }
