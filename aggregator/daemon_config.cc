@@ -1,6 +1,5 @@
 #include "aggregator/daemon_config.h"
 
-#include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -67,13 +66,14 @@ std::string daemonUsage() {
 
 namespace {
 
-StatusOr<int64_t> parseInt(const std::string& name, const std::string& v) {
-  int64_t out = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size()) {
-    return InvalidArgument("--" + name + " expects an integer, got '" + v + "'\n" + daemonUsage());
+// "off", or HOST:PORT with a decimal port (0: any free one).
+Status checkHttpAddress(const std::string& v) {
+  if (v == "off") return OkStatus();
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgument("--http expects HOST:PORT or off, got '" + v + "'");
   }
-  return out;
+  return parseIntIn(v.substr(colon + 1), "--http's port", 0, 65535).status();
 }
 
 StatusOr<bool> parseBool(const std::string& name, const std::string& v) {
@@ -106,17 +106,48 @@ Status readConfigFile(const std::string& path, std::map<std::string, std::string
   return OkStatus();
 }
 
+// Flags and config lines share the environment variables' ranges; the ones without a variable
+// of their own get theirs here. A value that does not fit would otherwise be narrowed silently
+// (--workers 4294967297 became 1, --max-chunk-bytes -1 became SIZE_MAX).
+struct Range {
+  int64_t min, max;
+};
+constexpr Range kWorkersRange{1, 65536};
+constexpr Range kIdRange{0, 65535};
+constexpr Range kServersRange{1, 65536};
+constexpr Range kFirstIterationRange{0, int64_t{1} << 62};
+constexpr Range kStragglersRange{0, 65535};
+constexpr Range kConnectTimeoutRange{1, 86400000};
+
 Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
   ServerOptions& s = c.server;
-  if (name == "workers") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.numWorkers = static_cast<int>(x);
-  } else if (name == "id") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.id = static_cast<int>(x);
-  } else if (name == "servers") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.numServers = static_cast<int>(x);
+  const std::string flag = "--" + name;
+  auto intIn = [&](const auto& range, auto& field) -> Status {
+    int64_t x = 0;
+    if constexpr (std::is_same_v<std::decay_t<decltype(range)>, Range>) {
+      COFAB_ASSIGN_OR_RETURN(x, parseIntIn(v, flag, range.min, range.max));
+    } else {
+      COFAB_ASSIGN_OR_RETURN(x, range.parse(v, flag));
+    }
+    field = static_cast<std::remove_reference_t<decltype(field)>>(x);
+    return OkStatus();
+  };
+  if (name == "workers") return intIn(kWorkersRange, s.numWorkers);
+  if (name == "id") return intIn(kIdRange, s.id);
+  if (name == "servers") return intIn(kServersRange, s.numServers);
+  if (name == "engines") return intIn(kAggEngines, s.engineThreads);
+  if (name == "first-iteration") return intIn(kFirstIterationRange, s.engine.firstIteration);
+  if (name == "round-timeout-ms") return intIn(kAggRoundTimeoutMs, s.engine.roundTimeoutMs);
+  if (name == "gradient-stragglers") return intIn(kStragglersRange, s.engine.gradientStragglers);
+  if (name == "dead-worker-ms") return intIn(kAggDeadWorkerMs, s.engine.deadWorkerMs);
+  if (name == "max-chunk-bytes") return intIn(kAggMaxChunk, s.maxChunkBytes);
+  if (name == "drain-timeout-ms") return intIn(kAggDrainMs, s.drainTimeoutMs);
+  if (name == "staleness") return intIn(kAggStaleness, s.engine.staleness);
+  if (name == "version-staleness") return intIn(kAggVersionStaleness, s.engine.versionStaleness);
+  if (name == "credit-bytes") return intIn(kAggCreditBytes, s.creditBytes);
+  if (name == "connect-timeout-ms") return intIn(kConnectTimeoutRange, c.connectTimeoutMs);
+  if (name == "replication") {
+    COFAB_ASSIGN_OR_RETURN(s.replication, parseBool(name, v));
   } else if (name == "store") {
     c.storeUrl = v;
   } else if (name == "store-prefix") {
@@ -132,40 +163,8 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
     s.transport = v;
   } else if (name == "listen") {
     s.listenAddress = v;
-  } else if (name == "engines") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.engineThreads = static_cast<int>(x);
-  } else if (name == "replication") {
-    COFAB_ASSIGN_OR_RETURN(s.replication, parseBool(name, v));
-  } else if (name == "first-iteration") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.engine.firstIteration = static_cast<uint64_t>(x);
-  } else if (name == "round-timeout-ms") {
-    COFAB_ASSIGN_OR_RETURN(s.engine.roundTimeoutMs, parseInt(name, v));
-  } else if (name == "gradient-stragglers") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.engine.gradientStragglers = static_cast<int>(x);
-  } else if (name == "dead-worker-ms") {
-    COFAB_ASSIGN_OR_RETURN(s.engine.deadWorkerMs, parseInt(name, v));
-  } else if (name == "max-chunk-bytes") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    s.maxChunkBytes = static_cast<size_t>(x);
-  } else if (name == "drain-timeout-ms") {
-    COFAB_ASSIGN_OR_RETURN(s.drainTimeoutMs, parseInt(name, v));
-  } else if (name == "staleness") {
-    COFAB_ASSIGN_OR_RETURN(s.engine.staleness, parseInt(name, v));
-    if (s.engine.staleness < 0) return InvalidArgument("--staleness must be >= 0");
-  } else if (name == "version-staleness") {
-    COFAB_ASSIGN_OR_RETURN(s.engine.versionStaleness, parseInt(name, v));
-    if (s.engine.versionStaleness < 0) return InvalidArgument("--version-staleness must be >= 0");
-  } else if (name == "credit-bytes") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, parseInt(name, v));
-    if (x < 0) return InvalidArgument("--credit-bytes must be >= 0, got " + v);
-    s.creditBytes = static_cast<size_t>(x);
   } else if (name == "http") {
     c.http = v;
-  } else if (name == "connect-timeout-ms") {
-    COFAB_ASSIGN_OR_RETURN(c.connectTimeoutMs, parseInt(name, v));
   } else {
     return InvalidArgument("unknown option '" + name + "'\n" + daemonUsage());
   }
@@ -199,7 +198,8 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   c.server.numServers = static_cast<int>(roleSize);
   std::string raw;
   if (rawParamValue("COFAB_WORLD_SIZE", &raw)) {
-    COFAB_ASSIGN_OR_RETURN(int64_t w, parseInt("workers", raw));
+    COFAB_ASSIGN_OR_RETURN(
+        int64_t w, parseIntIn(raw, "COFAB_WORLD_SIZE", kWorkersRange.min, kWorkersRange.max));
     c.server.numWorkers = static_cast<int>(w);
   } else {
     c.server.numWorkers = 0;
@@ -254,6 +254,7 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   if (c.server.numWorkers <= 0) {
     return InvalidArgument("cofab-aggd needs --workers N (or COFAB_WORLD_SIZE)\n" + daemonUsage());
   }
+  COFAB_RETURN_IF_ERROR(checkHttpAddress(c.http));
   return c;
 }
 

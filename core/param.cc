@@ -76,16 +76,31 @@ IntParam::IntParam(const char* name, int64_t def, int64_t min, int64_t max, cons
       min_(min),
       max_(max) {}
 
-StatusOr<int64_t> IntParam::get() const {
-  std::string v;
-  if (!raw(&v)) return def_;
+// Decimal, whole string, within [min, max].
+static bool parseIntInRange(const std::string& v, int64_t min, int64_t max, int64_t* out) {
   errno = 0;
   char* end = nullptr;
   long long parsed = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE || parsed < min_ || parsed > max_) {
-    return malformed(v, intRange(min_, max_));
+  if (v.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) return false;
+  *out = static_cast<int64_t>(parsed);
+  return true;
+}
+
+StatusOr<int64_t> IntParam::get() const {
+  std::string v;
+  if (!raw(&v)) return def_;
+  int64_t out = 0;
+  if (!parseIntInRange(v, min_, max_, &out)) return malformed(v, intRange(min_, max_));
+  return out;
+}
+
+StatusOr<int64_t> parseIntIn(const std::string& text, const std::string& source, int64_t min,
+                             int64_t max) {
+  int64_t out = 0;
+  if (!parseIntInRange(text, min, max, &out)) {
+    return InvalidArgument(source + " expects " + intRange(min, max) + ", got '" + text + "'");
   }
-  return static_cast<int64_t>(parsed);
+  return out;
 }
 
 static std::string doubleRange(double min, double max) {

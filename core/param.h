@@ -47,11 +47,20 @@ class ParamBase {
   const char* name_;
 };
 
+// A decimal integer in [min, max] from elsewhere than the environment (a flag, a config file
+// line): InvalidArgument naming `source` ("--engines") and the accepted range otherwise.
+StatusOr<int64_t> parseIntIn(const std::string& text, const std::string& source, int64_t min,
+                             int64_t max);
+
 class IntParam : public ParamBase {
  public:
   IntParam(const char* name, int64_t def, int64_t min, int64_t max, const char* doc);
   StatusOr<int64_t> get() const;
   int64_t defaultValue() const { return def_; }
+  // parseIntIn with this parameter's range.
+  StatusOr<int64_t> parse(const std::string& text, const std::string& source) const {
+    return parseIntIn(text, source, min_, max_);
+  }
 
  private:
   int64_t def_, min_, max_;
@@ -118,7 +127,8 @@ class ScopedParamOverride {
   static const ::cofab::IntParam var { name, def, min, max, doc }
 #define COFAB_PARAM_DOUBLE(var, name, def, min, max, doc) \
   static const ::cofab::DoubleParam var { name, def, min, max, doc }
-#define COFAB_PARAM_BOOL(var, name, def, doc) static const ::cofab::BoolParam var { name, def, doc }
+#define COFAB_PARAM_BOOL(var, name, def, doc) \
+  static const ::cofab::BoolParam var { name, def, doc }
 #define COFAB_PARAM_STRING(var, name, def, doc) \
   static const ::cofab::StringParam var { name, def, doc }
 #define COFAB_PARAM_ENUM(var, name, def, choices, doc) \

@@ -76,7 +76,8 @@ StatusOr<std::unique_ptr<FileStore>> FileStore::open(const std::string& dir) {
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return errnoStatus(StatusCode::kIoError, "stat " + dir, errno);
-  if (!S_ISDIR(st.st_mode)) return InvalidArgument("FileStore path '" + dir + "' is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return InvalidArgument("FileStore path '" + dir + "' is not a directory");
   return std::unique_ptr<FileStore>(new FileStore(dir));
 }
 
@@ -126,10 +127,11 @@ StatusOr<Bytes> FileStore::readKey(std::string_view key, bool* found) const {
 
 Status FileStore::writeKey(std::string_view key, const Bytes& value) {
   std::string path = pathFor(key);
-  std::string tmp = dir_ + "/.tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(tmpCounter_.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoStatus(StatusCode::kIoError, "open " + tmp, errno);
+  // A unique name from mkostemp: a pid and counter collided with a second FileStore on the same
+  // directory in one process, and with a crashed run's leftover after pid reuse.
+  std::string tmp = dir_ + "/.tmp.XXXXXX";
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return errnoStatus(StatusCode::kIoError, "create a temporary file in " + dir_, errno);
   {
     Fd guard(fd);
     uint32_t klen = static_cast<uint32_t>(key.size());
@@ -155,8 +157,20 @@ auto FileStore::withLock(Fn&& fn) -> decltype(fn()) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return errnoStatus(StatusCode::kIoError, "open " + path, errno);
   Fd guard(fd);
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) return errnoStatus(StatusCode::kIoError, "flock " + path, errno);
+  // Bounded like every store call: a holder that is stopped or stuck must not hang us.
+  COFAB_ASSIGN_OR_RETURN(int64_t timeoutMs, storeCallTimeoutMs());
+  const Deadline deadline = Deadline::afterMs(timeoutMs);
+  auto pause = std::chrono::microseconds(100);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return errnoStatus(StatusCode::kIoError, "flock " + path, errno);
+    if (deadline.expired()) {
+      return DeadlineExceeded(describe() + ": its lock " + path + " is still held by another " +
+                              "process after " + std::to_string(timeoutMs) +
+                              " ms (COFAB_STORE_TIMEOUT_MS); is a store user stopped or stuck?");
+    }
+    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
   }
   return fn();  // the lock is released when fd closes
 }

@@ -7,7 +7,6 @@
 // number of processes.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -42,7 +41,6 @@ class FileStore final : public Store {
   auto withLock(Fn&& fn) -> decltype(fn());
 
   std::string dir_;
-  std::atomic<uint64_t> tmpCounter_{0};
 };
 
 }  // namespace cofab

@@ -3,10 +3,16 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/param.h"
 #include "fabric/rendezvous/file_store.h"
 #include "fabric/rendezvous/tcp_store.h"
 
 namespace cofab {
+
+COFAB_PARAM_INT(kStoreTimeoutMs, "COFAB_STORE_TIMEOUT_MS", 60000, 1, 86400000,
+                "deadline in ms for store calls that take none (set, add, ...) incl. reconnects");
+
+StatusOr<int64_t> storeCallTimeoutMs() { return kStoreTimeoutMs.get(); }
 
 Status validateStoreKey(std::string_view key) {
   if (key.empty()) return InvalidArgument("store key is empty");
@@ -43,8 +49,8 @@ StatusOr<std::unique_ptr<Store>> openStore(std::string_view url, Deadline connec
   constexpr std::string_view kFile = "file://";
   if (url.substr(0, kTcp.size()) == kTcp) {
     COFAB_ASSIGN_OR_RETURN(auto addr, parseHostPort(url.substr(kTcp.size())));
-    COFAB_ASSIGN_OR_RETURN(auto client,
-                           TcpStore::connect(addr.host, addr.port, TcpStoreOptions{}, connectDeadline));
+    COFAB_ASSIGN_OR_RETURN(
+        auto client, TcpStore::connect(addr.host, addr.port, TcpStoreOptions{}, connectDeadline));
     return std::unique_ptr<Store>(std::move(client));
   }
   if (url.substr(0, kFile.size()) == kFile) {

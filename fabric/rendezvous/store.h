@@ -54,6 +54,8 @@ class Store {
 // InvalidArgument for empty or overlong keys and overlong values; shared by every store.
 Status validateStoreKey(std::string_view key);
 Status validateStoreValue(const Bytes& value);
+// COFAB_STORE_TIMEOUT_MS: the deadline of store calls that take none (set, add, ...).
+StatusOr<int64_t> storeCallTimeoutMs();
 // Parses the decimal text an add() keeps; InvalidArgument if the key holds something else.
 StatusOr<int64_t> parseCounter(std::string_view key, const Bytes& value);
 

@@ -16,9 +16,6 @@ using store_proto::Reader;
 using store_proto::Reply;
 using store_proto::Writer;
 
-COFAB_PARAM_INT(kStoreTimeoutMs, "COFAB_STORE_TIMEOUT_MS", 60000, 1, 86400000,
-                "deadline in ms for store calls that take none (set, add, ...) incl. reconnects");
-
 namespace {
 // How long past a waiting request's own deadline the client keeps listening for the server's
 // timeout reply before treating the connection as lost.
@@ -40,7 +37,7 @@ StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, u
   int64_t timeout = options.opTimeoutMs;
   if (timeout < 0) return InvalidArgument("TcpStoreOptions.opTimeoutMs must be >= 0");
   if (timeout == 0) {
-    COFAB_ASSIGN_OR_RETURN(timeout, kStoreTimeoutMs.get());
+    COFAB_ASSIGN_OR_RETURN(timeout, storeCallTimeoutMs());
   }
   std::unique_ptr<TcpStore> store(new TcpStore(HostPort{host, port}, timeout));
   COFAB_ASSIGN_OR_RETURN(store->fd_, connectTcp(store->addr_, deadline));
@@ -111,13 +108,14 @@ StatusOr<Bytes> TcpStore::roundTrip(const Bytes& request, Deadline deadline, boo
     if (sent && !idempotent) {
       return Unavailable("lost the connection to store " + describe() +
                          " after sending a non-idempotent request; it may or may not have been "
-                         "applied (" + err.message() + ")");
+                         "applied (" +
+                         err.message() + ")");
     }
     if (deadline.expired()) {
       return err.code() == StatusCode::kDeadlineExceeded
                  ? err
-                 : DeadlineExceeded("store " + describe() + " unreachable before the deadline: " +
-                                    err.message());
+                 : DeadlineExceeded("store " + describe() +
+                                    " unreachable before the deadline: " + err.message());
     }
     COFAB_LOG(kInfo, "store") << "retrying store request after: " << err.message();
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
@@ -141,7 +139,8 @@ StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
   w.u8(static_cast<uint8_t>(Op::kGet));
   w.str(key);
   w.u32(waitMs(deadline));
-  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w.frame(store_proto::kRequestMagic), deadline, true));
+  COFAB_ASSIGN_OR_RETURN(Bytes body,
+                         roundTrip(w.frame(store_proto::kRequestMagic), deadline, true));
   Reader r(body.data(), body.size());
   return r.blob();
 }

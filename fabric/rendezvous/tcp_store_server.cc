@@ -25,8 +25,7 @@ using store_proto::Writer;
 
 class TcpStoreServer::Loop {
  public:
-  Loop(int listenFd, int maxConnections)
-      : listenFd_(listenFd), maxConnections_(maxConnections) {}
+  Loop(int listenFd, int maxConnections) : listenFd_(listenFd), maxConnections_(maxConnections) {}
   ~Loop();
 
   Status init();
@@ -37,14 +36,16 @@ class TcpStoreServer::Loop {
  private:
   struct Conn {
     int fd = -1;
-    Bytes in;             // unparsed bytes
-    Bytes out;            // unsent response bytes
+    uint64_t id = 0;  // unique for the server's life: fds are reused, ids never
+    Bytes in;         // unparsed bytes
+    Bytes out;        // unsent response bytes
     size_t outOffset = 0;
     bool parked = false;  // a get/wait is waiting for keys
     bool wantWrite = false;
   };
   struct Parked {
     int fd;
+    uint64_t connId;  // the connection that asked, not a later one given the same fd
     Op op;
     std::vector<std::string> keys;
     Deadline deadline;
@@ -72,6 +73,7 @@ class TcpStoreServer::Loop {
   int wakeFd_ = -1;
   std::atomic<bool> stop_{false};
   std::unordered_map<int, Conn> conns_;
+  uint64_t nextConnId_ = 1;
   std::deque<Parked> parked_;
   std::map<std::string, Bytes, std::less<>> data_;
 
@@ -190,7 +192,9 @@ void TcpStoreServer::Loop::acceptAll() {
       ::close(fd);
       continue;
     }
-    conns_[fd].fd = fd;
+    Conn& c = conns_[fd];
+    c.fd = fd;
+    c.id = nextConnId_++;
     std::lock_guard<std::mutex> lock(statsMu_);
     ++stats_.acceptedConnections;
     stats_.openConnections = conns_.size();
@@ -222,6 +226,10 @@ void TcpStoreServer::Loop::onReadable(Conn& c) {
         return;
       }
       if (!c.parked && !serveFrames(c)) return;
+      // A reply the socket did not take: read no more until it has gone (onWritable resumes),
+      // so a client that sends requests without reading the answers is held back by TCP
+      // instead of growing this server's memory by one answer per request.
+      if (!c.out.empty()) return;
       continue;
     }
     if (n == 0) {
@@ -238,7 +246,7 @@ void TcpStoreServer::Loop::onReadable(Conn& c) {
 bool TcpStoreServer::Loop::serveFrames(Conn& c) {
   size_t off = 0;
   int fd = c.fd;
-  while (!c.parked && c.in.size() - off >= store_proto::kFrameHeaderBytes) {
+  while (!c.parked && c.out.empty() && c.in.size() - off >= store_proto::kFrameHeaderBytes) {
     auto len = store_proto::parseFrameHeader(c.in.data() + off, store_proto::kRequestMagic);
     if (!len.ok()) {
       COFAB_LOG(kWarn, "store") << "closing client: " << len.status().message();
@@ -283,7 +291,7 @@ void TcpStoreServer::Loop::reply(Conn& c, const Writer& w) {
   if (!c.wantWrite) {
     c.wantWrite = true;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT;
+    ev.events = EPOLLOUT;  // not EPOLLIN: nothing is read while a reply waits (onReadable)
     ev.data.u64 = static_cast<uint64_t>(c.fd);
     ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
   }
@@ -308,6 +316,9 @@ void TcpStoreServer::Loop::onWritable(Conn& c) {
   ev.events = EPOLLIN;
   ev.data.u64 = static_cast<uint64_t>(c.fd);
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+  // Requests that arrived while the reply waited are served now; more in the socket are
+  // picked up by EPOLLIN.
+  if (!c.parked && !c.in.empty()) serveFrames(c);
 }
 
 void TcpStoreServer::Loop::replyError(Conn& c, const Status& s) {
@@ -375,7 +386,7 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
       auto timeoutMs = r.u32();
       if (!timeoutMs.ok() || !r.done()) return false;
       if (!validKeys(keys)) return true;
-      Parked p{c.fd, static_cast<Op>(*op), std::move(keys), Deadline::afterMs(*timeoutMs)};
+      Parked p{c.fd, c.id, static_cast<Op>(*op), std::move(keys), Deadline::afterMs(*timeoutMs)};
       if (!tryComplete(p, false)) {
         c.parked = true;
         parked_.push_back(std::move(p));
@@ -391,8 +402,8 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
       bool ok = true;
       int64_t cur = it == data_.end() ? 0 : parseI64(it->second, &ok);
       if (!ok) {
-        replyError(c, InvalidArgument("add() on key '" + *key +
-                                      "' whose value is not a decimal integer"));
+        replyError(
+            c, InvalidArgument("add() on key '" + *key + "' whose value is not a decimal integer"));
         return true;
       }
       int64_t result = cur + *delta;
@@ -450,7 +461,7 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
 
 bool TcpStoreServer::Loop::tryComplete(const Parked& p, bool timedOut) {
   auto it = conns_.find(p.fd);
-  if (it == conns_.end()) return true;  // client gone: drop
+  if (it == conns_.end() || it->second.id != p.connId) return true;  // client gone: drop
   std::vector<std::string> missing;
   for (const auto& k : p.keys) {
     if (data_.find(k) == data_.end()) missing.push_back(k);
@@ -503,7 +514,8 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(
     return InvalidArgument("TcpStoreServer maxConnections must be positive");
   }
   uint16_t port = 0;
-  COFAB_ASSIGN_OR_RETURN(int fd, listenTcp(HostPort{options.bindAddress, options.port}, 512, &port));
+  COFAB_ASSIGN_OR_RETURN(int fd,
+                         listenTcp(HostPort{options.bindAddress, options.port}, 512, &port));
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->loop_ = std::make_unique<Loop>(fd, options.maxConnections);
   COFAB_RETURN_IF_ERROR(server->loop_->init());
@@ -525,9 +537,7 @@ void TcpStoreServer::stop() {
   thread_.join();
 }
 
-std::string TcpStoreServer::url() const {
-  return "tcp://" + HostPort{host_, port_}.toString();
-}
+std::string TcpStoreServer::url() const { return "tcp://" + HostPort{host_, port_}.toString(); }
 
 TcpStoreServer::Stats TcpStoreServer::stats() const { return loop_->stats(); }
 

@@ -1,8 +1,14 @@
 // The Store contract, written once and run against every implementation.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 
+#include "core/param.h"
 #include "fabric/rendezvous/file_store.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/rendezvous/prefix_store.h"
@@ -50,7 +56,9 @@ class HashFactory : public StoreFactory {
 
 class FileFactory : public StoreFactory {
  public:
-  std::unique_ptr<Store> client() override { return std::move(FileStore::open(dir_.path()).value()); }
+  std::unique_ptr<Store> client() override {
+    return std::move(FileStore::open(dir_.path()).value());
+  }
 
  private:
   testing::TempDir dir_;
@@ -208,8 +216,8 @@ TEST(OpenStoreTest, UrlsAreParsedOrRejectedClearly) {
   auto file = openStore("file://" + dir.path(), Deadline::afterMs(100));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->describe(), "file://" + dir.path());
-  for (const char* bad : {"file://relative/dir", "redis://x:1", "tcp://nohost", "tcp://h:99999",
-                          "tcp://[::1:5"}) {
+  for (const char* bad :
+       {"file://relative/dir", "redis://x:1", "tcp://nohost", "tcp://h:99999", "tcp://[::1:5"}) {
     auto s = openStore(bad, Deadline::afterMs(100));
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad << ": " << s.status();
@@ -228,6 +236,42 @@ TEST(OpenStoreTest, UnreachableTcpStoreFailsAtTheDeadlineWithTheAddress) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+}
+
+// Two FileStores on one directory in one process (or a crashed run's leftovers) must not
+// collide on temporary file names: each used to count from 0 under the same pid.
+TEST(FileStoreTest, TwoInstancesInOneProcessWriteSideBySide) {
+  testing::TempDir dir;
+  auto a = FileStore::open(dir.path());
+  auto b = FileStore::open(dir.path());
+  ASSERT_TRUE(a.ok() && b.ok());
+  // A leftover named as this process's next temporary file used to be.
+  std::ofstream(dir.path() + "/.tmp." + std::to_string(::getpid()) + ".0") << "stale";
+  ASSERT_TRUE((*a)->set("x", toBytes("from a")).ok());
+  ASSERT_TRUE((*b)->set("y", toBytes("from b")).ok());
+  EXPECT_EQ(toString((*b)->get("x", Deadline::afterMs(1000)).value()), "from a");
+  EXPECT_EQ(toString((*a)->get("y", Deadline::afterMs(1000)).value()), "from b");
+}
+
+// A process holding the directory lock (stopped, stuck) makes add() and compareSet() fail at
+// COFAB_STORE_TIMEOUT_MS naming the lock, instead of blocking forever.
+TEST(FileStoreTest, AHeldLockIsADeadlineNotAHang) {
+  testing::TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  const std::string lockPath = dir.path() + "/.lock";
+  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);  // another open file description: conflicts
+  ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "100");
+  auto added = (*store)->add("n", 1);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), StatusCode::kDeadlineExceeded) << added.status();
+  EXPECT_NE(added.status().message().find(".lock"), std::string::npos) << added.status();
+  auto swapped = (*store)->compareSet("n", {}, toBytes("1"));
+  EXPECT_EQ(swapped.status().code(), StatusCode::kDeadlineExceeded) << swapped.status();
+  ::close(holder);  // released: the store works again
+  EXPECT_EQ((*store)->add("n", 1).value(), 1);
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ class TcpStoreRobustnessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::move(TcpStoreServer::start({}).value());
-    good_ = std::move(TcpStore::connect("127.0.0.1", server_->port(), {}, Deadline::afterMs(2000)).value());
+    good_ = std::move(
+        TcpStore::connect("127.0.0.1", server_->port(), {}, Deadline::afterMs(2000)).value());
     ASSERT_TRUE(good_->set("alive", toBytes("yes")).ok());
   }
   // The well-behaved client still gets answers.
@@ -103,8 +104,8 @@ TEST_F(TcpStoreRobustnessTest, MalformedBodiesCloseTheConnection) {
     Writer w;
     if (variant == 0) w.u8(99);
     if (variant == 1) {
-      w.u8(1);       // set
-      w.u32(1000);   // key length beyond the body
+      w.u8(1);      // set
+      w.u32(1000);  // key length beyond the body
     }
     if (variant == 2) {
       w.u8(4);  // wait
@@ -112,7 +113,8 @@ TEST_F(TcpStoreRobustnessTest, MalformedBodiesCloseTheConnection) {
     }
     Bytes frame = w.frame(store_proto::kRequestMagic);
     int fd = rawConnect(server_->port());
-    ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+    ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frame.size()));
     EXPECT_TRUE(closedByServer(fd)) << "variant " << variant;
     ::close(fd);
   }
@@ -153,6 +155,51 @@ TEST_F(TcpStoreRobustnessTest, TruncatedFrameFromAClientThatGoesAwayIsFreed) {
   ::close(fd);
   expectDrained(*server_, 1);
   EXPECT_FALSE(*good_->check({"key"}));  // never applied
+}
+
+// A client that pipelines requests for a large value and reads the answers slowly: the server
+// holds at most one unsent answer for it (TCP holds back the rest of its requests) instead of
+// one per request, and every answer still arrives whole.
+TEST_F(TcpStoreRobustnessTest, UnreadAnswersDoNotPileUpInTheServer) {
+  constexpr size_t kValue = 4u << 20;
+  constexpr int kGets = 32;
+  ASSERT_TRUE(good_->set("big", Bytes(kValue, 0x5A)).ok());
+  Bytes requests;
+  for (int i = 0; i < kGets; ++i) {
+    Writer w;
+    w.u8(static_cast<uint8_t>(store_proto::Op::kGet));
+    w.str("big");
+    w.u32(10000);
+    Bytes frame = w.frame(store_proto::kRequestMagic);
+    requests.insert(requests.end(), frame.begin(), frame.end());
+  }
+  const uint64_t before = server_->stats().requests;
+  int fd = rawConnect(server_->port());
+  ASSERT_EQ(::send(fd, requests.data(), requests.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(requests.size()));
+  auto deadline = Deadline::afterMs(10000);
+  while (server_->stats().requests == before && !deadline.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // One answer: frame header, reply code, blob length, value.
+  const size_t answerBytes = store_proto::kFrameHeaderBytes + 1 + 4 + kValue;
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::vector<uint8_t> buf(1 << 16);
+  size_t got = 0;
+  uint64_t mostBuffered = 0;
+  while (got < answerBytes * kGets) {
+    mostBuffered = std::max(mostBuffered, server_->stats().bufferedBytes);
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    ASSERT_GT(n, 0) << "after " << got << " of " << answerBytes * kGets << " bytes";
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(got, answerBytes * kGets);
+  // One answer plus the requests not yet read: never several answers.
+  EXPECT_LE(mostBuffered, answerBytes + requests.size());
+  ::close(fd);
+  expectStillServing();
+  expectDrained(*server_, 1);
 }
 
 TEST_F(TcpStoreRobustnessTest, ClientKilledWhileWaitingDoesNotDisturbTheServer) {

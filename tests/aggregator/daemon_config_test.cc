@@ -1,0 +1,82 @@
+// cofab-aggd's flags and config file: values outside what the daemon can use are refused with a
+// message naming the flag, never narrowed into something else.
+#include "aggregator/daemon_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/param.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::aggregator {
+namespace {
+
+StatusOr<DaemonConfig> parse(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--store", "tcp://127.0.0.1:1", "--workers", "4"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return parseDaemonArgs(args);
+}
+
+TEST(DaemonConfigTest, ValuesOutOfRangeAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--workers", "4294967297"},  // used to wrap to 1
+      {"--workers", "0"},
+      {"--max-chunk-bytes", "-1"},  // used to become SIZE_MAX
+      {"--max-chunk-bytes", "0"},   // would refuse every chunk
+      {"--first-iteration", "-1"},  // used to become UINT64_MAX
+      {"--round-timeout-ms", "-5"},
+      {"--dead-worker-ms", "-1"},
+      {"--drain-timeout-ms", "-1"},
+      {"--credit-bytes", "-1"},
+      {"--engines", "0"},
+      {"--id", "-1"},
+      {"--servers", "0"},
+      {"--gradient-stragglers", "-1"},
+      {"--connect-timeout-ms", "0"},
+      {"--staleness", "12abc"},
+      {"--http", "127.0.0.1:abc"},  // used to bind an ephemeral port
+      {"--http", "127.0.0.1:70000"},
+      {"--http", "nocolon"},
+  };
+  for (const auto& [flag, value] : bad) {
+    auto c = parse({flag, value});
+    ASSERT_FALSE(c.ok()) << flag << " " << value << " was accepted";
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+    EXPECT_NE(c.status().message().find(flag), std::string::npos)
+        << flag << " " << value << ": " << c.status();
+  }
+}
+
+TEST(DaemonConfigTest, ValuesInRangeAreTaken) {
+  auto c = parse({"--max-chunk-bytes", "1048576", "--first-iteration", "7", "--engines", "3",
+                  "--http", "off", "--credit-bytes", "0", "--round-timeout-ms=250"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.numWorkers, 4);
+  EXPECT_EQ(c->server.maxChunkBytes, 1048576u);
+  EXPECT_EQ(c->server.engine.firstIteration, 7u);
+  EXPECT_EQ(c->server.engineThreads, 3);
+  EXPECT_EQ(c->server.engine.roundTimeoutMs, 250);
+  EXPECT_EQ(c->http, "off");
+}
+
+// The config file goes through the same checks, and the error names the file.
+TEST(DaemonConfigTest, AConfigFileLineOutOfRangeIsRefusedNamingTheFile) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/aggd.conf";
+  std::ofstream(path) << "# daemon\nworkers = 4294967297\n";
+  auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--config", path});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--workers"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status();
+}
+
+TEST(DaemonConfigTest, AWorldSizeFromTheEnvironmentIsCheckedToo) {
+  ScopedParamOverride world("COFAB_WORLD_SIZE", "-3");
+  auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("COFAB_WORLD_SIZE"), std::string::npos) << c.status();
+}
+
+}  // namespace
+}  // namespace cofab::aggregator
