@@ -20,7 +20,10 @@ struct ModelStore::Held {
   Payload delta;
   int rank = -1;
   int64_t clock = 0;
-  bool deferred = false;
+  bool deferred = false;  // counted in modelDeferredNow: held before its apply or its answer
+  bool applied = false;   // applied; its answer waits for SSP's read bound (answerWhenReadable)
+  uint64_t version = 0;   // the slot's version right after it was applied
+  uint64_t staleness = 0;
 };
 
 struct ModelStore::Slot {
@@ -285,6 +288,7 @@ void ModelStore::onApplyPull(Event& e) {
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
+  if (held.applied) return answerWhenReadable(s, held, now);
   const int64_t tau = options_.staleness;
   const int w = held.rank;
   const int64_t c = held.clock;
@@ -351,11 +355,50 @@ bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
   }
   s.version++;
   s.last[static_cast<size_t>(w)] = c;
-  const auto staleness = static_cast<uint64_t>(std::max<int64_t>({0, ahead, behind}));
+  held.staleness = static_cast<uint64_t>(std::max<int64_t>({0, ahead, behind}));
+  held.version = s.version;
+  held.applied = true;
   metrics_.sync.modelApplied.fetch_add(1, std::memory_order_relaxed);
-  metrics_.sync.observeStaleness(staleness);
+  metrics_.sync.observeStaleness(held.staleness);
+  return answerWhenReadable(s, held, now);
+}
+
+bool ModelStore::answerWhenReadable(Slot& s, Held& held, int64_t now) {
+  // SSP's read bound: the answer lets the worker pull and compute clock c+1, which must see
+  // every live worker's updates up to clock c - tau (with tau = 0, everyone's clock c: BSP).
+  // Holding the answer of an update already applied blocks nobody else, and the slowest worker
+  // is never held (everyone else's clock is at least its own), so the job always progresses.
+  const int64_t tau = options_.staleness;
+  const int w = held.rank;
+  const int64_t c = held.clock;
+  int slowest = -1;
+  int64_t minL = 0;
+  for (int u = 0; u < options_.numWorkers; ++u) {
+    if (u == w || !live(u, now)) continue;
+    const int64_t lu = s.last[static_cast<size_t>(u)];
+    if (slowest < 0 || lu < minL) {
+      slowest = u;
+      minL = lu;
+    }
+  }
+  if (slowest >= 0 && minL < c - tau) {
+    if (!held.deferred) {
+      held.deferred = true;
+      metrics_.sync.modelDeferred.fetch_add(1, std::memory_order_relaxed);
+      metrics_.sync.modelDeferredNow.fetch_add(1, std::memory_order_relaxed);
+      const std::string text =
+          "apply " + where(s.key, s.chunk) + " clock=" + std::to_string(c) + " from worker " +
+          std::to_string(w) + " applied; its answer waits for worker " + std::to_string(slowest) +
+          " (last applied clock " + std::to_string(minL) + ") to reach clock " +
+          std::to_string(c - tau) + " (bound " + std::to_string(tau) + ")";
+      auto p = std::make_shared<std::vector<uint8_t>>(text.begin(), text.end());
+      answer(*held.peer, ControlOp::kModelDeferred, held.header, held.version, std::move(p),
+             DType::kU8);
+    }
+    return false;
+  }
   if (held.deferred) metrics_.sync.modelDeferredNow.fetch_sub(1, std::memory_order_relaxed);
-  answerApply(*held.peer, held.header, false, s.version, staleness, "");
+  answerApply(*held.peer, held.header, false, held.version, held.staleness, "");
   return true;
 }
 
@@ -395,6 +438,10 @@ void ModelStore::drain(const std::string& why) {
   for (auto& [id, slot] : slots_) {
     for (Held& held : slot->held) {
       if (held.deferred) metrics_.sync.modelDeferredNow.fetch_sub(1, std::memory_order_relaxed);
+      if (held.applied) {  // it took effect: say so rather than refuse it
+        answerApply(*held.peer, held.header, false, held.version, held.staleness, "");
+        continue;
+      }
       held.peer->reject(metrics_, RejectReason::kDraining, held.header,
                         "held update " + where(slot->key, slot->chunk) + " refused: " + why);
     }

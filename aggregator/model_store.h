@@ -71,6 +71,8 @@ class ModelStore {
   Slot* find(Event& e, bool needValue);
   // Applies, drops or keeps `held`; true when it is finished (applied or dropped).
   bool tryApply(Slot& s, Held& held, int64_t now);
+  // Answers an applied update once SSP's read bound allows; true when answered.
+  bool answerWhenReadable(Slot& s, Held& held, int64_t now);
   void release(Slot& s, int64_t now);
   bool live(int rank, int64_t now) const;
 
