@@ -4,6 +4,11 @@
 // the models stay identical. int8/onebit only change the wire format of the push-pull (the
 // daemon decompresses, accumulates in f32 and recompresses; onebit keeps an error-feedback
 // residual per worker, and the daemon's reply none unless SyncOptions::replyFeedback).
+//
+// Failures are sticky: a push-pull that failed (or timed out) fails this step and every later
+// one with the same Status. The step's other tensors are waited for, and those still running at
+// the deadline are cancelled by closing the client, so no late result lands in buf_ after step()
+// returned (and none while a later step refills it).
 #include <memory>
 #include <string>
 
@@ -19,6 +24,10 @@ class BspSync final : public AlgorithmBase {
  public:
   BspSync(const SyncOptions& options, const SyncEnv& env)
       : AlgorithmBase(options.algorithm, options, env, 1) {}
+  // Closes the client first: its I/O threads may still receive into buf_.
+  ~BspSync() override {
+    if (client_ != nullptr) client_->close();
+  }
 
   Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
@@ -33,6 +42,8 @@ class BspSync final : public AlgorithmBase {
 
   Status step(int thread, std::span<const float> grad, uint64_t, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    if (client_ == nullptr) return FailedPrecondition("sync " + name_ + ": start() not called");
+    COFAB_RETURN_IF_ERROR(failed_);
     if (name_ == "sync") {
       buf_.assign(grad.begin(), grad.end());
       COFAB_RETURN_IF_ERROR(averageInPlace(/*compressed=*/true));
@@ -62,7 +73,9 @@ class BspSync final : public AlgorithmBase {
     recordBytes();
     client_->close();
     model_.read(out);
-    return s;
+    // After a failed step, its cause (waitAll() may only see the Cancelled of the operations
+    // closed with the client).
+    return failed_.ok() ? s : failed_;
   }
 
  private:
@@ -83,10 +96,11 @@ class BspSync final : public AlgorithmBase {
       TensorView view(buf_.data() + offsets_[t], counts_[t], DType::kF32);
       handles_.push_back(client_->pushPull(keyBase + t, view, view, options));
     }
-    Deadline d = deadline();
-    for (size_t t = 0; t < handles_.size(); ++t) {
-      COFAB_RETURN_IF_ERROR(
-          handles_[t].wait(d).withContext("sync " + name_ + ": tensor " + std::to_string(t)));
+    size_t t = 0;
+    Status st = waitEveryHandle(*client_, handles_, deadline(), &t);
+    if (!st.ok()) {
+      failed_ = st.withContext("sync " + name_ + ": tensor " + std::to_string(t));
+      return failed_;
     }
     recordBytes();
     return OkStatus();
@@ -98,9 +112,12 @@ class BspSync final : public AlgorithmBase {
     bytesReceived_.store(s.bytesIn);
   }
 
-  std::unique_ptr<ps::PushPullClient> client_;
   std::vector<float> buf_;
   std::vector<ps::PushPullHandle> handles_;
+  // The first failed push-pull: every later step() returns it (sticky, docs/SYNC.md).
+  Status failed_;
+  // Declared after the buffers it receives into, so it is destroyed (closed) before them.
+  std::unique_ptr<ps::PushPullClient> client_;
 };
 
 }  // namespace

@@ -69,6 +69,8 @@ class GossipSync final : public AlgorithmBase {
 
   Status finish(std::span<float> out) override {
     if (env_.comm == nullptr) return FailedPrecondition("sync gossip: start() not called");
+    // start() failed on its layout (setUp() never records an empty one): no model to average.
+    if (total_ == 0) return FailedPrecondition("sync gossip: start() not called or failed");
     model_.read(mine_);
     COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
                                           collective(comm::ReduceOp::kAvg)));

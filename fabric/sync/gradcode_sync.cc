@@ -18,6 +18,11 @@
 // (bounded lag: a straggler a few rounds behind is never waited for; a stalled one is, once it
 // is half a window behind). Should a worker still fall more than `window` rounds behind (a
 // window too small for the model's memory budget), its step fails with FailedPrecondition.
+//
+// Failures of the push-pulls are sticky: that step and every later one (and needsGradient())
+// return the first. The step's other tensors are waited for, and those still running at the
+// deadline are cancelled by closing the client, so nothing reads the caller's gradient or writes
+// result_ after step() returned.
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -40,6 +45,10 @@ class GradcodeSync final : public AlgorithmBase {
   GradcodeSync(const SyncOptions& options, const SyncEnv& env,
                coding::FractionalRepetitionCode code)
       : AlgorithmBase("gradcode", options, env, 1), code_(std::move(code)) {}
+  // Closes the client first: its I/O threads may still receive into result_.
+  ~GradcodeSync() override {
+    if (client_ != nullptr) client_->close();
+  }
 
   Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
@@ -49,10 +58,15 @@ class GradcodeSync final : public AlgorithmBase {
     COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
     // The daemons must complete rounds per group: a sum of 1 per worker then comes back as the
     // number of groups (one contribution each), from plain daemons as the number of workers.
+    // On the stack: waitEveryHandle() makes sure the operation has ended before we return.
     float one = 1.0f, got = 0.0f;
-    ps::PushPullHandle check = client_->pushPull(kCheckKey, TensorView(&one, 1, DType::kF32),
-                                                 TensorView(&got, 1, DType::kF32));
-    COFAB_RETURN_IF_ERROR(check.wait(deadline()).withContext("sync gradcode: configuration check"));
+    const ps::PushPullHandle check[] = {client_->pushPull(
+        kCheckKey, TensorView(&one, 1, DType::kF32), TensorView(&got, 1, DType::kF32))};
+    Status checked = waitEveryHandle(*client_, check, deadline());
+    if (!checked.ok()) {
+      failed_ = checked.withContext("sync gradcode: configuration check");
+      return failed_;
+    }
     if (got != float(code_.groups())) {
       return FailedPrecondition("sync gradcode: the aggregators reduced " +
                                 std::to_string(int(got)) + " contributions of the " +
@@ -72,8 +86,10 @@ class GradcodeSync final : public AlgorithmBase {
       TensorView view(result_.data() + offsets_[t], counts_[t], DType::kF32);
       handles.push_back(client_->pushPull(kInitialKeys + t, view, view));
     }
-    for (auto& h : handles) {
-      COFAB_RETURN_IF_ERROR(h.wait(deadline()).withContext("sync gradcode: initial model"));
+    Status initialized = waitEveryHandle(*client_, handles, deadline());
+    if (!initialized.ok()) {
+      failed_ = initialized.withContext("sync gradcode: initial model");
+      return failed_;
     }
     const float inv = 1.0f / float(code_.groups());
     for (float& v : result_) v *= inv;
@@ -85,6 +101,7 @@ class GradcodeSync final : public AlgorithmBase {
 
   StatusOr<bool> needsGradient(int thread, uint64_t step) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, std::span<const float>(result_.data(), total_)));
+    COFAB_RETURN_IF_ERROR(failed_);
     COFAB_RETURN_IF_ERROR(keepWithinWindow(step));
     COFAB_ASSIGN_OR_RETURN(bool done, env_.store->check({doneKey(step)}));
     return !done;
@@ -96,6 +113,7 @@ class GradcodeSync final : public AlgorithmBase {
     COFAB_RETURN_IF_ERROR(
         checkStep(thread, fetchOnly ? std::span<const float>(result_.data(), total_) : grad));
     if (client_ == nullptr) return FailedPrecondition("sync gradcode: start() not called");
+    COFAB_RETURN_IF_ERROR(failed_);
     COFAB_RETURN_IF_ERROR(keepWithinWindow(step));
     const uint64_t window = uint64_t(options_.gradcodeWindow);
     ps::PushPullOptions po;
@@ -109,17 +127,19 @@ class GradcodeSync final : public AlgorithmBase {
                                              counts_[t], DType::kF32);
       handles.push_back(client_->pushPull((step % window) * counts_.size() + t, in, out, po));
     }
-    const Deadline d = deadline();
-    for (size_t t = 0; t < handles.size(); ++t) {
-      Status st = handles[t].wait(d);
-      if (st.code() == StatusCode::kFailedPrecondition) {
-        return st.withContext("sync gradcode: rank " + std::to_string(env_.rank) + " step " +
-                              std::to_string(step) + " fell more than gradcodeWindow (" +
-                              std::to_string(window) +
-                              ") rounds behind; the daemons no longer hold that round");
-      }
-      COFAB_RETURN_IF_ERROR(st.withContext("sync gradcode: step " + std::to_string(step) +
-                                           " tensor " + std::to_string(t)));
+    size_t t = 0;
+    Status st = waitEveryHandle(*client_, handles, deadline(), &t);
+    if (st.code() == StatusCode::kFailedPrecondition) {
+      failed_ = st.withContext("sync gradcode: rank " + std::to_string(env_.rank) + " step " +
+                               std::to_string(step) + " fell more than gradcodeWindow (" +
+                               std::to_string(window) +
+                               ") rounds behind; the daemons no longer hold that round");
+      return failed_;
+    }
+    if (!st.ok()) {
+      failed_ = st.withContext("sync gradcode: step " + std::to_string(step) + " tensor " +
+                               std::to_string(t));
+      return failed_;
     }
     // Tell stragglers this round is over (idempotent: every worker that knows sets it).
     COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));
@@ -153,7 +173,9 @@ class GradcodeSync final : public AlgorithmBase {
     recordBytes();
     client_->close();
     model_.read(out);
-    return s;
+    // After a failed step, its cause (waitAll() may only see the Cancelled of the operations
+    // closed with the client).
+    return failed_.ok() ? s : failed_;
   }
 
  private:
@@ -202,9 +224,12 @@ class GradcodeSync final : public AlgorithmBase {
   }
 
   const coding::FractionalRepetitionCode code_;
-  std::unique_ptr<ps::PushPullClient> client_;
   std::vector<float> result_;
   uint64_t checkedThrough_ = 0;  // keepWithinWindow() passed for this round
+  // The first failed push-pull: every later step() returns it (sticky).
+  Status failed_;
+  // Declared after the buffer it receives into, so it is destroyed (closed) before it.
+  std::unique_ptr<ps::PushPullClient> client_;
 };
 
 }  // namespace

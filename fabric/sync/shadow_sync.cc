@@ -51,6 +51,7 @@ class ShadowSync final : public AlgorithmBase {
                              "' is not 'average' or 'easgd'");
     }
     thread_ = std::thread([this] { shadowLoop(); });
+    startedOk_ = true;
     return OkStatus();
   }
 
@@ -73,6 +74,9 @@ class ShadowSync final : public AlgorithmBase {
   }
 
   Status finish(std::span<float> out) override {
+    // Without a model of the layout (or the clients) there is nothing to finish; the destructor
+    // closes whatever a failed start() opened.
+    if (!startedOk_) return FailedPrecondition("sync shadowsync: start() not called or failed");
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
@@ -157,8 +161,10 @@ class ShadowSync final : public AlgorithmBase {
     progress_[1] = done ? 1.0 : 0.0;
     handles_.push_back(client_->pushPull(counts_.size(), TensorView(progress_, 2, DType::kF64),
                                          TensorView(progress_, 2, DType::kF64), {}));
-    Deadline d = deadline();
-    for (auto& h : handles_) COFAB_RETURN_IF_ERROR(h.wait(d).withContext("shadowsync round"));
+    // Every handle, also after one failed: none may still write avg_ or progress_ (or read
+    // snapshot_) once this returns; one still running at the deadline closes the client.
+    Status waited = waitEveryHandle(*client_, handles_, deadline());
+    if (!waited.ok()) return waited.withContext("shadowsync round");
     const bool everyoneDone = progress_[1] >= double(env_.worldSize);
     if (initial) {
       model_.assign(avg_);
@@ -194,8 +200,11 @@ class ShadowSync final : public AlgorithmBase {
       bytesReceived_.fetch_add(counts_[t] * sizeof(float));
     }
     syncs_.fetch_add(1);
-    unpublishedSamples_.store(localSamples_.load() - samplesAtRound_.load());
-    samplesAtRound_.store(localSamples_.load());
+    // One load: samples the training thread adds meanwhile are published by the next round
+    // (two loads would drop those added between them from the job's count for good).
+    const uint64_t local = localSamples_.load();
+    unpublishedSamples_.store(local - samplesAtRound_.load());
+    samplesAtRound_.store(local);
     return publishSamples();
   }
 
@@ -206,6 +215,7 @@ class ShadowSync final : public AlgorithmBase {
   double progress_[2] = {0, 0};
   std::atomic<uint64_t> samplesAtRound_{0};
   std::thread thread_;
+  bool startedOk_ = false;  // start() succeeded (its thread only, as finish())
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;   // under mu_

@@ -1,0 +1,248 @@
+// Failures of the training-sync algorithms (fabric/sync). A step whose push-pull timed out fails
+// for good: the later steps and finish() return that Status, and no operation is left running on
+// the algorithm's buffers (its other tensors are waited for, or cancelled by closing the client).
+// Worker 0 is the algorithm, the other worker a raw push-pull client that the test drives: it
+// takes part in start(), then does not push the first round, so worker 0's short operation
+// timeout certainly expires; it then pushes that round and the next, which would let a later
+// step() of worker 0 go through on buffers the first step's operations still targeted.
+// finish() after a start() that failed on its layout is FailedPrecondition, never an abort.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aggregator/aggregator_server.h"
+#include "fabric/ps/push_pull.h"
+#include "fabric/rendezvous/hash_store.h"
+#include "fabric/sync/sync_algorithm.h"
+
+namespace cofab::sync {
+namespace {
+
+// The keys of start() (bsp_sync.cc, gradcode_sync.cc); rounds use the keys below them.
+constexpr uint64_t kInitialKeys = 1u << 20;
+constexpr uint64_t kCheckKey = 1u << 21;  // gradcode's configuration check
+// Two tensors, so that one can still be in flight when the first one's wait gives up.
+const std::vector<size_t> kLayout = {64, 32};
+constexpr size_t kModel = 96;
+// Worker 0's timeout: start()'s rounds complete as soon as its chunks arrive (the peer pushed
+// its part first); the first step's never do (the peer has not pushed it).
+constexpr int64_t kTimeoutMs = 3000;
+// The test's own bounded waits, for operations that complete without waiting on a timeout.
+constexpr int64_t kWaitMs = 20000;
+
+std::unique_ptr<aggregator::AggregatorServer> makeServer(int workers, int gradientStragglers) {
+  aggregator::ServerOptions so;
+  so.numWorkers = workers;
+  so.listenAddress = "127.0.0.1:0";
+  so.drainTimeoutMs = 0;  // the peer's last round stays open: do not wait for it at shutdown
+  so.engine.gradientStragglers = gradientStragglers;
+  auto server = aggregator::AggregatorServer::create(so);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  return std::move(*server);
+}
+
+// A worker that is not a SyncAlgorithm: a push-pull client whose pushes the test makes. Every
+// push has a buffer of its own, kept until the client is closed (the destructor, first).
+class RawWorker {
+ public:
+  ~RawWorker() {
+    if (client_ != nullptr) client_->close();
+  }
+
+  Status connect(int rank, int worldSize, const std::string& address) {
+    ps::ClientOptions options;
+    options.serverAddresses = {address};
+    COFAB_ASSIGN_OR_RETURN(client_, ps::PushPullClient::connect(rank, worldSize, options));
+    return OkStatus();
+  }
+
+  // The next iteration of `key` (the client's own counter), `count` floats of `value`.
+  ps::PushPullHandle push(uint64_t key, size_t count, float value, ps::ReduceOp op) {
+    buffers_.push_back(std::make_unique<std::vector<float>>(count, value));
+    TensorView view(buffers_.back()->data(), count, DType::kF32);
+    ps::PushPullOptions options;
+    options.op = op;
+    return client_->pushPull(key, view, view, options);
+  }
+
+  // One push per tensor of kLayout, on keys keyBase + t.
+  std::vector<ps::PushPullHandle> pushLayout(uint64_t keyBase, float value, ps::ReduceOp op) {
+    std::vector<ps::PushPullHandle> handles;
+    for (size_t t = 0; t < kLayout.size(); ++t) {
+      handles.push_back(push(keyBase + t, kLayout[t], value, op));
+    }
+    return handles;
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::vector<float>>> buffers_;
+  std::unique_ptr<ps::PushPullClient> client_;  // after the buffers: closed before they go
+};
+
+Status waitEvery(const std::vector<ps::PushPullHandle>& handles) {
+  const Deadline d = Deadline::afterMs(kWaitMs);
+  for (const ps::PushPullHandle& h : handles) COFAB_RETURN_IF_ERROR(h.wait(d));
+  return OkStatus();
+}
+
+// sync with 2 workers: the first step times out while the peer holds back round 0; the peer
+// then pushes rounds 0 and 1, so a second step would complete round 1 (before the fix it did,
+// returning OK, while round 0's late results were still being received into the buffer it was
+// refilling). It must return the first step's error instead, and finish() too, with the model
+// untouched by the failed steps.
+TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
+  auto server = makeServer(/*workers=*/2, /*gradientStragglers=*/-1);
+  ASSERT_TRUE(server != nullptr);
+  RawWorker peer;
+  Status connected = peer.connect(/*rank=*/1, /*worldSize=*/2, server->address());
+  ASSERT_TRUE(connected.ok()) << connected;
+  // The peer's part of start(): the exact average of the initial models (all ones).
+  std::vector<ps::PushPullHandle> initial =
+      peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kAverage);
+
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 2;
+  env.client.serverAddresses = {server->address()};
+  SyncOptions o;
+  o.algorithm = "sync";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  o.timeoutMs = kTimeoutMs;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  std::vector<float> model(kModel, 1.0f);
+  Status started = (*algo)->start(model, kLayout);
+  ASSERT_TRUE(started.ok()) << started;
+  Status initialDone = waitEvery(initial);
+  ASSERT_TRUE(initialDone.ok()) << initialDone;
+
+  std::vector<float> grad(kModel, 2.0f);
+  const Status first = (*algo)->step(0, grad, 0, 1);
+  ASSERT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first;
+
+  // The peer pushes round 0, which completes with worker 0's contributions (applied by the
+  // daemon before its step gave up), then round 1 (a slot takes its next round only once the
+  // previous one completed, hence the wait; its outcome does not matter here).
+  for (const ps::PushPullHandle& h : peer.pushLayout(0, 4.0f, ps::ReduceOp::kAverage)) {
+    h.wait(Deadline::afterMs(kWaitMs)).ignoreError();
+  }
+  peer.pushLayout(0, 4.0f, ps::ReduceOp::kAverage);  // round 1, never waited for
+
+  const Status second = (*algo)->step(0, grad, 1, 1);
+  EXPECT_EQ(second, first) << "second step: " << second;
+  std::vector<float> out(kModel, 0.0f);
+  const Status finished = (*algo)->finish(out);
+  EXPECT_EQ(finished, first) << "finish: " << finished;
+  for (float v : out) {
+    ASSERT_EQ(v, 1.0f) << "a failed step changed the model";
+  }
+}
+
+// gradcode with 4 workers, s = 1 (groups {0,1} and {2,3}): worker 0 is the algorithm, rank 2 the
+// peer that stands for group {2,3}. Its first step times out (group {2,3} has not pushed round 0;
+// before the fix its second tensor's operation kept reading the caller's gradient and writing
+// result_ after step() returned); the peer then pushes rounds 0 and 1, and the later
+// needsGradient() and step() must return the first step's error.
+TEST(SyncFailureTest, GradcodeStepThatTimedOutFailsEveryLaterStep) {
+  auto server = makeServer(/*workers=*/4, /*gradientStragglers=*/1);
+  ASSERT_TRUE(server != nullptr);
+  RawWorker peer;
+  Status connected = peer.connect(/*rank=*/2, /*worldSize=*/4, server->address());
+  ASSERT_TRUE(connected.ok()) << connected;
+  // The peer's part of start(): the configuration check (one per group: 1 + 1 = 2 groups) and
+  // the initial model (its group's: ones; the sum over the groups divided by 2 is ones again).
+  std::vector<ps::PushPullHandle> initial = peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kSum);
+  initial.push_back(peer.push(kCheckKey, 1, 1.0f, ps::ReduceOp::kSum));
+
+  HashStore store;
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 4;
+  env.store = &store;
+  env.client.serverAddresses = {server->address()};
+  SyncOptions o;
+  o.algorithm = "gradcode";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  o.gradientStragglers = 1;
+  o.timeoutMs = kTimeoutMs;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  std::vector<float> model(kModel, 1.0f);
+  Status started = (*algo)->start(model, kLayout);
+  ASSERT_TRUE(started.ok()) << started;
+  Status initialDone = waitEvery(initial);
+  ASSERT_TRUE(initialDone.ok()) << initialDone;
+
+  StatusOr<bool> need = (*algo)->needsGradient(0, 0);
+  ASSERT_TRUE(need.ok()) << need.status();
+  EXPECT_TRUE(*need);
+  std::vector<float> grad(kModel, 2.0f);
+  const Status first = (*algo)->step(0, grad, 0, 1);
+  ASSERT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first;
+
+  // Round r travels on keys (r mod window) x tensors + t at iteration r / window: round 0 on
+  // keys 0 and 1, round 1 on keys 2 and 3, both the peer's first push on those keys.
+  for (const ps::PushPullHandle& h : peer.pushLayout(0, 4.0f, ps::ReduceOp::kSum)) {
+    h.wait(Deadline::afterMs(kWaitMs)).ignoreError();
+  }
+  peer.pushLayout(kLayout.size(), 4.0f, ps::ReduceOp::kSum);  // round 1, never waited for
+
+  StatusOr<bool> needLater = (*algo)->needsGradient(0, 1);
+  EXPECT_EQ(needLater.status(), first) << "needsGradient: " << needLater.status();
+  const Status second = (*algo)->step(0, grad, 1, 1);
+  EXPECT_EQ(second, first) << "second step: " << second;
+  std::vector<float> out(kModel, 0.0f);
+  const Status finished = (*algo)->finish(out);
+  EXPECT_EQ(finished, first) << "finish: " << finished;
+  for (float v : out) {
+    ASSERT_EQ(v, 1.0f) << "a failed step changed the model";
+  }
+}
+
+// start() with a layout that does not cover the model fails before connecting to anything;
+// finish() then (or without any start()) is FailedPrecondition for every algorithm. shadowsync
+// used to abort (a read of its empty model into `out`).
+TEST(SyncFailureTest, FinishAfterAFailedStartIsFailedPrecondition) {
+  HashStore store;
+  SyncEnv env;
+  env.store = &store;
+  env.client.serverAddresses = {"127.0.0.1:1"};  // never dialled
+  struct Case {
+    std::string algorithm;
+    std::string shadowMode;
+  };
+  const Case cases[] = {{"sync", "average"},       {"int8", "average"},     {"onebit", "average"},
+                        {"ssp", "average"},        {"easgd", "average"},    {"eawild", "average"},
+                        {"shadowsync", "average"}, {"shadowsync", "easgd"}, {"gradcode", "average"},
+                        {"gossip", "average"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.algorithm + " " + c.shadowMode);
+    SyncOptions o;
+    o.algorithm = c.algorithm;
+    o.shadowMode = c.shadowMode;
+    o.gradientStragglers = 0;  // gradcode with one worker: a group of one
+    o.timeoutMs = kTimeoutMs;
+    std::vector<float> model(3, 0.0f), out(3, 0.0f);
+
+    auto failed = makeSyncAlgorithm(o, env);
+    ASSERT_TRUE(failed.ok()) << failed.status();
+    Status started = (*failed)->start(model, {2});  // covers 2 of the 3 floats
+    EXPECT_EQ(started.code(), StatusCode::kInvalidArgument) << started;
+    Status finished = (*failed)->finish(out);
+    EXPECT_EQ(finished.code(), StatusCode::kFailedPrecondition) << finished;
+
+    auto never = makeSyncAlgorithm(o, env);
+    ASSERT_TRUE(never.ok()) << never.status();
+    Status unstarted = (*never)->finish(out);
+    EXPECT_EQ(unstarted.code(), StatusCode::kFailedPrecondition) << unstarted;
+  }
+}
+
+}  // namespace
+}  // namespace cofab::sync
