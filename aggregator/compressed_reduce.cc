@@ -34,6 +34,7 @@ std::shared_ptr<std::vector<uint8_t>> compressedReduce(
   std::vector<float> sum(count);
   reduceInRankOrder(DType::kF32, average, inputs, count, reinterpret_cast<uint8_t*>(sum.data()));
   auto out = std::make_shared<std::vector<uint8_t>>(compress::compressedBytes(codec, count, block));
+  // A non-finite block of `sum` is sent as a NaN block and leaves a zero residual behind.
   compress::compress(codec, sum.data(), count, block, residual, out->data());
   return out;
 }

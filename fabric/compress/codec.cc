@@ -1,8 +1,10 @@
 #include "fabric/compress/codec.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 
@@ -27,29 +29,92 @@ T get(const uint8_t*& p) {
   return v;
 }
 
+// A block that holds an Inf or a NaN (after adding the residual) is encoded as an invalid
+// block: its parameters are quiet NaNs, so every element decodes to NaN (docs/COMPRESSION.md,
+// "Non-finite values"), and compress() resets that block's residual to 0.
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// int8 scales are kept in [FLT_MIN, 2^120] when the block is not constant: 1 / scale stays finite
+// (a subnormal scale's inverse overflows) and min + 255 * scale stays finite (255 * 2^120 <
+// FLT_MAX); a block whose range exceeds 255 * 2^120 saturates at min + 255 * 2^120.
+constexpr float kMinInt8Scale = std::numeric_limits<float>::min();
+constexpr float kMaxInt8Scale = 0x1p120f;
+
+// Whether every x[j] is finite: an integer test of the exponent field, which vectorises and,
+// unlike the min/max comparisons, also sees a NaN.
+bool allFinite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t j = 0; j < n; ++j) {
+    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(x[j]) & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// The invalid encoding of a block: `paramCount` NaN parameters, then `bytes` zero bytes.
+void putInvalidBlock(uint8_t*& p, size_t paramCount, size_t bytes) {
+  for (size_t i = 0; i < paramCount; ++i) put(p, kNaN);
+  std::memset(p, 0, bytes);
+  p += bytes;
+}
+
 // Block of n values x (input + residual already added): encodes, and writes the decoded values
-// back into x so that the caller can update the residual.
-void encodeInt8(float* x, size_t n, uint8_t*& p) {
+// back into x so that the caller can update the residual. False for a non-finite block (encoded
+// as invalid; x is then left as it was).
+bool encodeInt8(float* x, size_t n, uint8_t*& p) {
+  // A pass of its own, so that the quantisation below only ever sees finite values: its
+  // float-to-int conversion then stays defined, and the loop keeps the integer clamp that GCC
+  // vectorises (a float clamp there, NaN-safe, left the loop scalar: 3x slower).
+  if (!allFinite(x, n)) {
+    putInvalidBlock(p, 2, n);
+    return false;
+  }
   float lo = x[0], hi = x[0];
   for (size_t j = 1; j < n; ++j) {
     lo = std::min(lo, x[j]);
     hi = std::max(hi, x[j]);
   }
-  const float scale = (hi - lo) / 255.0f;
+  float scale = (hi - lo) / 255.0f;  // +Inf when hi - lo overflows
+  if (hi > lo) scale = std::clamp(scale, kMinInt8Scale, kMaxInt8Scale);
   put(p, lo);
   put(p, scale);
   const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-  for (size_t j = 0; j < n; ++j) {
-    // (x - lo) * inv is >= 0, so truncating v + 0.5 rounds to nearest (and vectorises, unlike
-    // nearbyint on the baseline x86-64 ISA).
-    const int q = std::min(static_cast<int>((x[j] - lo) * inv + 0.5f), 255);
-    p[j] = static_cast<uint8_t>(q);
-    x[j] = lo + static_cast<float>(q) * scale;
+  if (scale < kMaxInt8Scale) {
+    for (size_t j = 0; j < n; ++j) {
+      // (x - lo) * inv is in [0, 255.x], so the conversion is defined; truncating v + 0.5
+      // rounds to nearest (and vectorises, unlike nearbyint on the baseline x86-64 ISA).
+      const int q = std::min(static_cast<int>((x[j] - lo) * inv + 0.5f), 255);
+      p[j] = static_cast<uint8_t>(q);
+      x[j] = lo + static_cast<float>(q) * scale;
+    }
+  } else {
+    // A saturated block (range up to 2^129): x - lo may overflow, x * inv - lo * inv cannot
+    // (each term is at most 2^8), and it is at most 513, so the conversion stays defined.
+    const float loInv = lo * inv;
+    for (size_t j = 0; j < n; ++j) {
+      const int q = std::min(static_cast<int>(x[j] * inv - loInv + 0.5f), 255);
+      p[j] = static_cast<uint8_t>(q);
+      x[j] = lo + static_cast<float>(q) * scale;
+    }
   }
   p += n;
+  return true;
 }
 
-void encodeOneBit(float* x, size_t n, uint8_t*& p) {
+// Mean |x| of a finite block whose sum of |x| overflows: summed at 2^-32 (exact for all but
+// negligible subnormal contributions; at most 2^20 * FLT_MAX * 2^-32, finite), at most FLT_MAX.
+float meanAbsOfHugeBlock(const float* x, size_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (size_t k = 0; k < 8; ++k) part[k] += std::fabs(x[j + k]) * 0x1p-32f;
+  }
+  for (; j < n; ++j) part[0] += std::fabs(x[j]) * 0x1p-32f;
+  const float sum =
+      ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  return std::min(sum / static_cast<float>(n) * 0x1p32f, std::numeric_limits<float>::max());
+}
+
+bool encodeOneBit(float* x, size_t n, uint8_t*& p) {
   // Eight partial sums in a fixed order: vectorisable, and the same bits on every machine.
   float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t j = 0;
@@ -59,7 +124,15 @@ void encodeOneBit(float* x, size_t n, uint8_t*& p) {
   for (; j < n; ++j) part[0] += std::fabs(x[j]);
   const float sum =
       ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = sum / static_cast<float>(n);
+  float scale = sum / static_cast<float>(n);
+  if (!std::isfinite(sum)) {
+    // Once per block: an Inf or a NaN in it, or finite values whose sum overflows.
+    if (!allFinite(x, n)) {
+      putInvalidBlock(p, 1, (n + 7) / 8);
+      return false;
+    }
+    scale = meanAbsOfHugeBlock(x, n);
+  }
   put(p, scale);
   for (size_t b = 0; b < (n + 7) / 8; ++b) {
     const size_t m = std::min<size_t>(8, n - 8 * b);
@@ -73,6 +146,7 @@ void encodeOneBit(float* x, size_t n, uint8_t*& p) {
     p[b] = static_cast<uint8_t>(byte);
   }
   p += (n + 7) / 8;
+  return true;
 }
 
 }  // namespace
@@ -98,8 +172,8 @@ size_t compressedBytes(Compression c, size_t count, size_t block) {
   return (bytes + 3) / 4 * 4;
 }
 
-void compress(Compression c, const float* in, size_t count, size_t block, float* residual,
-              uint8_t* out) {
+size_t compress(Compression c, const float* in, size_t count, size_t block, float* residual,
+                uint8_t* out) {
   COFAB_CHECK(c == Compression::kInt8 || c == Compression::kOneBit) << "compress: no codec";
   COFAB_CHECK(count <= UINT32_MAX && block > 0 && block <= kMaxBlock) << "compress: bad sizes";
   const size_t total = compressedBytes(c, count, block);
@@ -113,6 +187,7 @@ void compress(Compression c, const float* in, size_t count, size_t block, float*
     big.resize(block);
     buf = big.data();
   }
+  size_t nonFinite = 0;
   for (size_t base = 0; base < count; base += block) {
     const size_t n = std::min(block, count - base);
     for (size_t j = 0; j < n; ++j) buf[j] = in[base + j] + (residual ? residual[base + j] : 0.0f);
@@ -121,16 +196,20 @@ void compress(Compression c, const float* in, size_t count, size_t block, float*
       // residual = (input + old residual) - decoded; keep the pre-encoding value in residual.
       for (size_t j = 0; j < n; ++j) residual[base + j] = buf[j];
     }
-    if (c == Compression::kInt8) {
-      encodeInt8(decoded, n, p);
-    } else {
-      encodeOneBit(decoded, n, p);
-    }
+    const bool finite =
+        c == Compression::kInt8 ? encodeInt8(decoded, n, p) : encodeOneBit(decoded, n, p);
+    if (!finite) ++nonFinite;
     if (residual) {
-      for (size_t j = 0; j < n; ++j) residual[base + j] -= decoded[j];
+      if (finite) {
+        for (size_t j = 0; j < n; ++j) residual[base + j] -= decoded[j];
+      } else {
+        // Nothing non-finite is carried into later encodings.
+        std::fill_n(residual + base, n, 0.0f);
+      }
     }
   }
   while (static_cast<size_t>(p - out) < total) *p++ = 0;
+  return nonFinite;
 }
 
 StatusOr<EncodedInfo> inspect(Compression c, const uint8_t* in, size_t bytes) {

@@ -9,6 +9,7 @@
 //     kInt8:   f32 min, f32 scale, then n bytes q      (x' = min + q * scale, q in 0..255)
 //     kOneBit: f32 scale, then ceil(n / 8) bytes of sign bits, bit j of byte j/8 = x_j >= 0
 //              (x' = +scale or -scale; scale = mean |x| over the block)
+//   A block with an Inf or NaN has NaN parameters (min and scale, or scale) and zero bytes.
 //   then zero padding to a multiple of 4 bytes (the wire header's f32 element size).
 // The size is a function of (codec, count, block) only, so a receiver checks it exactly.
 #pragma once
@@ -41,8 +42,16 @@ size_t compressedBytes(Compression c, size_t count, size_t block);
 // Encodes `count` floats of `in` into `out` (compressedBytes(c, count, block) bytes).
 // `residual` (count floats, or null for none) is the error feedback: it is added to the input
 // before encoding and replaced by (input + old residual - decoded). c must be kInt8 or kOneBit.
-void compress(Compression c, const float* in, size_t count, size_t block, float* residual,
-              uint8_t* out);
+//
+// Non-finite values (docs/COMPRESSION.md): a block in which input + residual holds an Inf or a
+// NaN (an fp16 loss-scaling overflow, say) is encoded with NaN parameters, so that every element
+// of the block decodes to NaN (the overflow stays visible to whoever checks the result), and its
+// residual is reset to 0 (never carried into later encodings: the next finite input encodes as
+// if the block had no history). Returns the number of such blocks. A finite block never becomes
+// NaN: an int8 block whose range exceeds 255 * 2^120 (about FLT_MAX) saturates at
+// min + 255 * 2^120, and a 1-bit block whose sum of |x| overflows still gets its mean |x|.
+size_t compress(Compression c, const float* in, size_t count, size_t block, float* residual,
+                uint8_t* out);
 
 // What an encoded buffer says about itself; InvalidArgument if `bytes` is not exactly the size
 // its prefix implies (or the prefix is impossible), naming what was wrong.

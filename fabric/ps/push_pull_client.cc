@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "fabric/ps/daemon_directory.h"
@@ -288,13 +289,16 @@ class PushPullClient::Impl {
     if (options.compression == Compression::kInt8) bits |= kPushInt8;
     if (options.compression == Compression::kOneBit) bits |= kPushOneBit;
     if (options.replyFeedback) bits |= kPushReplyFeedback;
-    // Compress every chunk before taking mu_ (the I/O threads need it for answers).
-    std::vector<std::shared_ptr<std::vector<uint8_t>>> encoded;
-    if (options.compression != Compression::kNone) {
-      encoded = compressChunks(key, in, layout, options);
+    // 1-bit error feedback: encoding moves the key's residual, so it may happen only for an op
+    // that is accepted. The refusals (the client already failed, the (key, iteration) already
+    // in flight) are checked before the encoding, and feedbackMu_ (taken before, never inside,
+    // mu_) is held from those checks until the chunks are queued, so no other 1-bit pushPull
+    // slips in between. Encoding runs without mu_ (the I/O threads need it for answers).
+    std::unique_lock<std::mutex> feedbackLock;
+    if (options.compression == Compression::kOneBit) {
+      feedbackLock = std::unique_lock<std::mutex>(feedbackMu_);
     }
-
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     uint64_t iteration = options.iteration;
     if (iteration == kAutoIteration) {
       iteration = nextIteration_[key]++;
@@ -305,13 +309,15 @@ class PushPullClient::Impl {
     op->remaining = layout.chunkCount;
     op->unacked = layout.chunkCount;
     op->chunkServer.assign(layout.chunkCount, -1);
-    if (!sticky_.ok()) {
-      op->finish(sticky_);
-      return handle;
-    }
-    if (layout.chunkCount == 0) {
-      op->finish(OkStatus());
-      return handle;
+    if (finishedBeforeStartLocked(*op, key, iteration, layout.chunkCount)) return handle;
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> encoded;
+    if (options.compression != Compression::kNone) {
+      lock.unlock();
+      encoded = compressChunks(key, in, layout, options, feedbackLock);
+      lock.lock();
+      // Again, for what may have changed meanwhile: the client failing (the op then fails like
+      // one in flight would), or another thread sending this (key, iteration) without 1-bit.
+      if (finishedBeforeStartLocked(*op, key, iteration, layout.chunkCount)) return handle;
     }
     ops_.erase(std::remove_if(ops_.begin(), ops_.end(),
                               [](const std::shared_ptr<detail::OpState>& o) {
@@ -319,16 +325,6 @@ class PushPullClient::Impl {
                                 return o->done;
                               }),
                ops_.end());
-    // A (key, iteration) still in flight is refused before any chunk goes out: chunks already
-    // sent would stay behind, pointing into memory the failed handle hands back.
-    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
-      if (pending_.count(ChunkId{key, iteration, c}) != 0) {
-        op->finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
-                                      " iteration=" + std::to_string(iteration) +
-                                      " is already in flight on this client"));
-        return handle;
-      }
-    }
     ops_.push_back(op);
     const int m = static_cast<int>(servers_.size());
     for (uint32_t c = 0; c < layout.chunkCount; ++c) {
@@ -490,14 +486,42 @@ class PushPullClient::Impl {
     return OkStatus();
   }
 
-  // The encoding of each chunk of `in`; 1-bit keeps a per-key residual (error feedback).
-  std::vector<std::shared_ptr<std::vector<uint8_t>>> compressChunks(uint64_t key, TensorView in,
-                                                                    const ChunkLayout& layout,
-                                                                    const PushPullOptions& o) {
+  // Finishes `op` and returns true when it must not start: the client already failed (sticky
+  // error), it has no chunks (OK at once), or a chunk of (key, iteration) is still in flight
+  // (chunks sent anyway would stay behind, pointing into memory the failed handle hands back).
+  bool finishedBeforeStartLocked(detail::OpState& op, uint64_t key, uint64_t iteration,
+                                 uint32_t chunkCount) {
+    if (!sticky_.ok()) {
+      op.finish(sticky_);
+      return true;
+    }
+    if (chunkCount == 0) {
+      op.finish(OkStatus());
+      return true;
+    }
+    for (uint32_t c = 0; c < chunkCount; ++c) {
+      if (pending_.count(ChunkId{key, iteration, c}) != 0) {
+        op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
+                                     " iteration=" + std::to_string(iteration) +
+                                     " is already in flight on this client"));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The encoding of each chunk of `in`; 1-bit keeps a per-key residual (error feedback), which
+  // moves here: call it only for an op that passed its refusal checks, holding feedbackMu_.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> compressChunks(
+      uint64_t key, TensorView in, const ChunkLayout& layout, const PushPullOptions& o,
+      const std::unique_lock<std::mutex>& feedbackLock) {
     std::vector<std::shared_ptr<std::vector<uint8_t>>> out(layout.chunkCount);
-    std::lock_guard<std::mutex> lock(feedbackMu_);
-    float* residual =
-        o.compression == Compression::kOneBit ? feedback_.residual(key, in.count) : nullptr;
+    float* residual = nullptr;
+    if (o.compression == Compression::kOneBit) {
+      COFAB_CHECK(feedbackLock.mutex() == &feedbackMu_ && feedbackLock.owns_lock())
+          << "compressChunks: 1-bit error feedback without feedbackMu_";
+      residual = feedback_.residual(key, in.count);
+    }
     for (uint32_t c = 0; c < layout.chunkCount; ++c) {
       const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
       const size_t n = std::min(layout.elementsPerChunk, in.count - first);

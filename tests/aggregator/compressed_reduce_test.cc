@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "fabric/ps/ps_protocol.h"
@@ -123,6 +125,44 @@ TEST(CompressedReduce, ReplyIsTheRecompressedRankOrderAverage) {
   const auto second = *aggregator::compressedReduce(Compression::kOneBit, false, in, kCount, kBlock,
                                                     residual.data());
   EXPECT_NE(second, want) << "the residual of round 1 must show in round 2";
+}
+
+// One worker's overflowing round (its block 0 scale is +Inf, as a 1-bit encoder that did not
+// check for it would send) with reply feedback: that round's reply carries NaN in block 0 for
+// every worker (the overflow stays visible, as the f32 sum would be), the slot's residual stays
+// finite with block 0 reset to 0, and the next round's reply is finite, block 0 exactly the
+// stateless reply (it used to be NaN in every later round).
+TEST(CompressedReduce, ANonFiniteContributionPoisonsOneRoundNotTheReplyResidual) {
+  std::mt19937 rng(11);
+  std::vector<Payload> in;
+  for (int r = 0; r < kWorkers; ++r) in.push_back(contribution(rng, r));
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(in[1]->data() + compress::kPrefixBytes, &inf, sizeof(inf));  // block 0's scale
+  std::vector<float> residual(kCount, 0.0f);
+  const auto bad = decode(aggregator::compressedReduce(Compression::kOneBit, /*average=*/true, in,
+                                                       kCount, kBlock, residual.data()));
+  for (size_t i = 0; i < kBlock; ++i) {
+    EXPECT_TRUE(std::isnan(bad[i])) << "element " << i << " of the overflowing block";
+    EXPECT_EQ(residual[i], 0.0f) << "element " << i << " of the overflowing block";
+  }
+  for (size_t i = kBlock; i < kCount; ++i) {
+    EXPECT_TRUE(std::isfinite(bad[i])) << "element " << i;
+    EXPECT_TRUE(std::isfinite(residual[i])) << "element " << i;
+  }
+
+  std::vector<Payload> next;
+  for (int r = 0; r < kWorkers; ++r) next.push_back(contribution(rng, r));
+  const auto fed = decode(aggregator::compressedReduce(Compression::kOneBit, true, next, kCount,
+                                                       kBlock, residual.data()));
+  const auto stateless = decode(
+      aggregator::compressedReduce(Compression::kOneBit, true, next, kCount, kBlock, nullptr));
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(std::isfinite(fed[i])) << "element " << i << " of the round after";
+    ASSERT_TRUE(std::isfinite(residual[i])) << "element " << i << " of the round after";
+  }
+  for (size_t i = 0; i < kBlock; ++i) {
+    EXPECT_EQ(fed[i], stateless[i]) << "block 0 starts again from a zero residual, element " << i;
+  }
 }
 
 TEST(CompressedReduce, OpcodeNamesTheCodecAndReplyFeedbackNeedsOneBit) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 
 namespace cofab::compress {
@@ -163,6 +164,150 @@ TEST(Codec, MalformedEncodingsAreRefusedWithAReason) {
     EXPECT_TRUE(decompress(c, enc.data(), enc.size(), 1000, out.data()).ok());
   }
   EXPECT_FALSE(inspect(Compression::kNone, nullptr, 0).ok());
+}
+
+// An Inf or a NaN in a block (an fp16 loss-scaling overflow step) decodes to NaN across that
+// block, so the overflow stays visible, but it leaves a zero residual behind: the next, finite
+// step decodes exactly as if the key had no history in that block (it used to be NaN forever).
+TEST(Codec, OneBitErrorFeedbackRecoversAfterANonFiniteBlock) {
+  const size_t count = 128, block = 64;
+  const float bad[] = {std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()};
+  for (float b : bad) {
+    ErrorFeedback fb;
+    std::vector<float> x(count, 1.0f);
+    x[0] = b;
+    for (size_t i = block; i < count; ++i) x[i] = 0.5f + 0.01f * static_cast<float>(i % 9);
+    std::vector<uint8_t> enc(compressedBytes(Compression::kOneBit, count, block));
+    EXPECT_EQ(
+        compress(Compression::kOneBit, x.data(), count, block, fb.residual(7, count), enc.data()),
+        1u)
+        << "one non-finite block reported, input " << b;
+    const auto first = decode(Compression::kOneBit, enc, count);
+    for (size_t i = 0; i < block; ++i) {
+      EXPECT_TRUE(std::isnan(first[i])) << "element " << i << " of the bad block, input " << b;
+    }
+    for (size_t i = block; i < count; ++i) {
+      EXPECT_TRUE(std::isfinite(first[i])) << "element " << i << " of the good block";
+    }
+    const float* r = fb.residual(7, count);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(std::isfinite(r[i])) << "residual " << i << ", input " << b;
+    }
+    for (size_t i = 0; i < block; ++i) {
+      EXPECT_EQ(r[i], 0.0f) << "the bad block's residual is reset, element " << i;
+    }
+
+    // The next step is finite: block 0 (ones, zero residual) decodes to exactly 1.
+    std::vector<float> y(count, 1.0f);
+    EXPECT_EQ(
+        compress(Compression::kOneBit, y.data(), count, block, fb.residual(7, count), enc.data()),
+        0u);
+    const auto second = decode(Compression::kOneBit, enc, count);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(std::isfinite(second[i])) << "element " << i << " after input " << b;
+    }
+    for (size_t i = 0; i < block; ++i) {
+      EXPECT_EQ(second[i], 1.0f) << "element " << i << " after input " << b;
+    }
+  }
+}
+
+// int8 with an Inf (anywhere in the block) or a NaN (which min/max comparisons skip): no
+// float-to-int conversion of a non-finite or out-of-range value (UBSan runs this), the block
+// decodes to NaN, the other blocks as usual, and the residual of the bad blocks is reset.
+TEST(Codec, Int8NonFiniteBlocksDecodeToNaNWithoutUndefinedBehaviour) {
+  const size_t count = 96, block = 32;
+  std::vector<float> x(count);
+  for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(i % 11) - 5.0f;
+  x[3] = std::numeric_limits<float>::infinity();
+  x[32 + 5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> residual(count, 0.0f);
+  std::vector<uint8_t> enc(compressedBytes(Compression::kInt8, count, block));
+  EXPECT_EQ(compress(Compression::kInt8, x.data(), count, block, residual.data(), enc.data()), 2u);
+  const auto y = decode(Compression::kInt8, enc, count);
+  for (size_t i = 0; i < 2 * block; ++i) {
+    EXPECT_TRUE(std::isnan(y[i])) << "element " << i << " of a non-finite block";
+    EXPECT_EQ(residual[i], 0.0f) << "element " << i;
+  }
+  for (size_t i = 2 * block; i < count; ++i) {
+    // Values -5..5 in steps of 1: within half a step of 10 / 255.
+    EXPECT_NEAR(y[i], x[i], 10.0f / 255.0f) << "element " << i;
+    EXPECT_TRUE(std::isfinite(residual[i])) << "element " << i;
+  }
+  // The next, finite step is not affected by the bad one.
+  std::vector<float> z(count, 2.0f);
+  EXPECT_EQ(compress(Compression::kInt8, z.data(), count, block, residual.data(), enc.data()), 0u);
+  const auto w = decode(Compression::kInt8, enc, count);
+  for (size_t i = 0; i < 2 * block; ++i) {
+    EXPECT_EQ(w[i], 2.0f) << "element " << i;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_TRUE(std::isfinite(w[i])) << "element " << i;
+  }
+  // Without a residual: the same, and -Inf alone in a block.
+  std::vector<float> v(block, 1.0f);
+  v[block - 1] = -std::numeric_limits<float>::infinity();
+  const auto u = decode(Compression::kInt8, encode(Compression::kInt8, v, block), block);
+  for (size_t i = 0; i < block; ++i) {
+    EXPECT_TRUE(std::isnan(u[i])) << "element " << i;
+  }
+}
+
+// Finite values whose range exceeds FLT_MAX: the int8 scale would be +Inf (and the block all
+// NaN); it saturates instead, every element decodes to a finite value in order, and the
+// minimum exactly.
+TEST(Codec, Int8BlockWiderThanTheFloatRangeStaysFinite) {
+  const std::vector<float> x = {-3e38f, 3e38f, 0.0f, 1.0f, -1e38f, 2e38f};
+  const auto enc = encode(Compression::kInt8, x, x.size());
+  EXPECT_EQ(readF32(enc, kPrefixBytes), -3e38f);
+  EXPECT_EQ(readF32(enc, kPrefixBytes + 4), 0x1p120f) << "the largest scale that stays finite";
+  const auto y = decode(Compression::kInt8, enc, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(y[i])) << "element " << i;
+  }
+  EXPECT_EQ(y[0], -3e38f);
+  EXPECT_LE(y[4], y[2]);
+  EXPECT_LE(y[2], y[3]);
+  EXPECT_LE(y[3], y[5]);
+  EXPECT_LE(y[5], y[1]);
+  EXPECT_NEAR(y[4], -1e38f, 0x1p120f) << "in range: within half a step, plus rounding";
+  // With error feedback the excess goes to a finite residual.
+  std::vector<float> residual(x.size(), 0.0f);
+  std::vector<uint8_t> out(compressedBytes(Compression::kInt8, x.size(), x.size()));
+  EXPECT_EQ(compress(Compression::kInt8, x.data(), x.size(), x.size(), residual.data(), out.data()),
+            0u);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(residual[i])) << "element " << i;
+  }
+}
+
+// A tiny but non-constant int8 block: the scale would be subnormal with an infinite inverse
+// ((x - min) * inv = 0 * Inf = NaN for the minimum); it is kept at FLT_MIN.
+TEST(Codec, Int8TinyRangeBlockDecodesNearTheInput) {
+  const std::vector<float> x = {1e-40f, 2e-40f, 0.0f, 3e-40f};
+  const auto y = decode(Compression::kInt8, encode(Compression::kInt8, x, x.size()), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(y[i])) << "element " << i;
+    EXPECT_NEAR(y[i], x[i], std::numeric_limits<float>::min()) << "element " << i;
+  }
+  EXPECT_EQ(y[2], 0.0f);
+}
+
+// 1-bit: finite values whose sum of |x| overflows still get their mean |x| as the scale.
+TEST(Codec, OneBitBlockWhoseSumOverflowsKeepsItsMeanMagnitude) {
+  const std::vector<float> x = {3e38f, -3e38f, 3e38f, 3e38f, -3e38f, 3e38f, 3e38f, 3e38f};
+  std::vector<float> residual(x.size(), 0.0f);
+  std::vector<uint8_t> enc(compressedBytes(Compression::kOneBit, x.size(), x.size()));
+  EXPECT_EQ(
+      compress(Compression::kOneBit, x.data(), x.size(), x.size(), residual.data(), enc.data()),
+      0u);
+  const auto y = decode(Compression::kOneBit, enc, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_FLOAT_EQ(y[i], x[i]) << "element " << i;
+    EXPECT_TRUE(std::isfinite(residual[i])) << "element " << i;
+  }
 }
 
 TEST(Codec, ErrorFeedbackStoreKeepsOneResidualPerKey) {
