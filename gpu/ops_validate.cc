@@ -1,6 +1,8 @@
 #include "gpu/ops_validate.h"
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 namespace cofab::gpu {
 
@@ -49,6 +51,15 @@ Status validateGemm(const GemmArgs& g) {
   }
   if ((g.lda != 0 && g.lda < g.k) || (g.ldb != 0 && g.ldb < g.n) || (g.ldc != 0 && g.ldc < g.n)) {
     return InvalidArgument("gemm: a leading dimension is smaller than its row length");
+  }
+  // BLAS and cuBLAS take 32-bit leading dimensions: a larger one would be truncated (OpenBLAS
+  // then rejects it through xerbla and returns without computing, leaving C untouched).
+  const std::pair<const char*, int64_t> lds[] = {{"lda", g.lda}, {"ldb", g.ldb}, {"ldc", g.ldc}};
+  for (const auto& [name, ld] : lds) {
+    if (ld > INT32_MAX) {
+      return InvalidArgument(std::string("gemm: leading dimension ") + name + "=" +
+                             std::to_string(ld) + " exceeds 2^31-1, the largest BLAS accepts");
+    }
   }
   if (g.m * g.n > 0 && (g.c == nullptr || (g.k > 0 && (g.a == nullptr || g.b == nullptr)))) {
     return InvalidArgument("gemm: null matrix pointer");

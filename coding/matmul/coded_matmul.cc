@@ -111,7 +111,7 @@ Status CodedMatmul::encodeParity(float* blocks, size_t blockElems, Device device
 
 Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<const int> missing,
                                  std::span<float* const> outputs, size_t blockElems, Device device,
-                                 void* stream) const {
+                                 void* stream, double* condition) const {
   if (outputs.size() != missing.size()) {
     return InvalidArgument("decodeBlocks: " + std::to_string(missing.size()) +
                            " missing blocks but " + std::to_string(outputs.size()) + " outputs");
@@ -123,8 +123,8 @@ Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<
     used.push_back(r.task);
     inputs.push_back(r.data);
   }
-  // Validates the task indices (k distinct, in range) and the wanted blocks.
-  COFAB_ASSIGN_OR_RETURN(std::vector<double> d, code_.decodeCoefficients(used, missing));
+  // Validates the task indices (k distinct, in range), the wanted blocks and the conditioning.
+  COFAB_ASSIGN_OR_RETURN(std::vector<double> d, code_.decodeCoefficients(used, missing, condition));
   if (missing.empty()) return OkStatus();
   return gpu::linearCombine({.coeffs = d,
                              .inputs = inputs,
@@ -136,7 +136,7 @@ Status CodedMatmul::decodeBlocks(std::span<const TaskResult> results, std::span<
 
 Status CodedMatmul::decodeOnDevice(std::span<const TaskResult> results,
                                    std::span<const int> missing, size_t blockElems, Device device,
-                                   void* stream, float* rebuilt) const {
+                                   void* stream, float* rebuilt, double* condition) const {
   // The k host results in, the missing blocks back (contiguous, in `missing` order).
   const size_t bytes = blockElems * sizeof(float);
   const size_t k = results.size(), e = missing.size();
@@ -154,7 +154,8 @@ Status CodedMatmul::decodeOnDevice(std::span<const TaskResult> results,
   }
   std::vector<float*> outputs;
   for (size_t i = 0; i < e; ++i) outputs.push_back(outBase + blockElems * i);
-  COFAB_RETURN_IF_ERROR(decodeBlocks(onDevice, missing, outputs, blockElems, device, stream));
+  COFAB_RETURN_IF_ERROR(
+      decodeBlocks(onDevice, missing, outputs, blockElems, device, stream, condition));
   COFAB_RETURN_IF_ERROR(out.copyToHost(rebuilt, bytes * e, s));
   // in and out are freed on return: wait for the work that uses them.
   return s.synchronize();
@@ -241,10 +242,11 @@ StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
   if (device.isCpu()) {
     std::vector<float*> outputs;
     for (int w = 0; w < e; ++w) outputs.push_back(rebuilt.data() + blockElems * w);
-    COFAB_RETURN_IF_ERROR(decodeBlocks(inputs, missing, outputs, blockElems));
+    COFAB_RETURN_IF_ERROR(decodeBlocks(inputs, missing, outputs, blockElems, Device::cpu(), nullptr,
+                                       &report.condition));
   } else {
-    COFAB_RETURN_IF_ERROR(
-        decodeOnDevice(inputs, missing, blockElems, device, stream, rebuilt.data()));
+    COFAB_RETURN_IF_ERROR(decodeOnDevice(inputs, missing, blockElems, device, stream,
+                                         rebuilt.data(), &report.condition));
   }
   for (int w = 0; w < e; ++w) placeBlock(missing[w], rebuilt.data() + blockElems * w);
   report.decodeMs = (nowNs() - t0) / 1e6;

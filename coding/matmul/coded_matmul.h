@@ -54,6 +54,9 @@ struct DecodeReport {
   bool decoded = false;   // false: the k systematic results were used as they are
   std::vector<int> used;  // the k task results that C was built from
   double decodeMs = 0;    // coefficient solve + FP64 combination
+  // When decoded: the 1-norm condition number of the k x k system solved (relative error of the
+  // rebuilt blocks ~ condition x fp32 rounding of the tasks); 0 when nothing was decoded.
+  double condition = 0;
 };
 
 class CodedMatmul {
@@ -76,8 +79,11 @@ class CodedMatmul {
 
   // Builds c (a.rows() x outCols) from the results, which must name at least k distinct tasks;
   // systematic results are preferred, then parity results in the order given. Fewer than k
-  // results is DataLoss. With a CUDA `device` the FP64 combination runs there (the k results
-  // copied in, the rebuilt blocks copied back, as encode does); results and c stay host memory.
+  // results is DataLoss; so is a choice of k results whose system is conditioned worse than the
+  // code's maxCondition (RealMdsCode::decodeCoefficients; possible only when create() sampled
+  // the erasure patterns), in which case c may hold the systematic blocks but nothing decoded.
+  // With a CUDA `device` the FP64 combination runs there (the k results copied in, the rebuilt
+  // blocks copied back, as encode does); results and c stay host memory.
   StatusOr<DecodeReport> decode(const EncodedMatrix& a, std::span<const TaskResult> results,
                                 int64_t outCols, MatrixView c, Device device = Device::cpu(),
                                 void* stream = nullptr) const;
@@ -87,18 +93,23 @@ class CodedMatmul {
   //   encodeParity: blocks holds n contiguous blocks of blockElems floats; the k systematic
   //                 ones are read, the n-k parity ones written (cuBLAS / OpenBLAS sgemm).
   //   decodeBlocks: data blocks `missing` (written to `outputs`, same order) from exactly k task
-  //                 results (distinct tasks), FP64 coefficients solved on the host.
+  //                 results (distinct tasks), FP64 coefficients solved on the host. Fewer than
+  //                 k results or a system worse than maxCondition is DataLoss, more than k is
+  //                 InvalidArgument (decodeCoefficients); `condition`, when not null, receives
+  //                 the system's 1-norm condition number.
   Status encodeParity(float* blocks, size_t blockElems, Device device = Device::cpu(),
                       void* stream = nullptr) const;
   Status decodeBlocks(std::span<const TaskResult> results, std::span<const int> missing,
                       std::span<float* const> outputs, size_t blockElems,
-                      Device device = Device::cpu(), void* stream = nullptr) const;
+                      Device device = Device::cpu(), void* stream = nullptr,
+                      double* condition = nullptr) const;
 
  private:
   // decode's combination on a CUDA device: host results in, the `missing` blocks to `rebuilt`
   // (host, contiguous).
   Status decodeOnDevice(std::span<const TaskResult> results, std::span<const int> missing,
-                        size_t blockElems, Device device, void* stream, float* rebuilt) const;
+                        size_t blockElems, Device device, void* stream, float* rebuilt,
+                        double* condition) const;
 
   RealMdsCode code_;
 };

@@ -14,7 +14,14 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Saturating: a delay of more than Duration::max() (~292 years; think "never finishes") is
+// Duration::max(), not an overflowed int64 (undefined; INT64_MIN on x86, which would run the
+// straggler at once). Negative or NaN (a model given a negative load) is no delay.
 Duration fromMs(double ms) {
+  if (!(ms > 0)) return Duration(0);
+  // 2^63 ns, exactly representable; every double below it converts to int64 without overflow.
+  constexpr double kLimitNs = 9223372036854775808.0;
+  if (ms * 1e6 >= kLimitNs) return Duration::max();
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ms));
 }
 

@@ -7,7 +7,10 @@
 //   TraceDelay               delays replayed from a measured trace file
 //
 // Delays are a pure function of (run, task): the same seed gives the same straggler pattern, so
-// coded, uncoded and replicated runs can be compared on equal terms. Immutable; thread-safe.
+// coded, uncoded and replicated runs can be compared on equal terms. Delays too long for a
+// Duration (above ~9.2e12 ms, e.g. a trace's 1e16 for "never finishes") saturate to
+// Duration::max(): the executor then waits for the task's cancellation only. Immutable;
+// thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -135,6 +135,18 @@ double subsetCondition(const std::vector<double>& g, int k, const std::vector<in
   return dense::conditionNumber(sub, k);
 }
 
+// Induced 1-norm of the n x n row-major matrix: the largest column sum of magnitudes (NaN
+// propagates, so that a broken inverse never looks well conditioned).
+double norm1(const std::vector<double>& m, int n) {
+  double worst = 0;
+  for (int c = 0; c < n; ++c) {
+    double s = 0;
+    for (int r = 0; r < n; ++r) s += std::fabs(m[static_cast<size_t>(r) * n + c]);
+    if (!(s <= worst)) worst = s;
+  }
+  return worst;
+}
+
 double binomial(int n, int k) {
   double c = 1;
   for (int i = 1; i <= k; ++i) c = c * (n - k + i) / i;
@@ -243,6 +255,7 @@ StatusOr<RealMdsCode> RealMdsCode::create(const RealMdsOptions& o) {
   code.worstPattern_ = best.worstRows;
   code.exhaustive_ = best.exhaustive;
   code.patternsChecked_ = best.checked;
+  code.maxCondition_ = o.maxCondition;
   if (!(best.worst <= o.maxCondition)) {
     return InvalidArgument(std::string("RealMdsCode ") + mdsFamilyName(o.family) +
                            " (n=" + std::to_string(o.n) + ", k=" + std::to_string(o.k) +
@@ -280,10 +293,16 @@ StatusOr<double> RealMdsCode::conditionOf(std::span<const int> rows) const {
 }
 
 StatusOr<std::vector<double>> RealMdsCode::decodeCoefficients(std::span<const int> returned,
-                                                              std::span<const int> wanted) const {
-  if (static_cast<int>(returned.size()) != k_) {
+                                                              std::span<const int> wanted,
+                                                              double* condition) const {
+  if (static_cast<int>(returned.size()) < k_) {
     return DataLoss("decoding needs results from k=" + std::to_string(k_) +
                     " distinct tasks, got " + std::to_string(returned.size()));
+  }
+  if (static_cast<int>(returned.size()) > k_) {
+    // Not a loss: the caller has enough results and must choose k of them.
+    return InvalidArgument("decodeCoefficients: give exactly k=" + std::to_string(k_) +
+                           " task results, got " + std::to_string(returned.size()));
   }
   COFAB_RETURN_IF_ERROR(validateRows(returned, "decodeCoefficients returned"));
   for (int w : wanted) {
@@ -299,6 +318,27 @@ StatusOr<std::vector<double>> RealMdsCode::decodeCoefficients(std::span<const in
   }
   if (!dense::invert(sub, inv, k_)) {
     return Internal("RealMdsCode: the submatrix for these tasks is singular (broken MDS code)");
+  }
+  // create() bounded the condition number of the patterns its survey checked; a sampled survey
+  // may have missed this one. kappa_1 = ||S||_1 ||S^-1||_1 costs O(k^2) now that the inverse is
+  // known, and kappa_2 <= k kappa_1, so below maxCondition / k the pattern is within the bound.
+  // Otherwise the exact 2-norm condition number (the measure create() uses) decides.
+  const double kappa1 = norm1(sub, k_) * norm1(inv, k_);
+  if (condition != nullptr) *condition = kappa1;
+  if (!(kappa1 * k_ <= maxCondition_)) {
+    const double kappa2 = dense::conditionNumber(sub, k_);
+    if (!(kappa2 <= maxCondition_)) {
+      std::string tasks;
+      for (int r : returned) tasks += (tasks.empty() ? "" : ", ") + std::to_string(r);
+      return DataLoss("RealMdsCode: decoding from tasks {" + tasks +
+                      "} would solve a system with condition number " + std::to_string(kappa2) +
+                      " (2-norm), above maxCondition " + std::to_string(maxCondition_) +
+                      ": the result would amplify rounding errors that much (create() checked " +
+                      std::to_string(patternsChecked_) + " erasure patterns" +
+                      (exhaustive_ ? "" : ", a sample") +
+                      "); use results from other tasks, or create the code with a larger "
+                      "exhaustiveLimit / sampledPatterns to find such patterns at construction");
+    }
   }
   std::vector<double> d(wanted.size() * k_);
   for (size_t w = 0; w < wanted.size(); ++w) {

@@ -5,7 +5,9 @@
 // Over the reals "invertible" is not enough: decoding multiplies rounding errors by the condition
 // number of the k x k submatrix used. create() therefore measures every erasure pattern (all
 // C(n, k) row subsets, or a seeded sample when there are too many), reports the worst condition
-// number and refuses codes worse than `maxCondition`. Parity rows are scaled to unit 2-norm, the
+// number and refuses codes worse than `maxCondition`. A sample can miss the worst patterns, so
+// decodeCoefficients checks the pattern it is given against the same bound and refuses (DataLoss)
+// one that create() did not see and that is worse. Parity rows are scaled to unit 2-norm, the
 // norm of the identity rows, which keeps the submatrices balanced.
 //
 // Families (DESIGN.md §6; bench/coding compares them, the default is picked on that evidence):
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,7 +58,9 @@ struct RealMdsOptions {
   // `sampledPatterns` subsets is checked (worstCondition is then a lower bound).
   int64_t exhaustiveLimit = 20000;
   int sampledPatterns = 2000;
-  // create() fails (InvalidArgument) when the worst condition number found exceeds this.
+  // create() fails (InvalidArgument) when the worst condition number found exceeds this, and
+  // decodeCoefficients fails (DataLoss) for an erasure pattern whose condition number exceeds it
+  // (only possible for patterns the survey did not check, i.e. when it sampled).
   double maxCondition = 1e6;
 };
 
@@ -75,15 +80,25 @@ class RealMdsCode {
   const std::vector<int>& worstPattern() const { return worstPattern_; }
   bool checkedExhaustively() const { return exhaustive_; }
   int64_t patternsChecked() const { return patternsChecked_; }
+  // The bound given to create(), which decodeCoefficients also enforces.
+  double maxCondition() const { return maxCondition_; }
 
   // Condition number of the k x k submatrix made of `rows` (k distinct rows).
   StatusOr<double> conditionOf(std::span<const int> rows) const;
 
   // Decode coefficients: with the results of tasks `returned` (k distinct indices, in the order
   // the results will be given), data block `wanted[w]` = sum_c D[w * k + c] * result[c].
-  // Computed in FP64 from the inverse of the k x k submatrix.
+  // Computed in FP64 from the inverse of the k x k submatrix S.
+  // Fewer than k tasks is DataLoss; more than k, a repeated or out-of-range task, or a wanted
+  // block outside [0, k) is InvalidArgument (the caller picks the k results). When S's 2-norm
+  // condition number exceeds maxCondition() the result would carry that much amplified rounding
+  // error: DataLoss naming the tasks (wait for other results instead). The check costs O(k^2)
+  // (the 1-norm condition number ||S||_1 ||S^-1||_1 bounds the 2-norm one within a factor k);
+  // only a pattern within a factor k of the bound pays an exact O(k^3) singular value check.
+  // `condition`, when not null, receives the 1-norm condition number of S.
   StatusOr<std::vector<double>> decodeCoefficients(std::span<const int> returned,
-                                                   std::span<const int> wanted) const;
+                                                   std::span<const int> wanted,
+                                                   double* condition = nullptr) const;
 
  private:
   RealMdsCode() = default;
@@ -97,6 +112,7 @@ class RealMdsCode {
   std::vector<int> worstPattern_;
   bool exhaustive_ = true;
   int64_t patternsChecked_ = 0;
+  double maxCondition_ = std::numeric_limits<double>::infinity();
 };
 
 // The generator of `family` without any check (bench and tests use it to study families).

@@ -101,9 +101,15 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
       Status result;
       {
         std::unique_lock<std::mutex> lock(st->mu);
-        // The delay counts from the start of the run, as if the task had been sent then.
-        st->cv.wait_until(lock, Clock::time_point(Duration(t0)) + delay,
-                          [&] { return st->cancel.load(); });
+        // The delay counts from the start of the run, as if the task had been sent then. A
+        // delay too long to add (a "never finishes" straggler) waits for cancellation only.
+        const Clock::time_point start{Duration(t0)};
+        auto cancelled = [&] { return st->cancel.load(); };
+        if (delay >= Clock::time_point::max() - start) {
+          st->cv.wait(lock, cancelled);
+        } else {
+          st->cv.wait_until(lock, start + delay, cancelled);
+        }
       }
       if (!st->cancel.load()) {
         ran = true;
@@ -122,7 +128,10 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
             st->cancel.store(true);
           }
         }
-      } else if (ran && !result.ok()) {
+      } else if (ran && !result.ok() &&
+                 !(result.code() == StatusCode::kCancelled && st->cancel.load())) {
+        // A task that noticed its CancelToken and returned Cancelled stopped early: counted
+        // as cancelled below, not as a failure (nor as the run's first error).
         ++st->report.failed;
         if (st->firstError.ok()) st->firstError = result.withContext("task " + std::to_string(i));
       } else {

@@ -7,7 +7,8 @@
 // of r replicas, need all groups).
 //
 // Each task first waits its delay (DelayModel; interrupted by cancellation), then runs the task
-// function unless cancelled meanwhile. Task functions may poll the CancelToken to stop early.
+// function unless cancelled meanwhile. Task functions may poll the CancelToken to stop early:
+// returning Cancelled then counts the task as cancelled, not failed.
 // run() returns after every task of the run has stopped, so the function may borrow caller
 // memory; the time spent waiting for stragglers to stop is reported apart (drainMs), since a
 // real deployment would not wait for it.
@@ -61,8 +62,10 @@ struct StragglerReport {
   std::vector<double> delayMs;   // per task: the injected delay
   double completionMs = 0;       // when the last needed group completed
   double drainMs = 0;            // from completion until every task had stopped
-  int cancelled = 0;             // tasks not used: never ran, stopped early or finished late
-  int failed = 0;                // tasks whose function returned an error
+  // Tasks not used: never ran, stopped early (returned Cancelled after the run was cancelled)
+  // or finished late.
+  int cancelled = 0;
+  int failed = 0;  // tasks whose function returned any other error
 };
 
 struct StragglerExecutorOptions {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "core/clock.h"
 
@@ -10,6 +11,28 @@ namespace {
 
 Status checkOptions(const StragglerRunOptions& o) {
   if (o.executor == nullptr) return InvalidArgument("straggler matmul: executor is null");
+  return OkStatus();
+}
+
+// A, B and C must be valid views with C (a.rows x b.cols) = A (a.rows x a.cols) x B (a.cols x
+// b.cols). Checked before any task runs: tasks write row ranges of C (or copy into it) computed
+// from A's shape, so a C shorter than A would be written past its end.
+Status checkProduct(const std::string& what, ConstMatrixView a, ConstMatrixView b, MatrixView c) {
+  COFAB_RETURN_IF_ERROR(a.validate((what + " A").c_str()));
+  COFAB_RETURN_IF_ERROR(b.validate((what + " B").c_str()));
+  COFAB_RETURN_IF_ERROR(c.validate((what + " C").c_str()));
+  if (b.rows != a.cols) {
+    return InvalidArgument(what + ": B has " + std::to_string(b.rows) + " rows, A has " +
+                           std::to_string(a.cols) + " columns");
+  }
+  if (c.rows != a.rows) {
+    return InvalidArgument(what + ": C has " + std::to_string(c.rows) + " rows, A has " +
+                           std::to_string(a.rows));
+  }
+  if (c.cols != b.cols) {
+    return InvalidArgument(what + ": C has " + std::to_string(c.cols) + " columns, B has " +
+                           std::to_string(b.cols));
+  }
   return OkStatus();
 }
 
@@ -31,6 +54,13 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
   if (b.rows != a.cols()) {
     return InvalidArgument("coded matmul: B has " + std::to_string(b.rows) + " rows, A has " +
                            std::to_string(a.cols()) + " columns");
+  }
+  // decode checks C too, but only after every task has run: fail before doing the work.
+  COFAB_RETURN_IF_ERROR(c.validate("coded matmul C"));
+  if (c.rows != a.rows() || c.cols != b.cols) {
+    return InvalidArgument("coded matmul: C must be " + std::to_string(a.rows()) + "x" +
+                           std::to_string(b.cols) + " (rows of A x columns of B), got " +
+                           std::to_string(c.rows) + "x" + std::to_string(c.cols));
   }
   const int n = coded.n();
   const size_t outElems = static_cast<size_t>(a.blockRows()) * b.cols;
@@ -61,6 +91,7 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
 StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixView b, MatrixView c,
                                                  int workers, const StragglerRunOptions& options) {
   COFAB_RETURN_IF_ERROR(checkOptions(options));
+  COFAB_RETURN_IF_ERROR(checkProduct("uncoded matmul", a, b, c));
   if (workers < 1 || workers > a.rows) {
     return InvalidArgument("uncoded matmul: workers must be in [1, rows of A = " +
                            std::to_string(a.rows) + "], got " + std::to_string(workers));
@@ -73,12 +104,14 @@ StatusOr<StragglerMatmulReport> runUncodedMatmul(ConstMatrixView a, ConstMatrixV
                         .delay = options.delay,
                         .deadline = options.deadline};
   // Tasks write disjoint row ranges of C directly: nothing to gather afterwards.
-  COFAB_ASSIGN_OR_RETURN(
-      StragglerReport exec, options.executor->run(spec, [&](int task, const CancelToken&) {
-        const int64_t first = task * blockRows;
-        const int64_t rows = std::max<int64_t>(0, std::min(blockRows, a.rows - first));
-        return gemmF32(rowRange(a, first, rows), b, rowRange(c, first, rows));
-      }));
+  COFAB_ASSIGN_OR_RETURN(StragglerReport exec,
+                         options.executor->run(spec, [&](int task, const CancelToken&) {
+                           // Trailing tasks may have no rows left: clamp so no view starts past the
+                           // end.
+                           const int64_t first = std::min<int64_t>(task * blockRows, a.rows);
+                           const int64_t rows = std::min(blockRows, a.rows - first);
+                           return gemmF32(rowRange(a, first, rows), b, rowRange(c, first, rows));
+                         }));
   StragglerMatmulReport report;
   report.exec = std::move(exec);
   report.totalMs = report.exec.completionMs;
@@ -89,6 +122,7 @@ StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatr
                                                     MatrixView c, int workers, int replicas,
                                                     const StragglerRunOptions& options) {
   COFAB_RETURN_IF_ERROR(checkOptions(options));
+  COFAB_RETURN_IF_ERROR(checkProduct("replicated matmul", a, b, c));
   if (replicas < 1 || workers < replicas || workers % replicas != 0) {
     return InvalidArgument("replicated matmul: workers (" + std::to_string(workers) +
                            ") must be a positive multiple of replicas (" +
@@ -108,14 +142,14 @@ StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatr
                         .run = options.run,
                         .delay = options.delay,
                         .deadline = options.deadline};
-  auto rowsOf = [&](int block) {
-    return std::max<int64_t>(0, std::min(blockRows, a.rows - block * blockRows));
-  };
+  // Trailing blocks may have no rows left: clamp so no view starts past the end.
+  auto firstOf = [&](int block) { return std::min<int64_t>(block * blockRows, a.rows); };
+  auto rowsOf = [&](int block) { return std::min(blockRows, a.rows - firstOf(block)); };
   COFAB_ASSIGN_OR_RETURN(
       StragglerReport exec, options.executor->run(spec, [&](int task, const CancelToken&) {
         const int block = task / replicas;
         const int64_t rows = rowsOf(block);
-        return gemmF32(rowRange(a, block * blockRows, rows), b,
+        return gemmF32(rowRange(a, firstOf(block), rows), b,
                        MatrixView{outputs.data() + task * outElems, rows, b.cols, 0});
       }));
   StragglerMatmulReport report;
@@ -124,7 +158,7 @@ StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatr
     const int block = task / replicas;
     const int64_t rows = rowsOf(block);
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(c.row(block * blockRows + r), outputs.data() + task * outElems + r * b.cols,
+      std::memcpy(c.row(firstOf(block) + r), outputs.data() + task * outElems + r * b.cols,
                   sizeof(float) * b.cols);
     }
   }

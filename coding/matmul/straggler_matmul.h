@@ -4,6 +4,8 @@
 //   runReplicatedMatmul  A split into workers/replicas blocks, each computed by `replicas`
 //                        tasks; done when every block has one copy
 // Same delay model and run index give the same per-task random draws across the three.
+// Views and shapes (C = rows of A x columns of B, B's rows = A's columns) are checked before any
+// task runs: InvalidArgument naming the mismatch, and nothing written.
 //
 // Ownership: all views are borrowed for the call; the executor is borrowed. One call at a time
 // per executor.

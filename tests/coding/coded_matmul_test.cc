@@ -100,6 +100,14 @@ TEST(CodedMatmulTest, EveryErasurePatternWithinBoundAndSystematicPathBitExact) {
       const bool systematic = used.back() < k;
       EXPECT_EQ(report->decoded, !systematic);
       if (systematic) {
+        EXPECT_EQ(report->condition, 0.0) << "nothing solved";
+      } else {
+        // The 1-norm condition number of the system solved: >= 1, and within a factor k of the
+        // 2-norm one, which the code's survey bounds.
+        EXPECT_GE(report->condition, 1.0 - 1e-9);
+        EXPECT_LE(report->condition, k * cm->code().worstCondition() * (1 + 1e-9));
+      }
+      if (systematic) {
         ASSERT_EQ(c.v, uncoded.v) << "systematic results must be used as they are";
       }
       worst = std::max(worst, relError(c.v, want));
@@ -190,6 +198,10 @@ TEST(CodedMatmulTest, RawBlockEntryPointsMatchAndValidate) {
   }
   EXPECT_EQ(cm->decodeBlocks(std::span(results).first(3), missing, rebuilt, oe).code(),
             StatusCode::kDataLoss);
+  // More than k results is the caller's mistake (decode picks k; decodeBlocks takes exactly k).
+  std::vector<TaskResult> five = results;
+  five.push_back({0, outs[0].data()});
+  EXPECT_EQ(cm->decodeBlocks(five, missing, rebuilt, oe).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(cm->decodeBlocks(results, missing, std::span(rebuilt).first(1), oe).code(),
             StatusCode::kInvalidArgument);
 }

@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+
+#include "coding/matmul/coded_matmul.h"
 
 namespace cofab::coding {
 namespace {
@@ -119,6 +123,81 @@ TEST(RealMdsCodeTest, RefusesCodesWorseThanMaxCondition) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
 }
 
+// A sampled survey gives create() only a lower bound on the worst condition number: a pattern
+// it did not sample can be far worse. Decoding that pattern must fail (DataLoss) instead of
+// returning blocks with that much amplified rounding error. Deterministic: the seeds and the
+// sample are fixed; the test looks for a seed whose one sampled pattern missed the worst.
+TEST(RealMdsCodeTest, DecodeRefusesAnUnsampledPatternWorseThanMaxCondition) {
+  const int n = 8, k = 4;
+  std::vector<int> allBlocks(k);
+  std::iota(allBlocks.begin(), allBlocks.end(), 0);
+  for (uint64_t seed = 1; seed <= 32; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    RealMdsOptions o{.n = n,
+                     .k = k,
+                     .family = MdsFamily::kRandomGaussian,
+                     .seed = seed,
+                     .randomTrials = 1,
+                     .exhaustiveLimit = 0,
+                     .sampledPatterns = 1,
+                     .maxCondition = 1e300};
+    auto loose = RealMdsCode::create(o);
+    ASSERT_TRUE(loose.ok()) << loose.status();
+    ASSERT_FALSE(loose->checkedExhaustively());
+    ASSERT_EQ(loose->patternsChecked(), 1);
+    const double sampled = loose->worstCondition();
+    // The true worst, over all C(8, 4) = 70 patterns of the same generator.
+    const ConditionSurvey full = surveyConditions(loose->generator(), n, k,
+                                                  /*exhaustiveLimit=*/1000, /*samples=*/1, seed);
+    ASSERT_TRUE(full.exhaustive);
+    // The sample was (nearly) the worst, or the worst is singular (Internal, not this test).
+    if (!std::isfinite(full.worst) || !(full.worst > 4 * sampled)) continue;
+
+    o.maxCondition = std::sqrt(sampled * full.worst);  // above the sample, below the true worst
+    auto strict = RealMdsCode::create(o);
+    ASSERT_TRUE(strict.ok()) << strict.status();
+    ASSERT_EQ(strict->generator(), loose->generator());
+    EXPECT_EQ(strict->maxCondition(), o.maxCondition);
+
+    double condition = 0;
+    auto refused = strict->decodeCoefficients(full.worstRows, allBlocks, &condition);
+    ASSERT_EQ(refused.status().code(), StatusCode::kDataLoss) << refused.status();
+    std::string tasks;
+    for (int t : full.worstRows) tasks += (tasks.empty() ? "{" : ", ") + std::to_string(t);
+    tasks += "}";
+    EXPECT_NE(refused.status().message().find(tasks), std::string::npos)
+        << "the error names the tasks " << tasks << ": " << refused.status();
+    // The reported 1-norm condition number bounds the 2-norm one within a factor k.
+    EXPECT_GE(condition * k, full.worst * (1 - 1e-9));
+
+    // The same pattern decodes under the loose bound; the sampled one under the strict bound.
+    EXPECT_TRUE(loose->decodeCoefficients(full.worstRows, allBlocks).ok());
+    auto sampledOk = strict->decodeCoefficients(strict->worstPattern(), allBlocks);
+    EXPECT_TRUE(sampledOk.ok()) << sampledOk.status();
+
+    // Through CodedMatmul: the decode fails and writes nothing.
+    CodedMatmul cm(*strict);
+    const size_t elems = 6;
+    std::vector<std::vector<float>> blocks(n, std::vector<float>(elems, 1.0f));
+    std::vector<TaskResult> results;
+    for (int t : full.worstRows) results.push_back({t, blocks[t].data()});
+    std::vector<int> missing;
+    for (int j = 0; j < k; ++j) {
+      if (std::find(full.worstRows.begin(), full.worstRows.end(), j) == full.worstRows.end()) {
+        missing.push_back(j);
+      }
+    }
+    ASSERT_FALSE(missing.empty()) << "the worst pattern includes a parity task";
+    std::vector<float> sink(missing.size() * elems, -7.0f);
+    std::vector<float*> outputs;
+    for (size_t w = 0; w < missing.size(); ++w) outputs.push_back(sink.data() + w * elems);
+    EXPECT_EQ(cm.decodeBlocks(results, missing, outputs, elems).code(), StatusCode::kDataLoss);
+    EXPECT_EQ(sink, std::vector<float>(sink.size(), -7.0f)) << "nothing may be written";
+    return;
+  }
+  FAIL() << "no seed in 1..32 sampled a pattern well below the worst: change the parameters";
+}
+
 TEST(RealMdsCodeTest, BadArguments) {
   for (auto [n, k] : std::vector<std::pair<int, int>>{{4, 4}, {3, 5}, {4, 0}, {65, 60}}) {
     EXPECT_EQ(RealMdsCode::create({.n = n, .k = k}).status().code(), StatusCode::kInvalidArgument)
@@ -129,6 +208,9 @@ TEST(RealMdsCodeTest, BadArguments) {
   std::vector<int> wanted = {0};
   EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2}, wanted).status().code(),
             StatusCode::kDataLoss);
+  // More than k results is the caller's mistake (it must choose k), not a loss.
+  EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 3, 4}, wanted).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 1, 4}, wanted).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(code->decodeCoefficients(std::vector<int>{0, 1, 2, 6}, wanted).status().code(),

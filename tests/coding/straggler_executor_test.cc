@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "coding/matmul/straggler_matmul.h"
 
@@ -115,6 +118,49 @@ TEST_F(StragglerMatmulTest, UncodedAndReplicatedGiveTheProduct) {
             StatusCode::kInvalidArgument);
 }
 
+// C, A and B are checked before any task runs. A C shorter than A (here the first 48 of 96 rows
+// of a buffer whose other rows hold a sentinel) used to be written past its end, by the uncoded
+// tasks and by the replicated gather; a null A was read from address 0 + offset.
+TEST_F(StragglerMatmulTest, ShapeAndViewErrorsAreRejectedBeforeAnythingIsWritten) {
+  constexpr float kSentinel = 12345.0f;
+  std::vector<float> buffer(96 * 20, kSentinel);
+  const StragglerRunOptions opts{.executor = executor_.get()};
+  auto untouched = [&] {
+    return std::all_of(buffer.begin(), buffer.end(), [&](float x) { return x == kSentinel; });
+  };
+  auto expectRejected = [&](const std::string& what, ConstMatrixView av, ConstMatrixView bv,
+                            MatrixView cv) {
+    SCOPED_TRACE(what);
+    auto u = runUncodedMatmul(av, bv, cv, 8, opts);
+    EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument) << u.status();
+    auto r = runReplicatedMatmul(av, bv, cv, 8, 2, opts);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+    EXPECT_TRUE(untouched()) << "C's buffer was written";
+  };
+  const MatrixView fullC{buffer.data(), 96, 20, 0};
+  expectRejected("C has 48 of A's 96 rows", a(), b(), {buffer.data(), 48, 20, 0});
+  expectRejected("C has 19 of B's 20 columns", a(), b(), {buffer.data(), 96, 19, 20});
+  expectRejected("B has 31 rows, A 32 columns", a(), {b_.data(), 31, 20, 0}, fullC);
+  expectRejected("A is null", {nullptr, 96, 32, 0}, b(), fullC);
+  expectRejected("B is null", a(), {nullptr, 32, 20, 0}, fullC);
+  expectRejected("C is null", a(), b(), {nullptr, 96, 20, 0});
+  expectRejected("C's ld is below its columns", a(), b(), {buffer.data(), 96, 20, 10});
+
+  // Coded: decode checked C already, but only after the tasks; now before them.
+  auto cm = CodedMatmul::create({.n = 6, .k = 4});
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  auto enc = cm->encode(a());
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  auto coded = runCodedMatmul(*cm, *enc, b(), {buffer.data(), 48, 20, 0}, opts);
+  EXPECT_EQ(coded.status().code(), StatusCode::kInvalidArgument) << coded.status();
+  EXPECT_TRUE(untouched());
+
+  // The well-formed call still computes the product.
+  auto ok = runUncodedMatmul(a(), b(), fullC, 8, opts);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_LE(maxRelDiff(buffer, want_), 1e-6);
+}
+
 TEST(StragglerExecutorTest, TooManyFailuresIsDataLoss) {
   auto ex = StragglerExecutor::create({.threads = 4});
   ASSERT_TRUE(ex.ok());
@@ -148,6 +194,60 @@ TEST(StragglerExecutorTest, DeadlineCancelsARunThatCannotFinishInTime) {
                        [](int, const CancelToken&) { return OkStatus(); });
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->used.size(), 4u);
+}
+
+// A task that notices the run no longer needs it and returns Cancelled stopped early: it counts
+// as cancelled, not as a failure.
+TEST(StragglerExecutorTest, ATaskReturningCancelledOnCancellationIsCancelledNotFailed) {
+  auto ex = StragglerExecutor::create({.threads = 2});
+  ASSERT_TRUE(ex.ok());
+  std::atomic<bool> slowStarted{false};
+  auto r = (*ex)->run({.tasks = 2, .neededGroups = 1}, [&](int task, const CancelToken& cancel) {
+    // Every wait is bounded: a broken executor fails the test instead of hanging it.
+    const Deadline giveUp = Deadline::afterMs(10000);
+    if (task == 0) {
+      // Finish only once task 1 is running, so that it is really stopped by cancellation.
+      while (!slowStarted.load()) {
+        if (giveUp.expired()) return DeadlineExceeded("task 1 never started");
+        std::this_thread::yield();
+      }
+      return OkStatus();
+    }
+    slowStarted.store(true);
+    while (!cancel.cancelled()) {
+      if (giveUp.expired()) return DeadlineExceeded("task 1 was never cancelled");
+      std::this_thread::yield();
+    }
+    return Cancelled("task 1 saw the cancellation");
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->used, std::vector<int>{0});
+  EXPECT_EQ(r->cancelled, 1);
+  EXPECT_EQ(r->failed, 0);
+  EXPECT_LT(r->finishMs[1], 0);
+}
+
+// A "never finishes" delay (more than a Duration holds) saturates: the task waits for the run's
+// cancellation. It used to overflow to a negative delay and run at once.
+TEST(StragglerExecutorTest, ANeverFinishingStragglerWaitsForCancellation) {
+  auto ex = StragglerExecutor::create({.threads = 2});
+  ASSERT_TRUE(ex.ok());
+  auto never = TraceDelay::fromMillis({0, 1e16});
+  ASSERT_TRUE(never.ok()) << never.status();
+  std::atomic<int> slowRan{0};
+  auto r = (*ex)->run(
+      {.tasks = 2, .neededGroups = 1, .delay = &*never, .deadline = Deadline::afterMs(10000)},
+      [&](int task, const CancelToken&) {
+        if (task == 1) {
+          ++slowRan;
+        }
+        return OkStatus();
+      });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->used, std::vector<int>{0});
+  EXPECT_GT(r->delayMs[1], 0);
+  EXPECT_EQ(slowRan.load(), 0) << "the straggler must not run";
+  EXPECT_EQ(r->cancelled, 1);
 }
 
 TEST(StragglerExecutorTest, BadSpecs) {
@@ -188,6 +288,22 @@ TEST(DelayModelTest, ShiftedExponentialIsDeterministicAndHasTheRightMean) {
   EXPECT_NEAR(sum / samples, 7.0, 0.2);
   EXPECT_EQ(ShiftedExponentialDelay::create({.shiftMs = -1}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Delays beyond what int64 nanoseconds hold (~9.2e12 ms) saturate to Duration::max() instead of
+// overflowing (undefined; INT64_MIN on x86).
+TEST(DelayModelTest, HugeDelaysSaturate) {
+  auto t = TraceDelay::fromMillis({1e16, 9.3e12, 9.2e12, 1.5});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto at = [&](int task) { return t->delay({.task = task, .tasks = 4}).count(); };
+  EXPECT_EQ(at(0), Duration::max().count());
+  EXPECT_EQ(at(1), Duration::max().count());
+  EXPECT_GT(at(2), 0);
+  EXPECT_LT(at(2), Duration::max().count());
+  EXPECT_EQ(at(3), 1500000);
+  auto huge = ShiftedExponentialDelay::create({.shiftMs = 1e300, .tailMeanMs = 1});
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_EQ(huge->delay({.task = 0}).count(), Duration::max().count());
 }
 
 TEST(DelayModelTest, TraceFileIsReplayedAndValidated) {

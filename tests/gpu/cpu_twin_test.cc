@@ -159,6 +159,37 @@ TEST(BlasCpuTest, GemmAndLinearCombineMatchFp64References) {
             StatusCode::kInvalidArgument);
 }
 
+// BLAS takes 32-bit leading dimensions. A larger one used to be truncated on the CPU path
+// (2^32 + 1 becomes 1, below the row length), OpenBLAS's xerbla rejected it and returned without
+// computing, and gemmF32 said OK on an untouched C. Every matrix here has one row, so a leading
+// dimension is never used to reach a second one: only the first row's bytes could be touched.
+TEST(BlasCpuTest, GemmRejectsLeadingDimensionsBeyondInt32) {
+  const int64_t huge = (int64_t{1} << 32) + 1;
+  std::vector<float> a = {1, 2}, b = {1, 2, 3, 4, 5, 6}, c = {-7, -7, -7};
+  const std::vector<float> before = c;
+  const GemmArgs cases[] = {
+      // A 1x2, B 2x3, C 1x3
+      {.a = a.data(), .b = b.data(), .c = c.data(), .m = 1, .n = 3, .k = 2, .lda = huge},
+      // A 1x1, B 1x3, C 1x3
+      {.a = a.data(), .b = b.data(), .c = c.data(), .m = 1, .n = 3, .k = 1, .ldb = huge},
+      // A 1x2, B 2x3, C 1x3
+      {.a = a.data(), .b = b.data(), .c = c.data(), .m = 1, .n = 3, .k = 2, .ldc = huge},
+  };
+  const char* const names[] = {"lda", "ldb", "ldc"};
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    Status st = gemmF32(cases[i]);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(names[i]), std::string::npos) << st;
+    Status twin = gemmF32Cpu(cases[i]);
+    EXPECT_EQ(twin.code(), StatusCode::kInvalidArgument) << twin;
+    EXPECT_EQ(c, before) << "C must be untouched";
+  }
+  // The same product with dense leading dimensions: C = [9, 12, 15].
+  ASSERT_TRUE(gemmF32({.a = a.data(), .b = b.data(), .c = c.data(), .m = 1, .n = 3, .k = 2}).ok());
+  EXPECT_EQ(c, (std::vector<float>{9, 12, 15}));
+}
+
 TEST(GpuAvailabilityTest, CudaTensorsWithoutAGpuAreUnavailable) {
   auto count = deviceCount();
   if (count.ok()) GTEST_SKIP() << "a GPU is present: covered by gpu_kernel_tests";
