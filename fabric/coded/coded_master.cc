@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -175,13 +176,19 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
                            " must divide n=" + std::to_string(options.n));
   }
   if (options.rowBlock < 1) return InvalidArgument("coded master: rowBlock must be >= 1");
-  if (options.shiftMs < 0 || options.tailMeanMs < 0) {
-    return InvalidArgument("coded master: injected delays must be >= 0");
+  // `!(x >= 0)` and isfinite: NaN fails every comparison and +inf would reach the workers'
+  // duration_cast (undefined behaviour).
+  if (!(options.shiftMs >= 0) || !std::isfinite(options.shiftMs) || !(options.tailMeanMs >= 0) ||
+      !std::isfinite(options.tailMeanMs)) {
+    return InvalidArgument("coded master: injected delays must be finite and >= 0 (shiftMs " +
+                           std::to_string(options.shiftMs) + ", tailMeanMs " +
+                           std::to_string(options.tailMeanMs) + ")");
   }
   for (const auto& [w, ms] : options.rowBlockDelayMs) {
-    if (w < 0 || w >= options.n || ms < 0) {
+    if (w < 0 || w >= options.n || !(ms >= 0) || !std::isfinite(ms)) {
       return InvalidArgument("coded master: rowBlockDelayMs for worker " + std::to_string(w) +
-                             " (" + std::to_string(ms) + " ms) is out of range");
+                             " (" + std::to_string(ms) +
+                             " ms) is out of range (a worker index below n, a finite delay >= 0)");
     }
   }
   std::unique_ptr<CodedMaster> m(new CodedMaster(options));

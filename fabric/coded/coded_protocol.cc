@@ -1,5 +1,6 @@
 #include "fabric/coded/coded_protocol.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/param.h"
@@ -116,11 +117,17 @@ template std::vector<uint8_t> packRecord(const CancelRecord&, std::span<const fl
 StatusOr<LoadRecord> parseLoad(std::span<const uint8_t> payload, const float** data) {
   COFAB_ASSIGN_OR_RETURN(LoadRecord r, readRecord<LoadRecord>("coded load", payload));
   COFAB_RETURN_IF_ERROR(checkShape("coded load block", r.rows, r.cols));
-  if (r.tasks <= 0 || r.rowBlock <= 0 || !(r.load > 0 && r.load <= 1) || r.shiftMs < 0 ||
-      r.tailMeanMs < 0 || r.rowBlockDelayMs < 0) {
+  // Delays are written `!(x >= 0) || !isfinite(x)`: NaN fails every comparison, and NaN or +inf
+  // would reach the worker's duration_cast (undefined behaviour).
+  const auto badDelay = [](double ms) { return !(ms >= 0) || !std::isfinite(ms); };
+  if (r.tasks <= 0 || r.rowBlock <= 0 || !(r.load > 0 && r.load <= 1) || badDelay(r.shiftMs) ||
+      badDelay(r.tailMeanMs) || badDelay(r.rowBlockDelayMs)) {
     return InvalidArgument("coded load: bad parameters (tasks " + std::to_string(r.tasks) +
                            ", rowBlock " + std::to_string(r.rowBlock) + ", load " +
-                           std::to_string(r.load) + ", delays must be >= 0)");
+                           std::to_string(r.load) + ", delays must be finite and >= 0: shiftMs " +
+                           std::to_string(r.shiftMs) + ", tailMeanMs " +
+                           std::to_string(r.tailMeanMs) + ", rowBlockDelayMs " +
+                           std::to_string(r.rowBlockDelayMs) + ")");
   }
   COFAB_RETURN_IF_ERROR(checkData("coded load", payload, sizeof(LoadRecord), r.rows, r.cols));
   *data = reinterpret_cast<const float*>(payload.data() + sizeof(LoadRecord));

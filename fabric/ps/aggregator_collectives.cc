@@ -1,5 +1,8 @@
 #include "fabric/ps/aggregator_collectives.h"
 
+#include <mutex>
+#include <span>
+
 #include "fabric/ps/placement.h"
 
 namespace cofab::ps {
@@ -11,34 +14,91 @@ bool aggregatorDType(DType dtype) {
          dtype == DType::kBF16;
 }
 
-// A PushPullHandle seen as a comm::PendingOp.
+// What an AggregatorAllreducePath shares with its pending operations (which may outlive it, in a
+// CollectiveHandle): the client, and the error that failed the path for good.
+class PathState {
+ public:
+  explicit PathState(std::shared_ptr<PushPullClient> client) : client_(std::move(client)) {}
+  PushPullClient& client() const { return *client_; }
+  Status failed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+  // An allreduce ended with `st`: when the client is unusable now (closed because the operation
+  // outran its deadline, or failed by a sticky error), the path is broken for good.
+  void noteEnd(const Status& st) {
+    if (st.ok() || client_->status().ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.ok()) failed_ = st;
+  }
+
+ private:
+  std::shared_ptr<PushPullClient> client_;
+  mutable std::mutex mu_;
+  Status failed_;
+};
+
+// An allreduce refused by a broken path: complete from the start.
+class FailedPending final : public comm::PendingOp {
+ public:
+  explicit FailedPending(Status status) : status_(std::move(status)) {}
+  Status wait(Deadline) override { return status_; }
+  bool test() const override { return true; }
+  Status status() const override { return status_; }
+
+ private:
+  Status status_;
+};
+
+// A PushPullHandle seen as a comm::PendingOp. The collective's own deadline is enforced when the
+// op is waited on with a deadline no earlier than it (comm::allreduce waits with none): an
+// operation still running then is cancelled by closing the client (waitEveryHandle), so that
+// the DeadlineExceeded returned means nothing reads `in` or writes `out` any more, and the path
+// fails for good. A caller's earlier deadline only ends that wait (the op keeps running).
 class PushPullPending final : public comm::PendingOp {
  public:
-  explicit PushPullPending(PushPullHandle handle) : handle_(std::move(handle)) {}
-  Status wait(Deadline deadline) override { return handle_.wait(deadline); }
+  PushPullPending(std::shared_ptr<PathState> state, PushPullHandle handle, Deadline opDeadline)
+      : state_(std::move(state)), handle_(std::move(handle)), opDeadline_(opDeadline) {}
+  Status wait(Deadline deadline) override {
+    if (deadline.when() < opDeadline_.when()) {
+      Status st = handle_.wait(deadline);
+      if (handle_.test()) state_->noteEnd(st);
+      return st;
+    }
+    const std::span<const PushPullHandle> one(&handle_, 1);
+    Status st = waitEveryHandle(state_->client(), one, opDeadline_);
+    state_->noteEnd(st);
+    return st;
+  }
   bool test() const override { return handle_.test(); }
   Status status() const override { return handle_.status(); }
 
  private:
+  std::shared_ptr<PathState> state_;
   PushPullHandle handle_;
+  Deadline opDeadline_;
 };
 
 class AggregatorAllreducePath final : public comm::AllreducePath {
  public:
   AggregatorAllreducePath(std::shared_ptr<PushPullClient> client, uint64_t keyBase)
-      : client_(std::move(client)), collectives_(*client_, keyBase) {}
+      : state_(std::make_shared<PathState>(client)), collectives_(*client, keyBase) {}
   std::string name() const override { return "aggregators"; }
   bool serves(comm::ReduceOp op, DType dtype) const override {
     return (op == comm::ReduceOp::kSum || op == comm::ReduceOp::kAvg) && aggregatorDType(dtype);
   }
   std::shared_ptr<comm::PendingOp> start(const TensorView& in, const TensorView& out,
-                                         comm::ReduceOp op, Deadline) override {
-    // The deadline is enforced by whoever waits on the handle (CollectiveHandle::wait).
-    return std::make_shared<PushPullPending>(collectives_.allreduceAsync(in, out, op));
+                                         comm::ReduceOp op, Deadline deadline) override {
+    if (Status failed = state_->failed(); !failed.ok()) {
+      return std::make_shared<FailedPending>(
+          failed.withContext("allreduce through the aggregators: the path failed for good"));
+    }
+    return std::make_shared<PushPullPending>(state_, collectives_.allreduceAsync(in, out, op),
+                                             deadline);
   }
 
  private:
-  std::shared_ptr<PushPullClient> client_;
+  std::shared_ptr<PathState> state_;  // keeps the client alive
   AggregatorCollectives collectives_;
 };
 
@@ -62,13 +122,23 @@ Status AggregatorCollectives::allreduce(const TensorView& in, const TensorView& 
     return Unimplemented("allreduce through aggregators supports sum and avg, not " +
                          std::string(comm::reduceOpName(options.op)));
   }
+  if (!failed_.ok()) {
+    return failed_.withContext(
+        "allreduce through the aggregators: an earlier allreduce failed for good");
+  }
   Deadline deadline = Deadline::afterMs(300000);
   if (options.deadline) {
     deadline = *options.deadline;
   } else if (options.timeout.count() > 0) {
     deadline = Deadline::after(options.timeout);
   }
-  return allreduceAsync(in, out, options.op).wait(deadline);
+  // Not handle.wait(): after its DeadlineExceeded the push-pull would go on reading `in` and
+  // writing `out`, which the caller takes back with our error. waitEveryHandle closes the
+  // client instead, so the error returned means nothing touches them any more.
+  const PushPullHandle handle = allreduceAsync(in, out, options.op);
+  Status st = waitEveryHandle(client_, std::span<const PushPullHandle>(&handle, 1), deadline);
+  if (!st.ok() && !client_.status().ok()) failed_ = st;  // the client is unusable now
+  return st;
 }
 
 std::shared_ptr<comm::AllreducePath> aggregatorAllreducePath(std::shared_ptr<PushPullClient> client,

@@ -10,6 +10,22 @@
 // key, so repeated same-shape calls reuse one daemon slot. Blocking; one call at a time per
 // object (calls of one shape must not overlap: the daemons run one round per chunk at a time).
 // Not thread-safe; the client must outlive this object.
+//
+// Errors: when allreduce() returns, nothing reads `in` or writes `out` any more, also on error.
+// A push-pull still running at the deadline (another rank did not arrive) is cancelled by
+// closing the client (ps::waitEveryHandle): the call returns DeadlineExceeded, and, like a ring
+// Communicator after a timeout, this object is then failed for good: every later allreduce()
+// returns that error (latched; also after a sticky client failure such as a lost daemon). The
+// client is closed for everyone who uses it (its status() says so). A daemon's reject of one
+// call fails that call only.
+//
+// The path from aggregatorAllreducePath() behaves the same way at the collective's own deadline
+// (AllreduceOptions deadline or timeout, else COFAB_COLLECTIVE_TIMEOUT_MS), enforced when its
+// handle is waited on (comm::allreduce does); a CollectiveHandle::wait with an earlier deadline
+// only ends that wait, and the allreduce keeps running. Communicator::asyncError() covers the
+// communicator's peers only: it stays OK when the aggregator path failed. The path reports its
+// failure through the allreduces it serves (each later one fails at once with the latched
+// error) and through the client's status().
 #pragma once
 
 #include <cstdint>
@@ -45,6 +61,7 @@ class AggregatorCollectives {
  private:
   PushPullClient& client_;
   uint64_t keyBase_;
+  Status failed_;  // latched: the error that left the client unusable
 };
 
 // A comm::AllreducePath through the daemons `client` talks to (which it keeps alive): give it to

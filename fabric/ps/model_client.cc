@@ -22,10 +22,44 @@
 
 namespace cofab::ps {
 
-COFAB_PARAM_INT(kPsModelChunkBytes, "COFAB_PS_MODEL_CHUNK_BYTES", 4 << 20, 64, 1 << 30,
-                "model store chunk size in bytes (same on every worker)");
+// The largest message this client receives is a ModelAppliedValue answer: kModelApplyReplyBytes
+// and then one chunk, within the transport's bound on a message (wire::kDefaultMaxPayload, which
+// this client's context keeps). A larger chunk would be refused by the receiving transport.
+constexpr int64_t kMaxModelChunkBytes =
+    static_cast<int64_t>(wire::kDefaultMaxPayload - kModelApplyReplyBytes);
+
+COFAB_PARAM_INT(kPsModelChunkBytes, "COFAB_PS_MODEL_CHUNK_BYTES", 4 << 20, 64, kMaxModelChunkBytes,
+                "model store chunk size in bytes (same on every worker; at most 1 GiB - 24: "
+                "an apply-pull answer carries 24 bytes besides the chunk)");
 
 namespace {
+
+// The version of a chunk this client never received (a pull that failed partway): no base for
+// an apply-pull. A real version is a count of updates and never reaches it.
+constexpr uint64_t kUnknownVersion = ~0ull;
+
+// The answer kinds a request accepts (a kReject is accepted by every request).
+bool answers(ControlOp request, ControlOp answer) {
+  switch (request) {
+    case ControlOp::kModelInit:
+      return answer == ControlOp::kModelAck;
+    case ControlOp::kModelPull:
+    case ControlOp::kModelElastic:
+      return answer == ControlOp::kModelValue;
+    case ControlOp::kModelApply:
+      return answer == ControlOp::kModelApplied || answer == ControlOp::kModelDeferred;
+    case ControlOp::kModelApplyPull:
+      return answer == ControlOp::kModelAppliedValue;
+    default:
+      return false;
+  }
+}
+
+// The header dtype of each answer kind: ModelValue carries the chunk's f32 elements, every other
+// answer bytes (a record, text).
+DType answerDType(ControlOp answer) {
+  return answer == ControlOp::kModelValue ? DType::kF32 : DType::kU8;
+}
 
 struct Call {
   std::mutex mu;
@@ -67,6 +101,7 @@ struct Call {
 
 struct Request {
   std::shared_ptr<Call> call;
+  ControlOp op = ControlOp::kModelPull;  // what was asked: decides the answers accepted
   uint64_t key = 0;
   uint32_t chunk = 0;
   int server = 0;
@@ -111,87 +146,56 @@ class ModelClient::Impl {
     return OkStatus();
   }
 
-  // Sends one request per chunk of `key`. `payload`: the tensor sent (init/apply/elastic; null
-  // data for pull); `out`: where answers go (pull/elastic), else null.
+  // One tensor of a request: `payload` is the tensor sent (init/apply/elastic/apply-pull; null
+  // for pull), `out` where answers go (pull/elastic/apply-pull; else null).
+  struct Spec {
+    uint64_t key = 0;
+    size_t count = 0;
+    const float* payload = nullptr;
+    float* out = nullptr;
+    uint64_t iteration = 0;
+    std::string what;
+  };
+
+  // Sends one request per chunk of `key`.
   std::shared_ptr<Call> begin(ControlOp op, uint64_t key, size_t count, const float* payload,
                               float* out, uint64_t iteration, std::string what) {
-    auto call = std::make_shared<Call>();
-    call->what = std::move(what);
-    const ChunkLayout layout = chunkLayout(count, sizeof(float), chunkBytes_);
-    call->remaining = layout.chunkCount;
-    call->chunkServer.assign(layout.chunkCount, -1);
+    std::vector<Spec> specs(1);
+    specs[0] = Spec{key, count, payload, out, iteration, std::move(what)};
+    return beginAll(op, specs).front();
+  }
+
+  // One call per spec. Nothing is sent unless every spec can be (client open; for apply-pull a
+  // base version known for every chunk; every chunk's daemon alive): otherwise every call fails
+  // with the first reason, so a refused applyAndPull has applied none of its updates.
+  std::vector<std::shared_ptr<Call>> beginAll(ControlOp op, const std::vector<Spec>& specs) {
+    std::vector<std::shared_ptr<Call>> calls;
+    std::vector<ChunkLayout> layouts;
+    calls.reserve(specs.size());
+    layouts.reserve(specs.size());
+    for (const Spec& sp : specs) {
+      auto call = std::make_shared<Call>();
+      call->what = sp.what;
+      const ChunkLayout layout = chunkLayout(sp.count, sizeof(float), chunkBytes_);
+      call->remaining = layout.chunkCount;
+      call->chunkServer.assign(layout.chunkCount, -1);
+      calls.push_back(std::move(call));
+      layouts.push_back(layout);
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) {
-      call->finish(Cancelled(call->what + ": the model client is closed"));
-      return call;
+    std::vector<std::vector<uint64_t>> bases(specs.size());
+    Status refused;
+    for (size_t i = 0; i < specs.size() && refused.ok(); ++i) {
+      refused = checkLocked(op, specs[i], layouts[i], &bases[i]);
     }
-    const int m = static_cast<int>(servers_.size());
-    const std::vector<uint64_t>* bases = nullptr;
-    if (op == ControlOp::kModelApplyPull) {
-      auto it = versions_.find(key);
-      if (it == versions_.end() || it->second.size() != layout.chunkCount) {
-        failLocked(call, FailedPrecondition(call->what +
-                                            ": no model version known for this key and size on "
-                                            "this client (pull it first)"));
-        return call;
-      }
-      bases = &it->second;
+    if (!refused.ok()) {
+      for (auto& call : calls) call->finish(refused);
+      return calls;
     }
-    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
-      const int server = primaryServer(key, c, m);
-      Server& s = servers_[static_cast<size_t>(server)];
-      if (s.dead) {
-        failLocked(call, Unavailable(call->what + ": " + serverName(server) + " is gone (" + s.why +
-                                     "); the model store has no replication"));
-        return call;
-      }
-      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
-      const size_t n = std::min(layout.elementsPerChunk, count - first);
-      const uint64_t seq = nextSeq_++;
-      Request r;
-      r.call = call;
-      r.key = key;
-      r.chunk = c;
-      r.server = server;
-      r.out = out ? out + first : nullptr;
-      r.count = n;
-      r.chunkCount = layout.chunkCount;
-      r.recordVersion = op == ControlOp::kModelPull || op == ControlOp::kModelApplyPull;
-      pending_.emplace(seq, r);
-      call->seqs.push_back(seq);
-      {
-        std::lock_guard<std::mutex> l(call->mu);
-        call->chunkServer[c] = server;
-      }
-      wire::Header h;
-      h.type = wire::MessageType::kControl;
-      h.opcode = static_cast<uint8_t>(op);
-      h.senderRank = static_cast<uint32_t>(rank_);
-      h.key = key;
-      h.chunkIndex = c;
-      h.chunkCount = layout.chunkCount;
-      h.dtype = DType::kF32;
-      h.iteration = bases ? (*bases)[c] : iteration;
-      h.sequence = seq;
-      auto conn = s.conn;
-      auto onSent = [this, server, conn](const Status& st) {
-        if (!st.ok()) onServerError(server, conn, st);
-      };
-      if (payload) {
-        // A copy: the caller's tensor is only lent for the call, which may end first (deadline).
-        // Built from the range: no zero-fill of a buffer that is overwritten at once.
-        const auto* src = reinterpret_cast<const uint8_t*>(payload + first);
-        auto buf = std::make_shared<std::vector<uint8_t>>(src, src + n * sizeof(float));
-        bytesOut_.fetch_add(buf->size(), std::memory_order_relaxed);
-        const uint8_t* data = buf->data();
-        const size_t size = buf->size();
-        conn->send(h, data, size, [buf, onSent](const Status& st) { onSent(st); });
-      } else {
-        conn->send(h, nullptr, 0, onSent);
-      }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      sendLocked(op, specs[i], layouts[i], calls[i], bases[i]);
     }
-    if (layout.chunkCount == 0) call->finish(OkStatus());
-    return call;
+    return calls;
   }
 
   Status wait(const std::shared_ptr<Call>& call, Deadline deadline) {
@@ -298,9 +302,99 @@ class ModelClient::Impl {
     }
   }
 
+  // Whether `sp` can be sent now; for apply-pull its chunks' base versions go to *bases.
+  Status checkLocked(ControlOp op, const Spec& sp, const ChunkLayout& layout,
+                     std::vector<uint64_t>* bases) {
+    if (closed_) return Cancelled(sp.what + ": the model client is closed");
+    if (op == ControlOp::kModelApplyPull) {
+      auto it = versions_.find(sp.key);
+      if (it == versions_.end() || it->second.size() != layout.chunkCount) {
+        return FailedPrecondition(sp.what +
+                                  ": no model version known for this key and size on this "
+                                  "client (pull it first)");
+      }
+      for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+        if (it->second[c] == kUnknownVersion) {
+          return FailedPrecondition(sp.what + ": chunk " + std::to_string(c) + " of " +
+                                    std::to_string(layout.chunkCount) +
+                                    " was never received by this client (a pull that failed "
+                                    "partway?), so it has no base version (pull it first)");
+        }
+      }
+      *bases = it->second;
+    }
+    const int m = static_cast<int>(servers_.size());
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const int server = primaryServer(sp.key, c, m);
+      const Server& s = servers_[static_cast<size_t>(server)];
+      if (s.dead) {
+        return Unavailable(sp.what + ": " + serverName(server) + " is gone (" + s.why +
+                           "); the model store has no replication");
+      }
+    }
+    return OkStatus();
+  }
+
+  // Sends one request per chunk of `sp` (checked by checkLocked).
+  void sendLocked(ControlOp op, const Spec& sp, const ChunkLayout& layout,
+                  const std::shared_ptr<Call>& call, const std::vector<uint64_t>& bases) {
+    const int m = static_cast<int>(servers_.size());
+    for (uint32_t c = 0; c < layout.chunkCount; ++c) {
+      const int server = primaryServer(sp.key, c, m);
+      Server& s = servers_[static_cast<size_t>(server)];
+      const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
+      const size_t n = std::min(layout.elementsPerChunk, sp.count - first);
+      const uint64_t seq = nextSeq_++;
+      Request r;
+      r.call = call;
+      r.op = op;
+      r.key = sp.key;
+      r.chunk = c;
+      r.server = server;
+      r.out = sp.out ? sp.out + first : nullptr;
+      r.count = n;
+      r.chunkCount = layout.chunkCount;
+      r.recordVersion = op == ControlOp::kModelPull || op == ControlOp::kModelApplyPull;
+      pending_.emplace(seq, r);
+      call->seqs.push_back(seq);
+      {
+        std::lock_guard<std::mutex> l(call->mu);
+        call->chunkServer[c] = server;
+      }
+      wire::Header h;
+      h.type = wire::MessageType::kControl;
+      h.opcode = static_cast<uint8_t>(op);
+      h.senderRank = static_cast<uint32_t>(rank_);
+      h.key = sp.key;
+      h.chunkIndex = c;
+      h.chunkCount = layout.chunkCount;
+      h.dtype = DType::kF32;
+      h.iteration = op == ControlOp::kModelApplyPull ? bases[c] : sp.iteration;
+      h.sequence = seq;
+      auto conn = s.conn;
+      auto onSent = [this, server, conn](const Status& st) {
+        if (!st.ok()) onServerError(server, conn, st);
+      };
+      if (sp.payload) {
+        // A copy: the caller's tensor is only lent for the call, which may end first (deadline).
+        // Built from the range: no zero-fill of a buffer that is overwritten at once.
+        const auto* src = reinterpret_cast<const uint8_t*>(sp.payload + first);
+        auto buf = std::make_shared<std::vector<uint8_t>>(src, src + n * sizeof(float));
+        bytesOut_.fetch_add(buf->size(), std::memory_order_relaxed);
+        const uint8_t* data = buf->data();
+        const size_t size = buf->size();
+        conn->send(h, data, size, [buf, onSent](const Status& st) { onSent(st); });
+      } else {
+        conn->send(h, nullptr, 0, onSent);
+      }
+    }
+    if (layout.chunkCount == 0) call->finish(OkStatus());
+  }
+
+  // Chunks of the key not received yet are marked unknown: no apply-pull base until pulled.
   void recordVersionLocked(const Request& r, uint64_t version) {
     std::vector<uint64_t>& v = versions_[r.key];
-    if (v.size() != r.chunkCount) v.assign(r.chunkCount, 0);
+    if (v.size() != r.chunkCount) v.assign(r.chunkCount, kUnknownVersion);
     v[r.chunk] = version;
   }
 
@@ -332,17 +426,36 @@ class ModelClient::Impl {
     Request& r = it->second;
     const std::string chunkName =
         r.call->what + " chunk " + std::to_string(r.chunk) + " on " + serverName(server);
-    if (r.server != server || r.key != h.key || r.chunk != h.chunkIndex) {
+    if (r.server != server || r.key != h.key || r.chunk != h.chunkIndex ||
+        r.chunkCount != h.chunkCount) {
       failLocked(r.call, DataLoss(chunkName + ": answer for another request: " + h.describe()));
       return;
     }
+    const auto kind = static_cast<ControlOp>(h.opcode);
+    if (kind != ControlOp::kReject) {
+      // A wrong kind would complete the request without its answer (a pull whose `out` was
+      // never written finishing OK); a wrong dtype means the payload is not what we read.
+      if (!answers(r.op, kind)) {
+        failLocked(r.call, DataLoss(chunkName + ": answer of the wrong kind (opcode " +
+                                    std::to_string(h.opcode) + ") to a request of opcode " +
+                                    std::to_string(static_cast<int>(r.op)) + ": " + h.describe()));
+        return;
+      }
+      if (h.dtype != answerDType(kind)) {
+        failLocked(r.call,
+                   DataLoss(chunkName + ": answer with dtype " + std::string(dtypeName(h.dtype)) +
+                            ", expected " + std::string(dtypeName(answerDType(kind))) + ": " +
+                            h.describe()));
+        return;
+      }
+    }
     bytesIn_.fetch_add(payload.size(), std::memory_order_relaxed);
-    switch (static_cast<ControlOp>(h.opcode)) {
+    switch (kind) {
       case ControlOp::kModelAck:
         chunkDoneLocked(h.sequence, r, h.iteration);
         return;
       case ControlOp::kModelValue:
-        if (!r.out || payload.size() != r.count * sizeof(float)) {
+        if (r.out == nullptr || payload.size() != r.count * sizeof(float)) {
           failLocked(r.call,
                      DataLoss(chunkName + " sent " + std::to_string(payload.size()) +
                               " bytes, expected " + std::to_string(r.count * sizeof(float))));
@@ -367,7 +480,7 @@ class ModelClient::Impl {
         return;
       }
       case ControlOp::kModelAppliedValue: {
-        if (!r.out || payload.size() != kModelApplyReplyBytes + r.count * sizeof(float)) {
+        if (r.out == nullptr || payload.size() != kModelApplyReplyBytes + r.count * sizeof(float)) {
           failLocked(r.call,
                      DataLoss(chunkName + " sent an apply-pull answer of " +
                               std::to_string(payload.size()) + " bytes, expected " +
@@ -404,7 +517,7 @@ class ModelClient::Impl {
         failLocked(r.call, precondition ? FailedPrecondition(msg) : InvalidArgument(msg));
         return;
       }
-      default:
+      default:  // answers() accepted none other
         return;
     }
   }
@@ -478,8 +591,19 @@ StatusOr<std::unique_ptr<ModelClient::Impl>> makeImpl(int rank, int worldSize,
   }
   auto impl = std::make_unique<ModelClient::Impl>(rank, options);
   if (options.chunkBytes == 0) {
-    COFAB_ASSIGN_OR_RETURN(int64_t v, kPsModelChunkBytes.get());
-    impl->chunkBytes_ = static_cast<size_t>(v);
+    StatusOr<int64_t> v = kPsModelChunkBytes.get();
+    if (!v.ok()) {
+      return v.status().withContext(
+          "ModelClient: the model store's chunk size (an apply-pull answer carries 24 bytes "
+          "besides the chunk, within a message's 1 GiB)");
+    }
+    impl->chunkBytes_ = static_cast<size_t>(*v);
+  } else if (options.chunkBytes > static_cast<size_t>(kMaxModelChunkBytes)) {
+    return InvalidArgument(
+        "ModelClient: ClientOptions::chunkBytes=" + std::to_string(options.chunkBytes) +
+        " exceeds " + std::to_string(kMaxModelChunkBytes) +
+        " (an apply-pull answer carries 24 bytes besides the chunk, within a "
+        "message's 1 GiB)");
   } else {
     impl->chunkBytes_ = options.chunkBytes;
   }
@@ -551,13 +675,15 @@ StatusOr<std::vector<ApplyResult>> ModelClient::applyAndPull(std::span<const Mod
     COFAB_RETURN_IF_ERROR(checkF32(u.out, "apply-pull out").withContext(what));
     COFAB_RETURN_IF_ERROR(checkSameShape(u.delta, u.out, "apply-pull delta/out").withContext(what));
   }
-  std::vector<std::shared_ptr<Call>> calls;
-  calls.reserve(updates.size());
+  // All or nothing at the start: an update that cannot be sent (no base version, a daemon gone)
+  // refuses the whole step before any request goes out, so a retry applies nothing twice.
+  std::vector<Impl::Spec> specs;
+  specs.reserve(updates.size());
   for (const ModelUpdate& u : updates) {
-    calls.push_back(impl_->begin(ControlOp::kModelApplyPull, u.key, u.delta.count,
-                                 u.delta.as<const float>(), u.out.as<float>(), 0,
-                                 name("apply-pull", u.key)));
+    specs.push_back(Impl::Spec{u.key, u.delta.count, u.delta.as<const float>(), u.out.as<float>(),
+                               0, name("apply-pull", u.key)});
   }
+  std::vector<std::shared_ptr<Call>> calls = impl_->beginAll(ControlOp::kModelApplyPull, specs);
   // Every call is waited for (or withdrawn at the deadline), even after one failed, so nothing
   // writes into the callers' `out` tensors after this returns.
   Status first;

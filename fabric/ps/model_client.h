@@ -38,7 +38,9 @@
 // Errors name the daemon, key and chunk: InvalidArgument / FailedPrecondition for a daemon's
 // rejection (wrong size, not initialised), DeadlineExceeded naming the daemons still to answer
 // (and, for a deferred apply, the slow worker the daemon is waiting for), Unavailable when a
-// daemon is gone (the model store has no replication). Errors are not sticky.
+// daemon is gone (the model store has no replication), DataLoss naming the aggregator when an
+// answer does not fit its request (another kind than the request's, a wrong dtype, chunk count
+// or size). Errors are not sticky.
 #pragma once
 
 #include <cstdint>
@@ -98,10 +100,13 @@ class ModelClient {
   // Blocks while the daemons defer it (SSP); kDropped when too stale.
   StatusOr<ApplyResult> apply(uint64_t key, TensorView delta, uint64_t clock, Deadline deadline);
   // Version-bounded apply-and-pull: each chunk's delta carries the version of this client's last
-  // pull / applyAndPull of that chunk (pull the key first: FailedPrecondition otherwise); the
-  // daemon applies it when at most tau_v versions old, else drops it (reported per update), and
+  // pull / applyAndPull of that chunk (pull the key first: FailedPrecondition otherwise, also
+  // when a chunk of it was never received, e.g. after a pull that failed partway); the daemon
+  // applies it when at most tau_v versions old, else drops it (reported per update), and
   // answers with the chunk's value, which goes into `out`. Every chunk of every update is in
-  // flight at once: one round trip for the whole step. Never blocks on other workers.
+  // flight at once: one round trip for the whole step. Never blocks on other workers. Every
+  // update is checked (base versions known, every chunk's daemon alive) before any request is
+  // sent: such a refusal applies none of them, so the step can be retried after a pull.
   StatusOr<std::vector<ApplyResult>> applyAndPull(std::span<const ModelUpdate> updates,
                                                   Deadline deadline);
   // EASGD elastic step: the daemon computes d = alpha * (x - center), center += d, version += 1,

@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -211,5 +212,15 @@ class PushPullClient {
   explicit PushPullClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Waits for every handle until `deadline`, also after one failed (a reject fails only its own
+// operation), so that when this returns no operation still reads or writes the memory it was
+// lent. One still running at the deadline (a handle keeps running after a DeadlineExceeded) is
+// cancelled by closing `client`, which joins its I/O threads: the client is then unusable
+// (status() not OK, every later pushPull fails), and the caller must fail for good (latch the
+// error). OK, or the first failure in handle order, whose index goes to *failedIndex when given.
+// Any thread; the handles must come from `client`.
+Status waitEveryHandle(PushPullClient& client, std::span<const PushPullHandle> handles,
+                       Deadline deadline, size_t* failedIndex = nullptr);
 
 }  // namespace cofab::ps

@@ -71,14 +71,9 @@ class AlgorithmBase : public SyncAlgorithm {
 // A push-pull client to the job's aggregators (env.store, or env.client.serverAddresses).
 StatusOr<std::unique_ptr<ps::PushPullClient>> connectPushPull(const SyncEnv& env);
 
-// Waits for every handle until `deadline`, also after one failed (a reject fails only its own
-// operation), so that when this returns no operation still reads or writes the memory it was
-// lent. One still running at the deadline (a handle keeps running after a DeadlineExceeded) is
-// cancelled by closing `client`, which joins its I/O threads: the client is then unusable, and
-// the caller must fail for good (latch the error). OK, or the first failure in handle order,
-// whose index goes to *failedIndex when given.
-Status waitEveryHandle(ps::PushPullClient& client, std::span<const ps::PushPullHandle> handles,
-                       Deadline deadline, size_t* failedIndex = nullptr);
+// Waits for every handle, closing the client for one still running at the deadline
+// (fabric/ps/push_pull.h; shared with ps::AggregatorCollectives).
+using ps::waitEveryHandle;
 
 using AlgorithmPtr = std::unique_ptr<SyncAlgorithm>;
 // sync, int8, onebit

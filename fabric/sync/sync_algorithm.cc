@@ -97,32 +97,6 @@ StatusOr<std::unique_ptr<ps::PushPullClient>> connectPushPull(const SyncEnv& env
   return ps::PushPullClient::connect(env.rank, env.worldSize, env.client);
 }
 
-Status waitEveryHandle(ps::PushPullClient& client, std::span<const ps::PushPullHandle> handles,
-                       Deadline deadline, size_t* failedIndex) {
-  Status first;
-  size_t firstIndex = 0;
-  bool running = false;
-  for (size_t i = 0; i < handles.size(); ++i) {
-    Status st = handles[i].wait(deadline);
-    if (!handles[i].test()) running = true;
-    if (!st.ok() && first.ok()) {
-      first = st;
-      firstIndex = i;
-    }
-  }
-  if (running) {
-    // close() joins the transport's threads, then fails what is pending with Cancelled: from
-    // here on nothing touches the buffers, and every handle completes at once.
-    client.close();
-    for (const ps::PushPullHandle& h : handles) {
-      h.wait(Deadline::afterMs(10000)).ignoreError();
-      COFAB_CHECK(h.test()) << "a push-pull still running after its client was closed";
-    }
-  }
-  if (failedIndex != nullptr) *failedIndex = firstIndex;
-  return first;
-}
-
 SyncStats AlgorithmBase::stats() const {
   SyncStats s;
   s.steps = steps_.load();

@@ -1,8 +1,14 @@
 // comm::allreduce through the aggregator daemons: a Communicator created with
 // CommOptions::allreducePath = ps::aggregatorAllreducePath(client) sends sum/avg allreduces to
 // real cofab-aggd processes (bit-exact against the documented reduction order, counted by the
-// daemons' metrics) and keeps min/max and integer dtypes on its peers.
+// daemons' metrics) and keeps min/max and integer dtypes on its peers. An allreduce that fails
+// at its deadline (on the path, or through ps::AggregatorCollectives) leaves the caller's `out`
+// alone from the moment it returns, and fails the path for good.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <vector>
 
 #include "fabric/comm/collectives.h"
 #include "fabric/ps/aggregator_collectives.h"
@@ -101,6 +107,119 @@ TEST(CommAllreducePath, MinMaxAndIntegersStayOnThePeers) {
   });
   ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
   EXPECT_EQ(roundsCompleted(cluster), 0.0) << "max and i32 must not reach the daemons";
+}
+
+TensorView f32(std::vector<float>& v) { return TensorView::of(v.data(), v.size(), DType::kF32); }
+
+// Rank 0 gives up on an allreduce rank 1 has not joined yet; rank 1 then joins and the daemon
+// completes the round with rank 0's contribution. Before the fix, allreduce() returned after
+// handle.wait()'s DeadlineExceeded with the push-pull still in flight, and the result (2) later
+// landed in the `out` rank 0 had taken back. Now the client is closed first: `out` keeps its -7,
+// and the object is failed for good.
+TEST(AggregatorCollectives, ATimedOutAllreduceNeverWritesOutAfterwardsAndFailsForGood) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client0 = cluster.connect(0);
+  auto client1 = cluster.connect(1);
+  ASSERT_TRUE(client0.ok()) << client0.status();
+  ASSERT_TRUE(client1.ok()) << client1.status();
+  ps::AggregatorCollectives coll0(**client0), coll1(**client1);
+  const size_t kCount = 1000;  // one chunk on the one daemon
+
+  std::vector<float> in0(kCount, 1.0f), out0(kCount, -7.0f);
+  comm::AllreduceOptions shortWait;
+  shortWait.timeout = Millis(1000);
+  const Status timedOut = coll0.allreduce(f32(in0), f32(out0), shortWait);
+  EXPECT_EQ(timedOut.code(), StatusCode::kDeadlineExceeded) << timedOut;
+  // Rank 0's push reached the daemon (sent before the client's goodbye, on one connection).
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_chunks_applied_total", 1).ok());
+
+  // Rank 1 joins: the round completes with both contributions.
+  std::vector<float> in1(kCount, 1.0f), out1(kCount, 0.0f);
+  comm::AllreduceOptions longWait;
+  longWait.timeout = Millis(20000);
+  const Status joined = coll1.allreduce(f32(in1), f32(out1), longWait);
+  ASSERT_TRUE(joined.ok()) << joined;
+  EXPECT_EQ(out1, std::vector<float>(kCount, 2.0f));
+
+  // Whatever rank 0's client still had in flight has ended (before the fix: its push-pull,
+  // which received the result too; now nothing, the client is closed).
+  (*client0)->waitAll(Deadline::afterMs(20000)).ignoreError();
+  EXPECT_EQ(out0, std::vector<float>(kCount, -7.0f))
+      << "the timed-out allreduce wrote into `out` after returning its error";
+  EXPECT_FALSE((*client0)->status().ok()) << "the client should have been closed";
+
+  // Failed for good: the next call returns the latched error at once and touches nothing.
+  std::vector<float> in2(kCount, 5.0f), out2(kCount, -3.0f);
+  comm::AllreduceOptions laterWait;
+  laterWait.timeout = Millis(5000);
+  const Status later = coll0.allreduce(f32(in2), f32(out2), laterWait);
+  EXPECT_EQ(later.code(), StatusCode::kDeadlineExceeded) << later;
+  EXPECT_NE(later.message().find("failed for good"), std::string::npos) << later;
+  EXPECT_EQ(out2, std::vector<float>(kCount, -3.0f));
+  (*client1)->close();
+}
+
+// The same through a Communicator's aggregator path: comm::allreduce waits with no deadline of
+// its own, so before the fix the collective's timeout was never enforced (rank 0 blocked until
+// rank 1 joined, then got the sum). Now the timeout cancels the push-pull (closing the client),
+// `out` stays untouched, later allreduces on the path fail at once with the latched error, and
+// the communicator's asyncError() (its peers) stays OK.
+TEST(CommAllreducePath, TheCollectiveTimeoutCancelsThePushPullAndFailsThePathForGood) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  HashStore commStore;
+  const size_t kCount = 1000;
+  std::vector<float> out0(kCount, -7.0f), out1(kCount, 0.0f), in2(kCount, 5.0f),
+      out2(kCount, -3.0f);
+  Status first, later, peersError, joined;
+  std::promise<void> rank0GaveUp, rank1Done;
+  std::shared_future<void> gaveUp = rank0GaveUp.get_future().share();
+  std::shared_future<void> done = rank1Done.get_future().share();
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
+    comm::CommOptions o;
+    o.name = "comm-path-timeout";
+    o.allreducePath = ps::aggregatorAllreducePath(shared);
+    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    std::vector<float> in(kCount, 1.0f);
+    if (rank == 0) {
+      comm::AllreduceOptions a;
+      a.timeout = Millis(1000);
+      first = comm::allreduce(*c, f32(in), f32(out0), a);
+      rank0GaveUp.set_value();
+      // Keep the communicator until rank 1 is done (bounded: it may fail).
+      (void)done.wait_for(std::chrono::seconds(30));
+      // Waited on with a deadline of our own: before the fix this one would never end (rank 1
+      // is gone), and the path enforced no deadline.
+      comm::AllreduceOptions b;
+      b.timeout = Millis(10000);
+      comm::CollectiveHandle h = comm::allreduceAsync(*c, f32(in2), f32(out2), b);
+      later = h.wait(Deadline::afterMs(10000));
+      peersError = c->asyncError();
+      return OkStatus();
+    }
+    // Rank 1 joins once rank 0 gave up (bounded: before the fix rank 0 only returns once rank 1
+    // has joined, so rank 1 goes ahead after 10 s).
+    (void)gaveUp.wait_for(std::chrono::seconds(10));
+    comm::AllreduceOptions a;
+    a.timeout = Millis(20000);
+    joined = comm::allreduce(*c, f32(in), f32(out1), a);
+    rank1Done.set_value();
+    shared->close();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  EXPECT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first;
+  ASSERT_TRUE(joined.ok()) << joined;
+  EXPECT_EQ(out1, std::vector<float>(kCount, 2.0f));
+  EXPECT_EQ(out0, std::vector<float>(kCount, -7.0f))
+      << "the timed-out allreduce wrote into `out` after returning its error";
+  EXPECT_EQ(later.code(), StatusCode::kDeadlineExceeded) << later;
+  EXPECT_NE(later.message().find("failed for good"), std::string::npos) << later;
+  EXPECT_EQ(out2, std::vector<float>(kCount, -3.0f));
+  EXPECT_TRUE(peersError.ok()) << "asyncError() covers the peers only: " << peersError;
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // per-worker delays (returned, and in the daemons' histogram), and every applied update, and no
 // dropped one, is in the final value; a stale update is dropped, reported and answered with the
 // current value; a fast worker is never blocked by a stopped one; apply-and-pull needs a pull
-// first and refuses a version from the future.
+// first and refuses a version from the future; one that cannot send all of its updates sends
+// none of them.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -221,6 +222,48 @@ TEST(ModelStoreVersions, NeedsAPullFirstAndRefusesAVersionFromTheFuture) {
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, 2u);
   EXPECT_EQ(now[0], 2.0f) << "the refused update was not applied";
+}
+
+// An applyAndPull one of whose updates cannot go (key 2 was never pulled on this client) is
+// refused before any request is sent. Before the fix key 1's update went out first: it was
+// applied and its `out` written, yet the caller got only the error, and the natural retry (pull
+// key 2, run the step again) applied key 1's update twice.
+TEST(ModelStoreVersions, ARefusedApplyAndPullAppliesNoneOfItsUpdates) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto mc = connectModel(cluster, 0);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  std::vector<float> w1{1, 2, 3}, w2{4, 5, 6};
+  ASSERT_TRUE((*mc)->init(1, view(w1), kLong()).ok());
+  ASSERT_TRUE((*mc)->init(2, view(w2), kLong()).ok());
+  std::vector<float> got1(3, 0.0f);
+  auto pulled = (*mc)->pull(1, view(got1), kLong());  // key 1 only
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+
+  std::vector<float> d1(3, 10.0f), d2(3, 10.0f), out1(3, -7.0f), out2(3, -7.0f);
+  const std::vector<ModelUpdate> updates{{1, view(d1), view(out1)}, {2, view(d2), view(out2)}};
+  auto refused = (*mc)->applyAndPull(updates, kLong());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("key=2"), std::string::npos) << refused.status();
+  EXPECT_EQ(out1, std::vector<float>(3, -7.0f)) << "key 1's update went out";
+  EXPECT_EQ(out2, std::vector<float>(3, -7.0f));
+  std::vector<float> now(3, 0.0f);
+  auto v = (*mc)->pull(1, view(now), kLong());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 0u) << "key 1's update was applied by the refused step";
+  EXPECT_EQ(now, w1);
+
+  // The retry after pulling key 2 applies each update once.
+  std::vector<float> got2(3, 0.0f);
+  ASSERT_TRUE((*mc)->pull(2, view(got2), kLong()).ok());
+  auto retried = (*mc)->applyAndPull(updates, kLong());
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(out1, (std::vector<float>{11, 12, 13}));
+  EXPECT_EQ(out2, (std::vector<float>{14, 15, 16}));
+  auto after = (*mc)->pull(1, view(now), kLong());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, 1u);
+  (*mc)->close();
 }
 
 }  // namespace

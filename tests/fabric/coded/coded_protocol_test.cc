@@ -1,10 +1,16 @@
 // The coded service's message records: what a worker or master accepts from its peer, and the
-// clear errors for what it must not (short records, shape/length mismatches, bad parameters).
+// clear errors for what it must not (short records, shape/length mismatches, bad parameters,
+// delays that are NaN or infinite, on the worker's side of the wire and in the master's options).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_protocol.h"
+#include "fabric/rendezvous/hash_store.h"
 
 namespace cofab::coded {
 namespace {
@@ -42,6 +48,55 @@ TEST(CodedProtocol, RejectsShortRecordsAndBadParameters) {
   auto ok = parseCancel(packRecord(fine));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(static_cast<CancelStage>(ok->stage), CancelStage::kComputing);
+}
+
+// Delays a worker would duration_cast: NaN passed `ms < 0` before, +inf is out of every
+// duration's range. Each must be refused, as a negative one is.
+std::vector<double> badDelays() {
+  return {std::nan(""), std::numeric_limits<double>::infinity(), -1.0};
+}
+
+TEST(CodedProtocol, LoadRefusesNanAndInfiniteDelays) {
+  const std::vector<float> one = {1};
+  const float* data = nullptr;
+  for (double bad : badDelays()) {
+    LoadRecord rec{.rows = 1, .cols = 1, .tasks = 1, .rowBlock = 1, .load = 1.0};
+    rec.rowBlockDelayMs = bad;
+    auto r = parseLoad(packRecord(rec, one), &data);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << "rowBlockDelayMs " << bad;
+    rec.rowBlockDelayMs = 0;
+    rec.shiftMs = bad;
+    r = parseLoad(packRecord(rec, one), &data);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << "shiftMs " << bad;
+    rec.shiftMs = 0;
+    rec.tailMeanMs = bad;
+    r = parseLoad(packRecord(rec, one), &data);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << "tailMeanMs " << bad;
+  }
+  LoadRecord fine{.rows = 1, .cols = 1, .tasks = 1, .rowBlock = 1, .load = 1.0};
+  fine.rowBlockDelayMs = 2.5;
+  auto ok = parseLoad(packRecord(fine, one), &data);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// Refused by create() before it gathers any worker (setupTimeout bounds the wait had it not).
+TEST(CodedMasterOptions, NanAndInfiniteDelaysAreInvalidArguments) {
+  HashStore store;
+  for (double bad : badDelays()) {
+    CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 3, .k = 2};
+    o.name = "coded-bad-delay";
+    o.setupTimeout = Millis(200);
+    o.rowBlockDelayMs[1] = bad;
+    auto m = CodedMaster::create(&store, o);
+    ASSERT_FALSE(m.ok()) << "rowBlockDelayMs " << bad << " was accepted";
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status();
+    EXPECT_NE(m.status().message().find("rowBlockDelayMs"), std::string::npos) << m.status();
+    o.rowBlockDelayMs.clear();
+    o.shiftMs = bad;
+    auto shifted = CodedMaster::create(&store, o);
+    ASSERT_FALSE(shifted.ok()) << "shiftMs " << bad << " was accepted";
+    EXPECT_EQ(shifted.status().code(), StatusCode::kInvalidArgument) << shifted.status();
+  }
 }
 
 }  // namespace
