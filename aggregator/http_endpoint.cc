@@ -1,14 +1,20 @@
 #include "aggregator/http_endpoint.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
+
+#include "core/clock.h"
 
 namespace cofab::aggregator {
 
 struct HttpEndpoint::Impl {
   httplib::Server server;
   std::thread thread;
+  std::atomic<bool> listenReturned{false};
   int port = 0;
 };
 
@@ -24,6 +30,13 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
     res.status = ok ? 200 : 503;
     res.set_content(ok ? "ok\n" : "draining\n", "text/plain");
   });
+  // httplib's default sets SO_REUSEPORT: a second daemon given the same --http port would
+  // bind it too and the kernel would spread scrapes over both. SO_REUSEADDR alone still allows
+  // a restart while old connections linger in TIME_WAIT.
+  impl->server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   if (options.port == 0) {
     impl->port = impl->server.bind_to_any_port(options.host);
     if (impl->port <= 0) {
@@ -37,7 +50,30 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
     impl->port = options.port;
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->thread = std::thread([raw] {
+    raw->server.listen_after_bind();
+    raw->listenReturned = true;
+  });
+  // cpp-httplib (0.11) ignores a stop() that comes before its listen loop has marked itself
+  // running, and then serves forever: a daemon stopped right after it started hung in join().
+  // So the endpoint is handed out only once the loop runs (or has already ended).
+  const Deadline ready = Deadline::afterMs(10000);
+  while (!raw->server.is_running() && !raw->listenReturned && !ready.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!raw->server.is_running()) {
+    raw->server.stop();
+    if (!raw->listenReturned) {
+      // Still not running after 10 s: leave the thread (and what it uses) rather than hang.
+      raw->thread.detach();
+      (void)impl.release();
+      return Internal("metrics endpoint on port " + std::to_string(raw->port) +
+                      ": its HTTP loop did not start within 10 s");
+    }
+    raw->thread.join();
+    return IoError("metrics endpoint on port " + std::to_string(raw->port) +
+                   ": its HTTP loop ended at once");
+  }
   return std::unique_ptr<HttpEndpoint>(new HttpEndpoint(std::move(impl)));
 }
 
