@@ -483,20 +483,28 @@ bool TcpStoreServer::Loop::tryComplete(const Parked& p, bool timedOut) {
 }
 
 void TcpStoreServer::Loop::serviceParked() {
-  if (parked_.empty()) return;
-  std::vector<int> resumed;
-  for (auto it = parked_.begin(); it != parked_.end();) {
-    if (tryComplete(*it, it->deadline.expired())) {
-      resumed.push_back(it->fd);
-      it = parked_.erase(it);
-    } else {
-      ++it;
+  // Until nothing changes: a client whose request completed may have pipelined more frames,
+  // and a set among them can complete requests this pass already looked at (they would
+  // otherwise wait for their deadline).
+  bool servedMore = true;
+  while (servedMore && !parked_.empty()) {
+    servedMore = false;
+    std::vector<int> resumed;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (tryComplete(*it, it->deadline.expired())) {
+        resumed.push_back(it->fd);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
     }
-  }
-  // A client whose request completed may have pipelined more frames meanwhile.
-  for (int fd : resumed) {
-    auto c = conns_.find(fd);
-    if (c != conns_.end() && !c->second.in.empty()) serveFrames(c->second);
+    for (int fd : resumed) {
+      auto c = conns_.find(fd);
+      if (c != conns_.end() && !c->second.in.empty() && !c->second.parked) {
+        serveFrames(c->second);
+        servedMore = true;
+      }
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <random>
 #include <thread>
 
@@ -200,6 +201,51 @@ TEST_F(TcpStoreRobustnessTest, UnreadAnswersDoNotPileUpInTheServer) {
   ::close(fd);
   expectStillServing();
   expectDrained(*server_, 1);
+}
+
+// A set that a client pipelined behind a get that had to wait is served when that get
+// completes, and it wakes the other clients waiting for its key then, not at their deadlines.
+TEST_F(TcpStoreRobustnessTest, APipelinedSetWakesWaitersAtOnce) {
+  const uint64_t before = server_->stats().requests;
+  auto waiter = TcpStore::connect("127.0.0.1", server_->port(), {}, Deadline::afterMs(2000));
+  ASSERT_TRUE(waiter.ok());
+  auto waited = std::async(std::launch::async, [&] {
+    return (*waiter)->get("k", Deadline::afterMs(120'000));  // far beyond the bound below
+  });
+  Bytes frames;
+  auto append = [&frames](const Writer& w) {
+    Bytes f = w.frame(store_proto::kRequestMagic);
+    frames.insert(frames.end(), f.begin(), f.end());
+  };
+  Writer get;
+  get.u8(static_cast<uint8_t>(store_proto::Op::kGet));
+  get.str("a");
+  get.u32(120'000);
+  append(get);
+  Writer set;
+  set.u8(static_cast<uint8_t>(store_proto::Op::kSet));
+  set.str("k");
+  set.blob(toBytes("v"));
+  append(set);
+  int fd = rawConnect(server_->port());
+  ASSERT_EQ(::send(fd, frames.data(), frames.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(frames.size()));
+  // Two requests handled, and no more can be until "a" exists: the waiter's get and the raw
+  // client's get, both parked (the raw client's set waits behind its get, unread).
+  auto deadline = Deadline::afterMs(10000);
+  while (server_->stats().requests < before + 2 && !deadline.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(server_->stats().requests, before + 2);
+  ASSERT_EQ(waited.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  ASSERT_TRUE(good_->set("a", toBytes("go")).ok());
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the waiter was not woken by the pipelined set";
+  auto v = waited.get();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(toString(*v), "v");
+  ::close(fd);
+  expectStillServing();
 }
 
 TEST_F(TcpStoreRobustnessTest, ClientKilledWhileWaitingDoesNotDisturbTheServer) {
