@@ -9,12 +9,12 @@ build=${BUILD_DIR:-$root/build}
 filter=${1:-.}
 bash "$root/scripts/build.sh" > /dev/null
 results=$(mktemp)
-for bin in $(find "$build/bench" -type f -executable -name '*_bench' | sort); do
+trap 'rm -f "$results"' EXIT
+while IFS= read -r bin; do
   name=$(basename "$bin")
   [[ "$name" =~ $filter ]] || continue
   echo "== bench: $name"
   "$bin" --benchmark_min_time=0.2 --benchmark_color=false | tee -a "$results"
-done
+done < <(find "$build/bench" -type f -executable -name '*_bench' | sort)
 echo "== bench: RESULT lines"
 grep '^RESULT ' "$results" || echo "(none)"
-rm -f "$results"
