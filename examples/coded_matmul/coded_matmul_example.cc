@@ -1,7 +1,8 @@
 // Coded matrix multiply with injected stragglers: C = A x B split over n workers of which any k
 // suffice (a systematic real MDS code), against the uncoded split that waits for every worker,
 // under the same shifted-exponential delays (or a delay trace). Prints the median completion
-// times and the error of the decoded product against an FP64 reference.
+// times and the error of the decoded product against an FP64 reference (exit 1 if any run's
+// product had a NaN or inf entry).
 //
 // Run:
 //   build/examples/coded_matmul/coded_matmul_example --n=8 --k=6 --tail-ms=20 --runs=41
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
   auto enc = cm->encode(av);
   if (!enc.ok()) return fail(enc.status());
   std::vector<double> coded, uncoded, decodeMs;
-  double worstErr = 0;
+  double worstErr = 0;  // over the runs whose C is finite
+  int nonFiniteRuns = 0;
   int decoded = 0;
   for (int run = 0; run < f.runs; ++run) {
     StragglerRunOptions o{.executor = exec->get(), .delay = delay.get(), .run = run};
@@ -127,7 +129,14 @@ int main(int argc, char** argv) {
       num += (c[i] - want[i]) * (c[i] - want[i]);
       den += want[i] * want[i];
     }
-    worstErr = std::max(worstErr, std::sqrt(num / den));
+    // A NaN or inf entry in C makes the error non-finite: count it apart (std::max(worst, NaN)
+    // would keep the previous value and report a clean run).
+    const double e = std::sqrt(num / den);
+    if (std::isfinite(e)) {
+      worstErr = std::max(worstErr, e);
+    } else {
+      ++nonFiniteRuns;
+    }
     auto ru = runUncodedMatmul(av, bv, cv, f.n, o);
     if (!ru.ok()) return fail(ru.status());
     coded.push_back(rc->totalMs);
@@ -145,7 +154,13 @@ int main(int argc, char** argv) {
       "  coded   (any %d of %d):  median %.2f ms  (decode median %.3f ms, %d/%d runs decoded)\n",
       f.k, f.n, median(coded), median(decodeMs), decoded, f.runs);
   std::printf("  uncoded (all %d of %d):  median %.2f ms\n", f.n, f.n, median(uncoded));
-  std::printf("  speedup %.2fx, worst relative error of C %.2e\n", median(uncoded) / median(coded),
-              worstErr);
+  std::printf("  speedup %.2fx, worst relative error of C %.2e%s\n",
+              median(uncoded) / median(coded), worstErr,
+              nonFiniteRuns > 0 ? " (finite runs only: see the error below)" : "");
+  if (nonFiniteRuns > 0) {
+    std::fprintf(stderr, "error: C had NaN or inf entries in %d of %d runs\n", nonFiniteRuns,
+                 f.runs);
+    return 1;
+  }
   return 0;
 }

@@ -234,9 +234,8 @@ int runSyncTraining(const SyncTrainConfig& c, const Dataset& train, const Datase
       static_cast<unsigned long long>(s.syncs), static_cast<unsigned long long>(s.bytesSent),
       static_cast<unsigned long long>(s.bytesReceived),
       static_cast<unsigned long long>(s.maxStaleness), s.meanStaleness,
-      static_cast<unsigned long long>(s.dropped),
-      static_cast<unsigned long long>(s.droppedSamples), s.syncsPerSecond, s.stepsPerSync,
-      static_cast<unsigned long long>(s.skipped));
+      static_cast<unsigned long long>(s.dropped), static_cast<unsigned long long>(s.droppedSamples),
+      s.syncsPerSecond, s.stepsPerSync, static_cast<unsigned long long>(s.skipped));
   if (rank == 0) {
     eval.params() = final;
     acc = eval.accuracy(test.images.data(), test.labels.data(), test.count());

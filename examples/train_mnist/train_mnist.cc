@@ -21,6 +21,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/heap.h"
 #include "core/param.h"
@@ -28,86 +29,38 @@
 #include "examples/train_mnist/gradient_sync.h"
 #include "examples/train_mnist/mlp.h"
 #include "examples/train_mnist/sync_training.h"
+#include "examples/train_mnist/train_options.h"
 #include "fabric/sync/sync_algorithm.h"
 
 namespace ex = cofab::examples;
 
 namespace {
 
-struct Options {
-  int epochs = 5;
-  int batch = 128;  // global
-  int hidden = 256;
-  float lr = 0.05f;
-  float momentum = 0.9f;
-  uint64_t seed = 1;
-  std::string dataDir = ex::kDefaultDataDir;
-  std::string sync = "local";
-  size_t limit = 0;  // use only the first N training samples (0: all)
-  ex::SyncTrainConfig algo;  // --sync <algorithm> options
-};
-
 void usage() {
-  std::fprintf(stderr,
-               "usage: train_mnist [--epochs N] [--batch GLOBAL] [--hidden H] [--lr LR]\n"
-               "                   [--momentum M] [--seed S] [--data-dir DIR] [--limit N]\n"
-               "                   [--sync %s]\n"
-               "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
-               "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
-               "                   [--shadow-interval-ms MS] [--compression-block N]\n"
-               "                   [--reply-feedback on|off (onebit; default off)]\n"
-               "                   [--nesterov on|off (onebit; default on)]\n"
-               "                   [--slow-rank R --slow-factor F] [--device-ms D]\n"
-               "                   [--staleness-unit versions|clocks]\n"
-               "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
-               "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
-               "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n",
-               ex::syncModes().c_str());
+  std::fprintf(
+      stderr,
+      "usage: train_mnist [--epochs N] [--batch GLOBAL] [--hidden H] [--lr LR]\n"
+      "                   [--momentum M] [--seed S] [--data-dir DIR] [--limit N]\n"
+      "                   [--sync %s]\n"
+      "  algorithm options: [--threads T (eawild)] [--sync-every K] [--elastic-alpha A]\n"
+      "                   [--gossip-peers ring|random] [--shadow-mode average|easgd]\n"
+      "                   [--shadow-interval-ms MS] [--compression-block N]\n"
+      "                   [--reply-feedback on|off (onebit; default off)]\n"
+      "                   [--nesterov on|off (onebit; default on)]\n"
+      "                   [--slow-rank R --slow-factor F] [--device-ms D]\n"
+      "                   [--staleness-unit versions|clocks]\n"
+      "                   [--gradient-stragglers S (gradcode; cofab-aggd needs the same)]\n"
+      "                   [--gradcode-window W (rounds a worker may lag, default 128)]\n"
+      "  (ssp's bounds are the daemons' --version-staleness and --staleness)\n"
+      "  --limit (or the training set) must hold at least --batch samples\n",
+      ex::syncModes().c_str());
 }
 
-bool parse(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) return false;
-    std::string v = argv[++i];
-    char* end = nullptr;
-    if (a == "--epochs") o->epochs = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--batch") o->batch = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--hidden") o->hidden = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--lr") o->lr = std::strtof(v.c_str(), &end);
-    else if (a == "--momentum") o->momentum = std::strtof(v.c_str(), &end);
-    else if (a == "--seed") o->seed = std::strtoull(v.c_str(), &end, 10);
-    else if (a == "--limit") o->limit = std::strtoull(v.c_str(), &end, 10);
-    else if (a == "--data-dir") { o->dataDir = v; continue; }
-    else if (a == "--sync") { o->sync = v; continue; }
-    else if (a == "--threads") o->algo.threads = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--sync-every") o->algo.syncEvery = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--elastic-alpha") o->algo.elasticAlpha = std::strtof(v.c_str(), &end);
-    else if (a == "--shadow-interval-ms") o->algo.shadowIntervalMs = std::strtoll(v.c_str(), &end, 10);
-    else if (a == "--compression-block") o->algo.compressionBlock = std::strtoull(v.c_str(), &end, 10);
-    else if (a == "--slow-rank") o->algo.slowRank = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--slow-factor") o->algo.slowFactor = std::strtod(v.c_str(), &end);
-    else if (a == "--device-ms") o->algo.deviceMs = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--gradient-stragglers")
-      o->algo.gradientStragglers = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--gradcode-window")
-      o->algo.gradcodeWindow = int(std::strtol(v.c_str(), &end, 10));
-    else if (a == "--gossip-peers") { o->algo.gossipPeers = v; continue; }
-    else if (a == "--shadow-mode") { o->algo.shadowMode = v; continue; }
-    else if (a == "--reply-feedback" && (v == "on" || v == "off")) {
-      o->algo.replyFeedback = v == "on";
-      continue;
-    }
-    else if (a == "--nesterov" && (v == "on" || v == "off")) {
-      o->algo.onebitNesterov = v == "on";
-      continue;
-    }
-    else if (a == "--staleness-unit") { o->algo.stalenessUnit = v; continue; }
-    else return false;
-    if (end == nullptr || *end != '\0') return false;
-  }
-  return o->epochs > 0 && o->batch > 0 && o->hidden > 0 && o->lr > 0 && o->momentum >= 0 &&
-         o->momentum < 1 && o->algo.deviceMs >= 0;
+// A command-line error: the reason and the usage, exit 2.
+int badUsage(const cofab::Status& s) {
+  std::fprintf(stderr, "train_mnist: %s\n", s.message().c_str());
+  usage();
+  return 2;
 }
 
 int fail(const cofab::Status& s) {
@@ -118,11 +71,9 @@ int fail(const cofab::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  if (!parse(argc, argv, &o)) {
-    usage();
-    return 2;
-  }
+  auto parsed = ex::parseTrainOptions(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) return badUsage(parsed.status());
+  const ex::TrainOptions& o = *parsed;
   // Model-sized buffers every step: keep them in the heap (core/heap.h).
   if (auto heap = cofab::keepLargeBlocksInHeap(); !heap.ok()) return fail(heap.status());
   if (cofab::sync::isSyncAlgorithm(o.sync)) {
@@ -130,6 +81,8 @@ int main(int argc, char** argv) {
     if (!train.ok()) return fail(train.status());
     auto test = ex::loadFashionMnist(o.dataDir, "t10k");
     if (!test.ok()) return fail(test.status());
+    const size_t n = o.limit ? std::min(o.limit, train->count()) : train->count();
+    if (auto st = ex::requireOneStepPerEpoch(n, o.batch); !st.ok()) return badUsage(st);
     ex::SyncTrainConfig c = o.algo;
     c.algorithm = o.sync;
     c.epochs = o.epochs;
@@ -158,7 +111,9 @@ int main(int argc, char** argv) {
   if (!train.ok()) return fail(train.status());
   auto test = ex::loadFashionMnist(o.dataDir, "t10k");
   if (!test.ok()) return fail(test.status());
-  size_t n = o.limit ? std::min(o.limit, train->count()) : train->count();
+  const size_t n = o.limit ? std::min(o.limit, train->count()) : train->count();
+  // steps = n / batch below: with none, the loop would train nothing and still report.
+  if (auto st = ex::requireOneStepPerEpoch(n, o.batch); !st.ok()) return badUsage(st);
 
   ex::Mlp model(ex::kImagePixels, o.hidden, ex::kClasses, o.seed);
   std::vector<float>& params = model.params();
@@ -168,9 +123,10 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> y(static_cast<size_t>(local));
   std::vector<uint32_t> perm(n);
   if (rank == 0) {
-    std::printf("train_mnist: %zu samples, %d rank(s), global batch %d, hidden %d, lr %g, "
-                "momentum %g, sync %s\n",
-                n, world, o.batch, o.hidden, double(o.lr), double(o.momentum), gs.describe().c_str());
+    std::printf(
+        "train_mnist: %zu samples, %d rank(s), global batch %d, hidden %d, lr %g, "
+        "momentum %g, sync %s\n",
+        n, world, o.batch, o.hidden, double(o.lr), double(o.momentum), gs.describe().c_str());
   }
 
   double trainSecs = 0;
@@ -191,7 +147,8 @@ int main(int argc, char** argv) {
       }
       loss += model.gradient(x.data(), y.data(), local, float(o.batch), grads.data());
       if (auto st = gs.sumGradients(model.tensors(), grads, epoch * steps + s); !st.ok()) {
-        return fail(st.withContext("epoch " + std::to_string(epoch) + " step " + std::to_string(s)));
+        return fail(
+            st.withContext("epoch " + std::to_string(epoch) + " step " + std::to_string(s)));
       }
       for (size_t i = 0; i < params.size(); ++i) {
         velocity[i] = o.momentum * velocity[i] + grads[i];
@@ -211,9 +168,10 @@ int main(int argc, char** argv) {
   }
   if (auto st = gs.finish(); !st.ok()) return fail(st);
   if (rank == 0) {
-    std::printf("train_mnist: final test accuracy %.4f after %d epochs, %.0f samples/s, "
-                "%.1f s training\n",
-                acc, o.epochs, double(samples) / trainSecs, trainSecs);
+    std::printf(
+        "train_mnist: final test accuracy %.4f after %d epochs, %.0f samples/s, "
+        "%.1f s training\n",
+        acc, o.epochs, double(samples) / trainSecs, trainSecs);
     std::printf("RESULT train_run sync=%s workers=%d epochs=%d test_acc=%.4f samples_per_s=%.0f\n",
                 o.sync.c_str(), world, o.epochs, acc, double(samples) / trainSecs);
   }

@@ -10,16 +10,18 @@
 //   cofab-run -n 1 --role coded:8:"cofab-coded worker" -- cofab-coded master --n=8 --k=6
 // starts a master and 8 workers on one host (across hosts: a TcpStore URL everyone reaches).
 // The master is a smoke test and demo: random A and B, each result checked against a local
-// sgemm, one line per request with the workers used.
-#include <cmath>
+// sgemm, one line per request with the workers used; a request whose product has a NaN or inf
+// entry, or an error above 1e-3 of its scale, prints MISMATCH and makes the exit status 1.
+// An unknown flag, a malformed or out-of-range value, or no store: the reason and the usage on
+// stderr, exit 2 (fabric/bin/cofab_coded_cli.h).
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "coding/matmul/coded_matmul.h"
+#include "fabric/bin/cofab_coded_cli.h"
 #include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_worker.h"
 
@@ -43,81 +45,56 @@ int usage() {
   return 2;
 }
 
-int worker(std::map<std::string, std::string>& f) {
-  const std::string url = f.count("store") ? f["store"] : envOr("COFAB_STORE", "");
-  const std::string index = f.count("index") ? f["index"] : envOr("COFAB_ROLE_RANK", "");
-  if (url.empty() || index.empty()) {
-    std::fprintf(stderr,
-                 "cofab-coded worker: need --store (or COFAB_STORE) and --index (or "
-                 "COFAB_ROLE_RANK)\n");
-    return 2;
-  }
-  auto store = openStore(url, Deadline::afterMs(30000));
+// A command-line error: the reason, then the usage; exit 2.
+int badUsage(const char* role, const Status& s) {
+  std::fprintf(stderr, "cofab-coded %s: %s\n", role, s.message().c_str());
+  return usage();
+}
+
+int worker(const std::vector<std::string>& args) {
+  auto c = cli::parseWorkerArgs(args, envOr("COFAB_STORE", ""), envOr("COFAB_ROLE_RANK", ""));
+  if (!c.ok()) return badUsage("worker", c.status());
+  auto store = openStore(c->store, Deadline::afterMs(30000));
   if (!store.ok()) {
     std::fprintf(stderr, "cofab-coded worker: %s\n", store.status().toString().c_str());
     return 1;
   }
-  Status s = runCodedWorker({.store = store->get(),
-                             .name = f.count("name") ? f["name"] : "cofab-coded",
-                             .index = std::atoi(index.c_str()),
-                             .transport = f.count("transport") ? f["transport"] : "tcp"});
+  Status s = runCodedWorker(
+      {.store = store->get(), .name = c->name, .index = c->index, .transport = c->transport});
   if (!s.ok()) {
-    std::fprintf(stderr, "cofab-coded worker %s: %s\n", index.c_str(), s.toString().c_str());
+    std::fprintf(stderr, "cofab-coded worker %d: %s\n", c->index, s.toString().c_str());
     return 1;
   }
   return 0;
 }
 
-int master(std::map<std::string, std::string>& f) {
-  const std::string url = f.count("store") ? f["store"] : envOr("COFAB_STORE", "");
-  if (url.empty()) {
-    std::fprintf(stderr, "cofab-coded master: need --store or COFAB_STORE\n");
-    return 2;
-  }
-  auto num = [&](const char* key, double def) {
-    return f.count(key) ? std::atof(f[key].c_str()) : def;
-  };
-  auto mode = parseCodedMode(f.count("mode") ? f["mode"] : "coded");
-  if (!mode.ok()) {
-    std::fprintf(stderr, "cofab-coded master: %s\n", mode.status().message().c_str());
-    return 2;
-  }
-  CodedServiceOptions o;
-  o.mode = *mode;
-  o.n = static_cast<int>(num("n", 8));
-  o.k = static_cast<int>(num("k", 6));
-  o.replicas = static_cast<int>(num("replicas", 2));
-  o.shiftMs = num("shift_ms", 0);
-  o.tailMeanMs = num("tail_ms", 0);
-  if (f.count("device")) o.device = f["device"];  // else COFAB_CODED_DEVICE, default cpu
-  if (f.count("name")) o.name = f["name"];
-  if (f.count("transport")) o.transport = f["transport"];
-  const int64_t rows = static_cast<int64_t>(num("rows", 960));
-  const int64_t cols = static_cast<int64_t>(num("cols", 256));
-  const int64_t bCols = static_cast<int64_t>(num("bcols", 16));
-  const int requests = static_cast<int>(num("requests", 10));
-  auto store = openStore(url, Deadline::afterMs(30000));
+int master(const std::vector<std::string>& args) {
+  auto c = cli::parseMasterArgs(args, envOr("COFAB_STORE", ""));
+  if (!c.ok()) return badUsage("master", c.status());
+  const int64_t rows = c->rows, cols = c->cols, bCols = c->bCols;
+  auto store = openStore(c->store, Deadline::afterMs(30000));
   if (!store.ok()) {
     std::fprintf(stderr, "cofab-coded master: %s\n", store.status().toString().c_str());
     return 1;
   }
-  auto m = CodedMaster::create(store->get(), o);
+  auto m = CodedMaster::create(store->get(), c->service);
   if (!m.ok()) {
     std::fprintf(stderr, "cofab-coded master: %s\n", m.status().toString().c_str());
     return 1;
   }
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(rows * cols), b(cols * bCols), c(rows * bCols), ref(rows * bCols);
+  std::vector<float> a(size_t(rows * cols)), b(size_t(cols * bCols)), c2(size_t(rows * bCols)),
+      ref(size_t(rows * bCols));
   for (float& x : a) x = u(rng);
   if (Status s = (*m)->load({a.data(), rows, cols, 0}); !s.ok()) {
     std::fprintf(stderr, "cofab-coded master: %s\n", s.toString().c_str());
     return 1;
   }
   int failures = 0;
-  for (int i = 0; i < requests; ++i) {
+  for (int i = 0; i < c->requests; ++i) {
     for (float& x : b) x = u(rng);
-    auto r = (*m)->multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+    auto r = (*m)->multiply({b.data(), cols, bCols, 0}, {c2.data(), rows, bCols, 0});
     if (!r.ok()) {
       std::printf("request %d: %s\n", i, r.status().toString().c_str());
       ++failures;
@@ -125,16 +102,15 @@ int master(std::map<std::string, std::string>& f) {
     }
     (void)coding::gemmF32({a.data(), rows, cols, 0}, {b.data(), cols, bCols, 0},
                           {ref.data(), rows, bCols, 0});
-    double err = 0, scale = 0;
-    for (size_t j = 0; j < c.size(); ++j) {
-      err = std::max(err, static_cast<double>(std::fabs(c[j] - ref[j])));
-      scale = std::max(scale, static_cast<double>(std::fabs(ref[j])));
-    }
+    // Fails on any NaN or inf entry: a max() over the errors alone would skip NaN.
+    const cli::ProductCheck check = cli::checkProduct(c2.data(), ref.data(), c2.size());
     std::string used;
     for (int w : r->used) used += (used.empty() ? "" : ",") + std::to_string(w);
-    std::printf("request %d: %.2f ms, used workers %s%s, max rel error %.2e\n", i, r->totalMs,
-                used.c_str(), r->decoded ? " (decoded)" : "", err / std::max(scale, 1e-30));
-    if (err > 1e-3 * std::max(scale, 1.0)) ++failures;
+    std::printf("request %d: %.2f ms, used workers %s%s, max rel error %.2e", i, r->totalMs,
+                used.c_str(), r->decoded ? " (decoded)" : "", check.relError());
+    if (check.nonFinite > 0) std::printf(", %zu non-finite entries", check.nonFinite);
+    std::printf("%s\n", check.ok ? "" : " MISMATCH");
+    if (!check.ok) ++failures;
   }
   return failures == 0 ? 0 : 1;
 }
@@ -144,14 +120,8 @@ int master(std::map<std::string, std::string>& f) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string role = argv[1];
-  std::map<std::string, std::string> flags;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) return usage();
-    flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
-  }
-  if (role == "worker") return worker(flags);
-  if (role == "master") return master(flags);
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (role == "worker") return worker(args);
+  if (role == "master") return master(args);
   return usage();
 }

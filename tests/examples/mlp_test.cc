@@ -64,7 +64,8 @@ TEST(MlpTest, GradientsOfSlicesSumToTheGradientOfTheBatch) {
 
 TEST(FashionMnistTest, DebianFilesHaveTheDocumentedShape) {
   auto test = loadFashionMnist(kDefaultDataDir, "t10k");
-  if (!test.ok() && std::ifstream(std::string(kDefaultDataDir) + "/t10k-labels-idx1-ubyte.gz").fail()) {
+  if (!test.ok() &&
+      std::ifstream(std::string(kDefaultDataDir) + "/t10k-labels-idx1-ubyte.gz").fail()) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed: " << test.status();
   }
   ASSERT_TRUE(test.ok()) << test.status();
