@@ -17,6 +17,7 @@
 #include "aggregator/http_endpoint.h"
 #include "core/heap.h"
 #include "core/log.h"
+#include "core/stop_signals.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/store.h"
 
@@ -75,13 +76,9 @@ int run(const std::vector<std::string>& args) {
     std::cerr << "cofab-aggd: " << heap.status().message() << "\n";
     return 1;
   }
-  // Signals are taken synchronously by the main thread (sigwait); every thread started below
-  // inherits the block, so none of them is interrupted.
-  sigset_t stopSignals;
-  sigemptyset(&stopSignals);
-  sigaddset(&stopSignals, SIGTERM);
-  sigaddset(&stopSignals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  // SIGTERM/SIGINT reach the main thread through StopSignals (core/stop_signals.h) whichever
+  // thread the kernel picks; the threads started below block them, so none is interrupted.
+  StopSignals::install();
   signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<Store> store;
@@ -127,8 +124,7 @@ int run(const std::vector<std::string>& args) {
           (*server)->address() + " http=" + (httpAddress.empty() ? "off" : httpAddress) +
           " engines=" + std::to_string(o.engineThreads) +
           " replication=" + (o.replication ? "on" : "off"));
-  int sig = 0;
-  sigwait(&stopSignals, &sig);
+  const int sig = StopSignals::wait();
   logLine("event=draining signal=" + std::to_string(sig));
   (*server)->shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");
   const Metrics& m = (*server)->metrics();

@@ -2,7 +2,10 @@
 // central_scheduler.h, docs/TRANSFER.md). Registers its address under "<store-prefix>/address"
 // in the job's Store (like cofab-aggd), grants workers' units per destination daemon (least
 // loaded first, at most --dest-bytes undelivered, paced at --rate bytes/s), serves until
-// SIGTERM/SIGINT and exits 0. Exit 1 on a configuration or startup error (printed on stderr).
+// SIGTERM/SIGINT and exits 0. Exit 1 on a configuration or startup error (printed on stderr):
+// an unknown option, a malformed or out-of-range number ("-1" included). A SIGTERM/SIGINT that
+// arrives during startup (connecting to the store, waiting for the daemons' count) stops it
+// there, exit 0, without publishing its address.
 //
 //   cofab-sched --store tcp://host:port --destinations 2 --dest-bytes 4194304
 //   (workers: TransferOptions::scheduler = SchedClient::connect(store, rank))
@@ -10,12 +13,16 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/clock.h"
 #include "core/param.h"
+#include "core/stop_signals.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/store.h"
 #include "fabric/transfer/central_scheduler.h"
@@ -41,16 +48,20 @@ void logLine(const std::string& text) {
   (void)!write(2, line.data(), line.size());
 }
 
-bool parseU64(const std::string& s, uint64_t* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtoull(s.c_str(), &end, 10);
-  return end && *end == '\0';
-}
-
 int fail(const std::string& why) {
   std::cerr << "cofab-sched: " << why << "\n";
   return 1;
+}
+
+// Startup waits (the store connection, the daemons' count) run in slices this long, with a
+// look for a stop request between them.
+constexpr int64_t kStopPollMs = 200;
+
+// Stopped before serving: the address was not published, so no worker connects to a scheduler
+// that is about to exit.
+int stoppedBeforeServing(int sig) {
+  logLine("event=stopped_before_serving signal=" + std::to_string(sig));
+  return 0;
 }
 
 int run(const std::vector<std::string>& args) {
@@ -66,7 +77,9 @@ int run(const std::vector<std::string>& args) {
     }
     if (i + 1 >= args.size()) return fail("unknown option or missing value: " + a + "\n" + kUsage);
     const std::string& v = args[++i];
-    uint64_t n = 0;
+    // Byte counts and rates: parseIntIn, so "-1" is an error (strtoull wrapped it to 2^64-1).
+    auto integer = [&](int64_t min, int64_t max) { return parseIntIn(v, a, min, max); };
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     if (a == "--store") {
       storeUrl = v;
     } else if (a == "--store-prefix") {
@@ -77,40 +90,68 @@ int run(const std::vector<std::string>& args) {
       o.listenAddress = v;
     } else if (a == "--transport") {
       o.transport = v;
-    } else if (a == "--destinations" && parseU64(v, &n) && n >= 1 && n <= 4096) {
-      o.numDestinations = static_cast<int>(n);
-    } else if (a == "--dest-bytes" && parseU64(v, &n) && n >= 1) {
-      o.destBytes = n;
-    } else if (a == "--rate" && parseU64(v, &n)) {
-      o.rateBytesPerSec = n;
+    } else if (a == "--destinations" || a == "--dest-bytes" || a == "--rate") {
+      auto n =
+          a == "--destinations" ? integer(1, 4096) : integer(a == "--dest-bytes" ? 1 : 0, kMax);
+      if (!n.ok()) return fail(n.status().message() + "\n" + kUsage);
+      if (a == "--destinations") {
+        o.numDestinations = static_cast<int>(*n);
+      } else if (a == "--dest-bytes") {
+        o.destBytes = static_cast<uint64_t>(*n);
+      } else {
+        o.rateBytesPerSec = static_cast<uint64_t>(*n);
+      }
     } else {
-      return fail("bad option " + a + " " + v + "\n" + kUsage);
+      return fail("unknown option " + a + "\n" + kUsage);
     }
   }
   if (storeUrl.empty()) return fail("needs --store URL (or COFAB_STORE)\n" + std::string(kUsage));
-  sigset_t stopSignals;
-  sigemptyset(&stopSignals);
-  sigaddset(&stopSignals, SIGTERM);
-  sigaddset(&stopSignals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  StopSignals::install();
   signal(SIGPIPE, SIG_IGN);
 
-  auto store = openStore(storeUrl, Deadline::afterMs(60000));
+  // SIGTERM / SIGINT are taken by StopSignals from here on (core/stop_signals.h). A stop request
+  // that arrives during startup must not let this process publish its address and exit right after:
+  // workers would read a dead scheduler's address. So every startup wait is sliced, and a
+  // pending stop ends the process before it publishes anything.
+  const Deadline connectBy = Deadline::afterMs(60000);
+  StatusOr<std::unique_ptr<Store>> store = DeadlineExceeded("store not opened");
+  while (true) {
+    store = openStore(storeUrl, Deadline::afterMs(kStopPollMs).min(connectBy));
+    if (int sig = StopSignals::pending(); sig != 0) return stoppedBeforeServing(sig);
+    if (store.ok() || store.status().code() != StatusCode::kDeadlineExceeded ||
+        connectBy.expired()) {
+      break;
+    }
+  }
   if (!store.ok()) return fail(store.status().toString());
   if (o.numDestinations == 0) {
-    auto count = (*store)->get(ps::serverCountKey(aggPrefix), Deadline::afterMs(60000));
+    const std::string countKey = ps::serverCountKey(aggPrefix);
+    const Deadline countBy = Deadline::afterMs(60000);
+    StatusOr<Bytes> count = DeadlineExceeded("daemon count not read");
+    while (true) {
+      count = (*store)->get(countKey, Deadline::afterMs(kStopPollMs).min(countBy));
+      if (int sig = StopSignals::pending(); sig != 0) return stoppedBeforeServing(sig);
+      if (count.ok() || count.status().code() != StatusCode::kDeadlineExceeded ||
+          countBy.expired()) {
+        break;
+      }
+    }
     if (!count.ok()) {
       return fail("no --destinations and the daemons' count is not in the store: " +
                   count.status().toString());
     }
-    uint64_t n = 0;
-    if (!parseU64(std::string(count->begin(), count->end()), &n) || n < 1) {
-      return fail("bad daemon count in the store");
-    }
-    o.numDestinations = static_cast<int>(n);
+    auto n = parseIntIn(std::string(count->begin(), count->end()),
+                        "the daemons' count (" + countKey + " in the store)", 1, 4096);
+    if (!n.ok()) return fail(n.status().message());
+    o.numDestinations = static_cast<int>(*n);
   }
   auto sched = transfer::CentralScheduler::create(o);
   if (!sched.ok()) return fail(sched.status().toString());
+  // The last look before publishing: from here on a stop request is taken by the wait below.
+  if (int sig = StopSignals::pending(); sig != 0) {
+    (*sched)->shutdown();
+    return stoppedBeforeServing(sig);
+  }
   const std::string& addr = (*sched)->address();
   Status reg =
       (*store)->set(transfer::schedulerAddressKey(prefix), Bytes(addr.begin(), addr.end()));
@@ -118,8 +159,7 @@ int run(const std::vector<std::string>& args) {
   const auto st = (*sched)->stats();
   logLine("event=serving address=" + addr + " destinations=" + std::to_string(o.numDestinations) +
           " dest_bytes=" + std::to_string(st.destBytes));
-  int sig = 0;
-  sigwait(&stopSignals, &sig);
+  StopSignals::wait();
   (*sched)->shutdown();
   uint64_t granted = 0, delivered = 0;
   for (const auto& d : (*sched)->stats().destinations) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/stop_signals.h"
 #include "fabric/rendezvous/tcp_store_server.h"
 
 int main(int argc, char** argv) {
@@ -35,12 +36,8 @@ int main(int argc, char** argv) {
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }
-  // Block the stop signals before the server thread starts, then wait for them here.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Before the server thread starts (it inherits the block); the wait below takes them.
+  cofab::StopSignals::install();
   auto server = cofab::TcpStoreServer::start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "cofab-store: %s\n", server.status().toString().c_str());
@@ -49,11 +46,10 @@ int main(int argc, char** argv) {
   std::printf("cofab-store listening on tcp://%s:%u\n", options.bindAddress.c_str(),
               (*server)->port());
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&set, &sig);
+  const int sig = cofab::StopSignals::wait();
   auto stats = (*server)->stats();
-  std::printf("cofab-store: stopping on signal %d after %llu requests from %llu connections\n",
-              sig, static_cast<unsigned long long>(stats.requests),
+  std::printf("cofab-store: stopping on signal %d after %llu requests from %llu connections\n", sig,
+              static_cast<unsigned long long>(stats.requests),
               static_cast<unsigned long long>(stats.acceptedConnections));
   (*server)->stop();
   return 0;
