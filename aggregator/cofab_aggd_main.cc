@@ -31,8 +31,10 @@ void logLine(const std::string& text) {
   (void)!write(2, line.data(), line.size());
 }
 
+// Publishes this daemon and wires replication. A stop request during its waits, or before the
+// worker-facing keys go out, ends it early with *stopped set: nothing worker-facing published.
 Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Store* store,
-                            const std::string& httpAddress) {
+                            const std::string& httpAddress, int* stopped) {
   const ServerOptions& o = server.options();
   const Deadline deadline = Deadline::afterMs(c.connectTimeoutMs);
   const int backup = (o.id + 1) % o.numServers;
@@ -43,9 +45,13 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
     COFAB_RETURN_IF_ERROR(store->set(listenKey, toBytes(server.address())));
     if (o.replication) {
       const std::string backupKey = c.storePrefix + "/listen/" + std::to_string(backup);
-      COFAB_ASSIGN_OR_RETURN(Bytes addr, store->get(backupKey, deadline));
-      COFAB_RETURN_IF_ERROR(server.connectBackup(toString(addr), deadline));
+      auto addr = untilStopped<Bytes>([&](Deadline d) { return store->get(backupKey, d); },
+                                      deadline, stopped);
+      if (*stopped != 0) return OkStatus();
+      COFAB_RETURN_IF_ERROR(addr.status());
+      COFAB_RETURN_IF_ERROR(server.connectBackup(toString(*addr), deadline));
     }
+    if ((*stopped = StopSignals::pending()) != 0) return OkStatus();
     if (!httpAddress.empty()) {
       COFAB_RETURN_IF_ERROR(
           store->set(c.storePrefix + "/http/" + std::to_string(o.id), toBytes(httpAddress)));
@@ -81,9 +87,19 @@ int run(const std::vector<std::string>& args) {
   StopSignals::install();
   signal(SIGPIPE, SIG_IGN);
 
+  // A stop request while starting: exit 0 before advertising anything (workers must not read
+  // the address of a daemon that is about to go).
+  int stopped = 0;
+  auto stoppedBeforeServing = [&] {
+    logLine("event=stopped_before_serving signal=" + std::to_string(stopped));
+    return 0;
+  };
   std::unique_ptr<Store> store;
   if (c.peers.empty()) {
-    auto s = openStore(c.storeUrl, Deadline::afterMs(c.connectTimeoutMs));
+    auto s =
+        untilStopped<std::unique_ptr<Store>>([&](Deadline d) { return openStore(c.storeUrl, d); },
+                                             Deadline::afterMs(c.connectTimeoutMs), &stopped);
+    if (stopped != 0) return stoppedBeforeServing();
     if (!s.ok()) {
       std::cerr << "cofab-aggd: " << s.status().toString() << "\n";
       return 1;
@@ -113,7 +129,12 @@ int run(const std::vector<std::string>& args) {
     http = std::move(h).value();
     httpAddress = ho.host + ":" + std::to_string(http->port());
   }
-  Status reg = registerAndReplicate(**server, c, store.get(), httpAddress);
+  Status reg = registerAndReplicate(**server, c, store.get(), httpAddress, &stopped);
+  if (stopped != 0) {
+    (*server)->shutdown(stopped == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (http) http->stop();
+    return stoppedBeforeServing();
+  }
   if (!reg.ok()) {
     std::cerr << "cofab-aggd: " << reg.toString() << "\n";
     return 1;

@@ -9,6 +9,11 @@
 // signal's number to a pipe that the main thread reads.
 #pragma once
 
+#include <functional>
+
+#include "core/clock.h"
+#include "core/status.h"
+
 namespace cofab {
 
 class StopSignals {
@@ -22,5 +27,23 @@ class StopSignals {
   // Blocks until a stop signal arrives (or one already did); its number.
   static int wait();
 };
+
+// A startup wait that a stop request ends early: runs attempt(sliceDeadline) in slices of at
+// most 200 ms until it gives anything but DeadlineExceeded or `deadline` passes, and looks for
+// a stop request (StopSignals::pending()) after each slice. On one, *stopped is its number and
+// the last attempt's result is returned; otherwise *stopped is 0. Daemons use it so that one
+// stopped while starting exits before it advertises itself.
+template <typename T>
+StatusOr<T> untilStopped(const std::function<StatusOr<T>(Deadline)>& attempt, Deadline deadline,
+                         int* stopped) {
+  *stopped = 0;
+  while (true) {
+    StatusOr<T> r = attempt(Deadline::afterMs(200).min(deadline));
+    if ((*stopped = StopSignals::pending()) != 0) return r;
+    if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded || deadline.expired()) {
+      return r;
+    }
+  }
+}
 
 }  // namespace cofab

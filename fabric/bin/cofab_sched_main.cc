@@ -53,10 +53,6 @@ int fail(const std::string& why) {
   return 1;
 }
 
-// Startup waits (the store connection, the daemons' count) run in slices this long, with a
-// look for a stop request between them.
-constexpr int64_t kStopPollMs = 200;
-
 // Stopped before serving: the address was not published, so no worker connects to a scheduler
 // that is about to exit.
 int stoppedBeforeServing(int sig) {
@@ -113,29 +109,16 @@ int run(const std::vector<std::string>& args) {
   // that arrives during startup must not let this process publish its address and exit right after:
   // workers would read a dead scheduler's address. So every startup wait is sliced, and a
   // pending stop ends the process before it publishes anything.
-  const Deadline connectBy = Deadline::afterMs(60000);
-  StatusOr<std::unique_ptr<Store>> store = DeadlineExceeded("store not opened");
-  while (true) {
-    store = openStore(storeUrl, Deadline::afterMs(kStopPollMs).min(connectBy));
-    if (int sig = StopSignals::pending(); sig != 0) return stoppedBeforeServing(sig);
-    if (store.ok() || store.status().code() != StatusCode::kDeadlineExceeded ||
-        connectBy.expired()) {
-      break;
-    }
-  }
+  int sig = 0;
+  auto store = untilStopped<std::unique_ptr<Store>>(
+      [&](Deadline d) { return openStore(storeUrl, d); }, Deadline::afterMs(60000), &sig);
+  if (sig != 0) return stoppedBeforeServing(sig);
   if (!store.ok()) return fail(store.status().toString());
   if (o.numDestinations == 0) {
     const std::string countKey = ps::serverCountKey(aggPrefix);
-    const Deadline countBy = Deadline::afterMs(60000);
-    StatusOr<Bytes> count = DeadlineExceeded("daemon count not read");
-    while (true) {
-      count = (*store)->get(countKey, Deadline::afterMs(kStopPollMs).min(countBy));
-      if (int sig = StopSignals::pending(); sig != 0) return stoppedBeforeServing(sig);
-      if (count.ok() || count.status().code() != StatusCode::kDeadlineExceeded ||
-          countBy.expired()) {
-        break;
-      }
-    }
+    auto count = untilStopped<Bytes>([&](Deadline d) { return (*store)->get(countKey, d); },
+                                     Deadline::afterMs(60000), &sig);
+    if (sig != 0) return stoppedBeforeServing(sig);
     if (!count.ok()) {
       return fail("no --destinations and the daemons' count is not in the store: " +
                   count.status().toString());
@@ -148,7 +131,7 @@ int run(const std::vector<std::string>& args) {
   auto sched = transfer::CentralScheduler::create(o);
   if (!sched.ok()) return fail(sched.status().toString());
   // The last look before publishing: from here on a stop request is taken by the wait below.
-  if (int sig = StopSignals::pending(); sig != 0) {
+  if ((sig = StopSignals::pending()) != 0) {
     (*sched)->shutdown();
     return stoppedBeforeServing(sig);
   }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "core/check.h"
@@ -92,6 +93,18 @@ std::string failures(const std::vector<ProcessExit>& exits) {
 int childFail(int rank, const std::string& message) {
   std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
   return 1;
+}
+
+bool blocksSignal(pid_t pid, int sig) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("SigBlk:", 0) == 0) {
+      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+      return ((mask >> (sig - 1)) & 1u) != 0;
+    }
+  }
+  return false;
 }
 
 }  // namespace cofab::testing

@@ -21,7 +21,7 @@ struct ProcessExit {
   int rank = -1;
   bool exited = false;  // normal exit (code valid)
   int code = -1;
-  int signal = 0;       // terminating signal, when !exited
+  int signal = 0;  // terminating signal, when !exited
   bool timedOut = false;
   std::string describe() const;
 };
@@ -52,5 +52,9 @@ std::string failures(const std::vector<ProcessExit>& exits);
 
 // In a child: prints "rank R: message" to stderr and returns 1 (use as `return fail(...)`).
 int childFail(int rank, const std::string& message);
+
+// Whether process `pid`'s main thread blocks `sig` now (the SigBlk line of /proc/<pid>/status):
+// how a test sees that a daemon has reached StopSignals::install(), i.e. started up.
+bool blocksSignal(pid_t pid, int sig);
 
 }  // namespace cofab::testing

@@ -21,6 +21,7 @@
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/store.h"
 #include "fabric/transfer/central_scheduler.h"
+#include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
 
 namespace cofab::testing {
@@ -68,19 +69,6 @@ TEST(CofabSchedCli, NegativeOrMalformedSizesExit1NamingTheOption) {
   }
 }
 
-// Whether `pid` blocks SIGTERM now (its main thread's SigBlk line in /proc/<pid>/status).
-bool blocksSigterm(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("SigBlk:", 0) == 0) {
-      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
-      return ((mask >> (SIGTERM - 1)) & 1u) != 0;
-    }
-  }
-  return false;
-}
-
 TEST(CofabSchedCli, SigtermDuringStartupStopsItBeforePublishingItsAddress) {
   TempDir dir;
   const std::string url = "file://" + dir.path();
@@ -115,10 +103,10 @@ TEST(CofabSchedCli, SigtermDuringStartupStopsItBeforePublishingItsAddress) {
 
   // Startup has begun (signals blocked, the store being opened or the count awaited).
   const Deadline blocked = Deadline::afterMs(20000);
-  while (!blocksSigterm(pid) && !blocked.expired()) {
+  while (!blocksSignal(pid, SIGTERM) && !blocked.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  if (!blocksSigterm(pid)) {
+  if (!blocksSignal(pid, SIGTERM)) {
     ::kill(pid, SIGKILL);
     int ignored = 0;
     ::waitpid(pid, &ignored, 0);

@@ -1,0 +1,77 @@
+// cofab-aggd stopped while it starts up: it exits 0 without advertising itself to workers.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fabric/ps/ps_protocol.h"
+#include "fabric/rendezvous/store.h"
+#include "tests/support/process_group.h"
+#include "tests/support/temp_dir.h"
+
+namespace cofab::testing {
+namespace {
+
+TEST(DaemonStartup, SigtermWhileWaitingForTheBackupStopsBeforeServing) {
+  TempDir dir;
+  const std::string url = "file://" + dir.path();
+  const std::string log = dir.path() + "/aggd.log";
+  // With replication and no daemon 1, startup waits for its backup's address.
+  std::vector<std::string> args = {
+      COFAB_AGGD_PATH, "--store", url,      "--workers", "1", "--servers", "2", "--id", "0",
+      "--replication", "on",      "--http", "off"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // SigBlk below is the daemon's own doing
+    ::execv(COFAB_AGGD_PATH, argv.data());
+    ::_exit(127);
+  }
+  const Deadline started = Deadline::afterMs(20000);
+  while (!blocksSignal(pid, SIGTERM) && !started.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(blocksSignal(pid, SIGTERM)) << "cofab-aggd never reached its startup";
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  const Deadline exited = Deadline::afterMs(20000);
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (exited.expired()) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL() << "cofab-aggd did not exit within 20 s of SIGTERM";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("event=stopped_before_serving signal=15"), std::string::npos) << out;
+  auto store = openStore(url, Deadline::afterMs(5000));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto published = (*store)->check({ps::serverAddressKey("cofab/agg", 0)});
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_FALSE(*published) << "a stopped daemon advertised itself to workers";
+}
+
+}  // namespace
+}  // namespace cofab::testing
