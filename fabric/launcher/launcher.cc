@@ -37,6 +37,7 @@ struct Child {
   int outFd = -1, errFd = -1;
   std::unique_ptr<LinePrefixer> out, err;
   bool exited = false;
+  bool groupLeftBehind = false;  // reaped with processes of its group still alive
   int status = 0;
   bool terminatedByUs = false;
 };
@@ -269,13 +270,17 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   Deadline killAt = Deadline::never();
   // A child that exited may have left processes of its group behind holding its output pipes
   // (`sh -c 'server & exit 3'`): they are signalled too, or the wait for the pipes never ends.
-  // The group id cannot have been reused while they live.
+  // Only when the group still had members when the child was reaped: an empty group's id may
+  // be reused by an unrelated process.
   auto lingers = [](const Child& c) {
     return c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0);
   };
+  auto signalable = [](const Child& c) {
+    return c.pid > 0 && (!c.exited || (c.groupLeftBehind && (c.outFd >= 0 || c.errFd >= 0)));
+  };
   auto stopAll = [&](int sig) {
     for (auto& c : children) {
-      if (lingers(c)) {
+      if (signalable(c)) {
         if (!c.exited) c.terminatedByUs = true;
         ::kill(-c.pid, sig);
       }
@@ -350,6 +355,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         if (c.pid != pid) continue;
         c.exited = true;
         c.status = status;
+        c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
         bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         bool expectedStop = c.terminatedByUs && WIFSIGNALED(status);
         if (!clean && !expectedStop && exitCode == 0) {
@@ -365,7 +371,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     if (!stopping && workersLeft() == 0) stopAll(SIGTERM);  // done: stop the daemons
     if (stopping && killAt.expired()) {
       for (auto& c : children) {
-        if (!lingers(c)) continue;
+        if (!signalable(c)) continue;
         say(c.label + (c.exited ? "'s leftover processes" : "") + " still running " +
             std::to_string(options.killGraceMs) + " ms after SIGTERM; sending SIGKILL");
         ::kill(-c.pid, SIGKILL);

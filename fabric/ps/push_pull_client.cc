@@ -983,9 +983,12 @@ Status waitEveryHandle(PushPullClient& client, std::span<const PushPullHandle> h
   if (running) {
     // close() joins the transport's threads, then fails what is pending with Cancelled: from
     // here on nothing touches the buffers, and every handle completes at once.
+    // Another thread may be inside close() already (its close() returned at once here): its
+    // goodbyes (1 s at most) and joins finish the handles, so the wait is long before the
+    // check calls a handle that still runs a broken invariant.
     client.close();
     for (const PushPullHandle& h : handles) {
-      h.wait(Deadline::afterMs(10000)).ignoreError();
+      h.wait(Deadline::afterMs(120000)).ignoreError();
       COFAB_CHECK(h.test()) << "a push-pull still running after its client was closed";
     }
   }
