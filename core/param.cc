@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -104,7 +105,30 @@ StatusOr<int64_t> parseIntIn(const std::string& text, const std::string& source,
 }
 
 static std::string doubleRange(double min, double max) {
-  return "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  char text[96];
+  std::snprintf(text, sizeof(text), "a number in [%g, %g]", min, max);
+  return text;
+}
+
+// Decimal, whole string, within [min, max] (so never nan or inf).
+static bool parseDoubleInRange(const std::string& v, double min, double max, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  const double parsed = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE || !(parsed >= min && parsed <= max)) {
+    return false;
+  }
+  *out = parsed;
+  return true;
+}
+
+StatusOr<double> parseDoubleIn(const std::string& text, const std::string& source, double min,
+                               double max) {
+  double out = 0;
+  if (!parseDoubleInRange(text, min, max, &out)) {
+    return InvalidArgument(source + " expects " + doubleRange(min, max) + ", got '" + text + "'");
+  }
+  return out;
 }
 
 DoubleParam::DoubleParam(const char* name, double def, double min, double max, const char* doc)
@@ -116,13 +140,9 @@ DoubleParam::DoubleParam(const char* name, double def, double min, double max, c
 StatusOr<double> DoubleParam::get() const {
   std::string v;
   if (!raw(&v)) return def_;
-  errno = 0;
-  char* end = nullptr;
-  double parsed = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE || !(parsed >= min_ && parsed <= max_)) {
-    return malformed(v, doubleRange(min_, max_));
-  }
-  return parsed;
+  double out = 0;
+  if (!parseDoubleInRange(v, min_, max_, &out)) return malformed(v, doubleRange(min_, max_));
+  return out;
 }
 
 BoolParam::BoolParam(const char* name, bool def, const char* doc)

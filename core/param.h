@@ -51,6 +51,9 @@ class ParamBase {
 // line): InvalidArgument naming `source` ("--engines") and the accepted range otherwise.
 StatusOr<int64_t> parseIntIn(const std::string& text, const std::string& source, int64_t min,
                              int64_t max);
+// The same for a decimal number in [min, max] (nan and inf refused).
+StatusOr<double> parseDoubleIn(const std::string& text, const std::string& source, double min,
+                               double max);
 
 class IntParam : public ParamBase {
  public:

@@ -8,25 +8,6 @@
 #include "core/param.h"
 
 namespace cofab::examples {
-namespace {
-
-// A decimal number in [min, max]; InvalidArgument naming `source` otherwise (empty text,
-// trailing characters, nan, inf, out of range).
-StatusOr<double> parseNumberIn(const std::string& text, const std::string& source, double min,
-                               double max) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end == nullptr || *end != '\0' || errno == ERANGE ||
-      !(v >= min && v <= max)) {
-    char range[96];
-    std::snprintf(range, sizeof(range), "a number in [%g, %g]", min, max);
-    return InvalidArgument(source + " expects " + range + ", got '" + text + "'");
-  }
-  return v;
-}
-
-}  // namespace
 
 Status requireOneStepPerEpoch(size_t samples, int batch) {
   if (batch < 1 || samples < size_t(batch)) {
@@ -47,7 +28,7 @@ StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
     if (v.empty()) return InvalidArgument(name + " needs a value, got ''");
     // Integer options: parseIntIn with the option's range.
     auto integer = [&](int64_t min, int64_t max) { return parseIntIn(v, name, min, max); };
-    auto number = [&](double min, double max) { return parseNumberIn(v, name, min, max); };
+    auto number = [&](double min, double max) { return parseDoubleIn(v, name, min, max); };
     auto onOff = [&]() -> StatusOr<bool> {
       if (v == "on") return true;
       if (v == "off") return false;

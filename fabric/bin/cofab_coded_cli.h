@@ -46,22 +46,6 @@ inline StatusOr<Flags> parseFlags(const std::vector<std::string>& args,
   return flags;
 }
 
-// A decimal number in [min, max]: InvalidArgument naming `source` otherwise (empty text,
-// trailing characters, nan, inf, out of range).
-inline StatusOr<double> parseDoubleIn(const std::string& text, const std::string& source,
-                                      double min, double max) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end == nullptr || *end != '\0' || errno == ERANGE ||
-      !(v >= min && v <= max)) {
-    char range[96];
-    std::snprintf(range, sizeof(range), "a number in [%g, %g]", min, max);
-    return InvalidArgument(source + " expects " + range + ", got '" + text + "'");
-  }
-  return v;
-}
-
 struct WorkerConfig {
   std::string store;
   std::string name = "cofab-coded";
