@@ -43,14 +43,16 @@ void StopSignals::install() {
   static std::once_flag once;
   std::call_once(once, [] {
     COFAB_CHECK(::pipe2(gPipe, O_CLOEXEC | O_NONBLOCK) == 0) << "StopSignals: pipe2 failed";
-    const sigset_t set = stopSet();
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // The handler before the block: once this thread shows the signals blocked (what a test
+    // or a supervisor may wait for), a signal delivered to any other thread is already caught.
     struct sigaction sa {};
     sa.sa_handler = onStopSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
+    const sigset_t set = stopSet();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
   });
 }
 
