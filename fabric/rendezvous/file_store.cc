@@ -129,7 +129,7 @@ Status FileStore::writeKey(std::string_view key, const Bytes& value) {
   std::string path = pathFor(key);
   // A unique name from mkostemp: a pid and counter collided with a second FileStore on the same
   // directory in one process, and with a crashed run's leftover after pid reuse.
-  std::string tmp = dir_ + "/.tmp.XXXXXX";
+  std::string tmp = dir_ + "/.tmp.XXXXXX";  // mkostemp replaces the X's
   int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return errnoStatus(StatusCode::kIoError, "create a temporary file in " + dir_, errno);
   {

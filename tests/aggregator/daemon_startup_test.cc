@@ -25,26 +25,9 @@ TEST(DaemonStartup, SigtermWhileWaitingForTheBackupStopsBeforeServing) {
   const std::string url = "file://" + dir.path();
   const std::string log = dir.path() + "/aggd.log";
   // With replication and no daemon 1, startup waits for its backup's address.
-  std::vector<std::string> args = {
-      COFAB_AGGD_PATH, "--store", url,      "--workers", "1", "--servers", "2", "--id", "0",
-      "--replication", "on",      "--http", "off"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // SigBlk below is the daemon's own doing
-    ::execv(COFAB_AGGD_PATH, argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = spawnDaemon({COFAB_AGGD_PATH, "--store", url, "--workers", "1", "--servers",
+                                 "2", "--id", "0", "--replication", "on", "--http", "off"},
+                                log);
   const Deadline started = Deadline::afterMs(20000);
   while (!blocksSignal(pid, SIGTERM) && !started.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -52,14 +35,10 @@ TEST(DaemonStartup, SigtermWhileWaitingForTheBackupStopsBeforeServing) {
   ASSERT_TRUE(blocksSignal(pid, SIGTERM)) << "cofab-aggd never reached its startup";
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   int status = 0;
-  const Deadline exited = Deadline::afterMs(20000);
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    if (exited.expired()) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL() << "cofab-aggd did not exit within 20 s of SIGTERM";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!reapBefore(pid, Deadline::afterMs(20000), &status)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "cofab-aggd did not exit within 20 s of SIGTERM";
   }
   std::ifstream in(log);
   const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,6 +1,8 @@
 #include "tests/support/process_group.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +107,50 @@ bool blocksSignal(pid_t pid, int sig) {
     }
   }
   return false;
+}
+
+ShellRun runShell(const std::string& cmd) {
+  ShellRun r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  if (WIFEXITED(status)) r.exitCode = WEXITSTATUS(status);
+  return r;
+}
+
+pid_t spawnDaemon(const std::vector<std::string>& argv, const std::string& stderrPath) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  COFAB_CHECK(pid >= 0) << "fork failed";
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    if (!stderrPath.empty()) {
+      const int fd = ::open(stderrPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // what it blocks later is its own doing
+    ::execv(cargs[0], cargs.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+bool reapBefore(pid_t pid, Deadline deadline, int* status) {
+  while (::waitpid(pid, status, WNOHANG) != pid) {
+    if (deadline.expired()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace cofab::testing

@@ -53,6 +53,20 @@ std::string failures(const std::vector<ProcessExit>& exits);
 // In a child: prints "rank R: message" to stderr and returns 1 (use as `return fail(...)`).
 int childFail(int rank, const std::string& message);
 
+// A shell command's exit status (-1: it did not exit normally) and its stdout and stderr.
+struct ShellRun {
+  int exitCode = -1;
+  std::string out;
+};
+ShellRun runShell(const std::string& cmd);
+
+// Starts a daemon binary (argv[0] is its path) in a child that dies with this process, with an
+// empty signal mask and, when `stderrPath` is given, its stderr in that file. Its pid.
+pid_t spawnDaemon(const std::vector<std::string>& argv, const std::string& stderrPath = "");
+
+// Reaps `pid` once it exits, waiting until `deadline`: false (nothing reaped) past it.
+bool reapBefore(pid_t pid, Deadline deadline, int* status);
+
 // Whether process `pid`'s main thread blocks `sig` now (the SigBlk line of /proc/<pid>/status):
 // how a test sees that a daemon has reached StopSignals::install(), i.e. started up.
 bool blocksSignal(pid_t pid, int sig);

@@ -9,24 +9,12 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/support/process_group.h"
+
 namespace {
 
-struct ShellRun {
-  int exitCode = -1;  // -1: did not exit normally
-  std::string out;    // stdout and stderr
-};
-
-ShellRun runShell(const std::string& cmd) {
-  ShellRun r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  if (WIFEXITED(status)) r.exitCode = WEXITSTATUS(status);
-  return r;
-}
+using cofab::testing::runShell;
+using cofab::testing::ShellRun;
 
 TEST(CofabCodedCli, MasterAndWorkersUnderCofabRun) {
   const std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 1 --role coded:4:\"" +

@@ -13,28 +13,17 @@
 
 #include "fabric/launcher/launcher.h"
 #include "fabric/launcher/line_prefixer.h"
+#include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
 
 namespace cofab {
 namespace {
 
-struct RunResult {
-  int exitCode = -1;
-  std::string output;  // stdout and stderr together
-};
+using RunResult = testing::ShellRun;
 
 RunResult runCofabRun(const std::string& args) {
   // Bounded: a launcher that never ends fails the test (exit 137) instead of hanging it.
-  std::string cmd = "timeout -s KILL 120 " + std::string(COFAB_RUN_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = ::pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return testing::runShell("timeout -s KILL 120 " + std::string(COFAB_RUN_BINARY) + " " + args);
 }
 
 std::string writeScript(const testing::TempDir& dir, const std::string& body) {
@@ -50,13 +39,13 @@ TEST(LauncherTest, EveryRankGetsItsEnvironmentAndPrefixedOutput) {
                             "echo \"r=$COFAB_RANK n=$COFAB_WORLD_SIZE l=$COFAB_LOCAL_RANK "
                             "s=${COFAB_STORE%%:*}\"\necho to-stderr >&2\n");
   auto r = runCofabRun("-n 3 " + script);
-  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(r.exitCode, 0) << r.out;
   for (int rank = 0; rank < 3; ++rank) {
     std::string rs = std::to_string(rank);
-    EXPECT_NE(r.output.find("[rank " + rs + "] r=" + rs + " n=3 l=" + rs + " s=tcp"),
+    EXPECT_NE(r.out.find("[rank " + rs + "] r=" + rs + " n=3 l=" + rs + " s=tcp"),
               std::string::npos)
-        << r.output;
-    EXPECT_NE(r.output.find("[rank " + rs + "] to-stderr"), std::string::npos) << r.output;
+        << r.out;
+    EXPECT_NE(r.out.find("[rank " + rs + "] to-stderr"), std::string::npos) << r.out;
   }
 }
 
@@ -66,19 +55,19 @@ TEST(LauncherTest, AFailingRankStopsTheOthersAndIsNamed) {
                             "if [ \"$COFAB_RANK\" = 1 ]; then sleep 0.2; exit 7; fi\n"
                             "sleep 30\necho should-not-finish\n");
   auto r = runCofabRun("-n 3 --grace-ms 2000 " + script);
-  EXPECT_EQ(r.exitCode, 7) << r.output;
-  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("exited with status 7"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("should-not-finish"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 7) << r.out;
+  EXPECT_NE(r.out.find("rank 1 (pid"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exited with status 7"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("should-not-finish"), std::string::npos) << r.out;
 }
 
 TEST(LauncherTest, ARankKilledBySignalIsNamedWithTheSignal) {
   testing::TempDir dir;
   auto script = writeScript(dir, "if [ \"$COFAB_RANK\" = 0 ]; then kill -9 $$; fi\nsleep 30\n");
   auto r = runCofabRun("-n 2 --grace-ms 2000 " + script);
-  EXPECT_EQ(r.exitCode, 128 + 9) << r.output;
-  EXPECT_NE(r.output.find("rank 0 (pid"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 128 + 9) << r.out;
+  EXPECT_NE(r.out.find("rank 0 (pid"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("killed by signal 9"), std::string::npos) << r.out;
 }
 
 TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
@@ -89,10 +78,10 @@ TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
       "-n 2 --role 'aggd:2:echo role=$COFAB_ROLE.$COFAB_ROLE_RANK of "
       "$COFAB_ROLE_SIZE; exec sleep 60' " +
       script);
-  EXPECT_EQ(r.exitCode, 0) << r.output;
-  EXPECT_NE(r.output.find("[aggd.0] role=aggd.0 of 2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[aggd.1] role=aggd.1 of 2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 1] worker-done"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_NE(r.out.find("[aggd.0] role=aggd.0 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[aggd.1] role=aggd.1 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] worker-done"), std::string::npos) << r.out;
 }
 
 // Starts 2 ranks that trap `sig`, sends it to cofab-run once both are ready, and returns
@@ -110,26 +99,26 @@ RunResult forwardSignal(const std::string& sig) {
   int status = std::system(("sh -c '" + cmd + "'").c_str());
   std::ifstream in(dir.path() + "/out");
   RunResult r;
-  r.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  r.out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   r.exitCode = WEXITSTATUS(status);
   return r;
 }
 
 TEST(LauncherTest, SigtermIsForwardedAndReported) {
   auto r = forwardSignal("TERM");
-  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
-  EXPECT_NE(r.output.find("forwarding"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] got-TERM"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 1] got-TERM"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.out;
+  EXPECT_NE(r.out.find("forwarding"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] got-TERM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] got-TERM"), std::string::npos) << r.out;
 }
 
 // A hang-up (the ssh session running cofab-run went away) reaches the ranks, which are in
 // their own process groups and would not see the terminal's.
 TEST(LauncherTest, SighupIsForwardedAndReported) {
   auto r = forwardSignal("HUP");
-  EXPECT_EQ(r.exitCode, 128 + SIGHUP) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] got-HUP"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 1] got-HUP"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 128 + SIGHUP) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] got-HUP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] got-HUP"), std::string::npos) << r.out;
 }
 
 // True when `pid` is gone or a zombie (killed, not yet reaped by whoever inherited it).
@@ -183,8 +172,8 @@ TEST(LauncherTest, RanksDieWhenTheLauncherIsKilled) {
 // stops that process too and returns the rank's status instead of waiting for the pipe.
 TEST(LauncherTest, LeftoverProcessesOfAnExitedRankAreStopped) {
   auto r = runCofabRun("-n 1 --grace-ms 5000 -- sh -c 'sleep 600 & exit 3'");
-  EXPECT_EQ(r.exitCode, 3) << r.output;
-  EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 3) << r.out;
+  EXPECT_NE(r.out.find("exited with status 3"), std::string::npos) << r.out;
 }
 
 // One that escaped the rank's process group (setsid) is beyond cofab-run's signals: its output
@@ -200,8 +189,8 @@ TEST(LauncherTest, OutputHeldOutsideTheGroupIsGivenUpAfterTheGrace) {
   auto r = runCofabRun("-n 1 --grace-ms 200 " + script);
   const std::string escaped = readWhenPresent(pidFile);
   if (!escaped.empty()) ::kill(static_cast<pid_t>(std::stol(escaped)), SIGKILL);
-  EXPECT_EQ(r.exitCode, 3) << r.output;
-  EXPECT_NE(r.output.find("no longer reading it"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 3) << r.out;
+  EXPECT_NE(r.out.find("no longer reading it"), std::string::npos) << r.out;
 }
 
 // Under srun, mpirun or torchrun, cofab-run's own place in that launcher must not reach its
@@ -221,13 +210,13 @@ TEST(LauncherTest, OtherLaunchersRankVariablesAreNotPassedOn) {
                             "cofab=$COFAB_RANK/$COFAB_WORLD_SIZE\"\n");
   auto r = runCofabRun("-n 2 " + script);
   for (const auto& [k, v] : outer) ::unsetenv(k.c_str());
-  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(r.exitCode, 0) << r.out;
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) +
+    EXPECT_NE(r.out.find("[rank " + std::to_string(rank) +
                             "] slurm=none/none torch=none/none ompi=none job=42 cofab=" +
                             std::to_string(rank) + "/2"),
               std::string::npos)
-        << r.output;
+        << r.out;
   }
 }
 

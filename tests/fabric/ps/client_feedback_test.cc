@@ -14,6 +14,7 @@
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/transport/registry.h"
+#include "tests/fabric/ps/raw_messages.h"
 
 namespace cofab::ps {
 namespace {
@@ -22,24 +23,8 @@ using transport::Connection;
 
 constexpr size_t kCount = 1000, kBlock = 64;
 
-struct Message {
-  Status status;
-  wire::Header header;
-  std::vector<uint8_t> payload;
-};
-
-// One message from `conn`, or DeadlineExceeded.
-Message recvOne(Connection& conn, int64_t timeoutMs) {
-  auto done = std::make_shared<std::promise<Message>>();
-  auto f = done->get_future();
-  conn.recvOwned([done](const Status& s, const wire::Header& h, std::vector<uint8_t>&& p) {
-    done->set_value(Message{s, h, std::move(p)});
-  });
-  if (f.wait_for(std::chrono::milliseconds(timeoutMs)) != std::future_status::ready) {
-    return Message{DeadlineExceeded("no message"), {}, {}};
-  }
-  return f.get();
-}
+using cofab::ps::testing::Message;
+using cofab::ps::testing::recvOne;
 
 // The next push on `conn` (pulls and pings skipped), which must be (key, iteration, chunk 0).
 void awaitPush(Connection& conn, uint64_t key, uint64_t iteration, Message* push) {

@@ -16,30 +16,15 @@
 #include "fabric/ps/model_client.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
+#include "tests/fabric/ps/raw_messages.h"
 
 namespace cofab::ps {
 namespace {
 
 using transport::Connection;
 
-struct Message {
-  Status status;
-  wire::Header header;
-  std::vector<uint8_t> payload;
-};
-
-// One message from `conn`, or DeadlineExceeded.
-Message recvOne(Connection& conn, int64_t timeoutMs) {
-  auto done = std::make_shared<std::promise<Message>>();
-  auto f = done->get_future();
-  conn.recvOwned([done](const Status& s, const wire::Header& h, std::vector<uint8_t>&& p) {
-    done->set_value(Message{s, h, std::move(p)});
-  });
-  if (f.wait_for(std::chrono::milliseconds(timeoutMs)) != std::future_status::ready) {
-    return Message{DeadlineExceeded("no message"), {}, {}};
-  }
-  return f.get();
-}
+using cofab::ps::testing::Message;
+using cofab::ps::testing::recvOne;
 
 std::vector<uint8_t> floatBytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * sizeof(float));

@@ -27,25 +27,10 @@
 namespace cofab::testing {
 namespace {
 
-struct ShellRun {
-  int exitCode = -1;  // -1: did not exit normally
-  std::string out;
-};
-
 // Runs cofab-sched with `args` and COFAB_STORE unset (so only the flags name a store), killed
 // after 20 s (exit 124) should it start serving instead of refusing the command line.
-ShellRun runShell(const std::string& args) {
-  ShellRun r;
-  const std::string cmd =
-      std::string("env -u COFAB_STORE timeout 20 ") + COFAB_SCHED_PATH + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  if (WIFEXITED(status)) r.exitCode = WEXITSTATUS(status);
-  return r;
+ShellRun runSched(const std::string& args) {
+  return runShell(std::string("env -u COFAB_STORE timeout 20 ") + COFAB_SCHED_PATH + " " + args);
 }
 
 TEST(CofabSchedCli, NegativeOrMalformedSizesExit1NamingTheOption) {
@@ -63,7 +48,7 @@ TEST(CofabSchedCli, NegativeOrMalformedSizesExit1NamingTheOption) {
       {"--dest-bytes 4096 --bogus 1", "unknown option --bogus"},
   };
   for (const Case& c : cases) {
-    const ShellRun r = runShell(c.args);
+    const ShellRun r = runSched(c.args);
     EXPECT_EQ(r.exitCode, 1) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << ": " << r.out;
   }
@@ -76,29 +61,9 @@ TEST(CofabSchedCli, SigtermDuringStartupStopsItBeforePublishingItsAddress) {
   ASSERT_TRUE(store.ok()) << store.status();
 
   // No --destinations: it waits for the daemons' count in the store.
-  std::vector<std::string> args = {COFAB_SCHED_PATH, "--store", url, "--listen", "127.0.0.1:0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // SigBlk below is cofab-sched's own doing
-    ::execv(COFAB_SCHED_PATH, argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = spawnDaemon({COFAB_SCHED_PATH, "--store", url, "--listen", "127.0.0.1:0"});
   auto reapWithin = [&](int ms, int* status) {
-    const Deadline d = Deadline::afterMs(ms);
-    while (!d.expired()) {
-      if (::waitpid(pid, status, WNOHANG) == pid) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
+    return reapBefore(pid, Deadline::afterMs(ms), status);
   };
 
   // Startup has begun (signals blocked, the store being opened or the count awaited).
