@@ -169,7 +169,6 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
   EXPECT_NE(rec.statuses()[0].message().find("exceeds"), std::string::npos);
 }
 
-// Writing to a peer that has gone must be EPIPE -> RemoteError, not SIGPIPE killing the process.
 // Send callbacks run in posting order when the caller's thread wrote an earlier send itself
 // and the loop fails a later one. Made deterministic by holding the client's loop inside a
 // receive callback (run from its socket event) while the caller writes A inline, the peer resets
@@ -233,6 +232,7 @@ TEST(TcpTest, SendCallbacksKeepPostingOrderWhenALaterSendFails) {
   }
 }
 
+// Writing to a peer that has gone must be EPIPE -> RemoteError, not SIGPIPE killing the process.
 TEST(TcpTest, SendToAClosedPeerIsRemoteErrorNotSigpipe) {
   signal(SIGPIPE, SIG_DFL);
   auto s = tcp::createContext({.localId = "s"});
