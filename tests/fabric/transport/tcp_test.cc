@@ -19,6 +19,34 @@
 namespace cofab::transport::testing {
 namespace {
 
+// A tcp context "s" listening, a context "c" connected to it, and the connection's two ends.
+struct TcpPair {
+  std::shared_ptr<Context> server, client;
+  std::unique_ptr<Listener> listener;
+  ConnPair conn;
+};
+
+// Fills `p`; call through ASSERT_NO_FATAL_FAILURE, since a failed step ends only this function.
+void connectTcpPair(TcpPair* p, const ContextOptions& serverOptions = {.localId = "s"},
+                    const tcp::TcpOptions& serverTcp = {},
+                    const ContextOptions& clientOptions = {.localId = "c"},
+                    const tcp::TcpOptions& clientTcp = {}, const ConnectOptions& connect = {}) {
+  auto s = tcp::createContext(serverOptions, serverTcp);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto c = tcp::createContext(clientOptions, clientTcp);
+  ASSERT_TRUE(c.ok()) << c.status();
+  p->server = *s;
+  p->client = *c;
+  auto l = p->server->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  p->listener = std::move(*l);
+  auto cc = p->client->connect(p->listener->address(), connect, testDeadline());
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  auto a = p->listener->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  p->conn = {*cc, *a};
+}
+
 TEST(TcpTest, UnknownInterfaceFailsLoudlyListingTheAvailableOnes) {
   ScopedParamOverride o("COFAB_SOCKET_IFNAME", "nosuchif0");
   auto c = tcp::createContext({});
@@ -95,16 +123,9 @@ TEST(TcpTest, SeveralLoopsAndExplicitSocketBuffers) {
 // op goes back to the free list before the callback runs, and the new receive takes it again,
 // so the status handed to the callback must not refer into the op.
 TEST(TcpTest, ARefusedReceiveKeepsItsErrorWhenItsCallbackPostsAnother) {
-  auto s = tcp::createContext({.localId = "s"});
-  auto c = tcp::createContext({.localId = "c"});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
-  ASSERT_TRUE(cc.ok()) << cc.status();
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok());
-  Connection* server = a->get();
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
+  Connection* server = p.conn.server.get();
   std::vector<uint8_t> buf(8);
   Recorder seen, second;
   server->recv(nullptr, 8, [&](const Status& st, const wire::Header& h) {
@@ -114,11 +135,11 @@ TEST(TcpTest, ARefusedReceiveKeepsItsErrorWhenItsCallbackPostsAnother) {
   ASSERT_TRUE(seen.wait(1));
   EXPECT_EQ(seen.statuses()[0].code(), StatusCode::kInvalidArgument) << seen.statuses()[0];
   // The second receive is cancelled by the close, while `second` is still alive.
-  (*s)->close();
-  (*s)->join();
+  p.server->close();
+  p.server->join();
   ASSERT_TRUE(second.wait(1));
-  (*c)->close();
-  (*c)->join();
+  p.client->close();
+  p.client->join();
 }
 
 TEST(TcpTest, GarbageFromAPeerIsDataLossNotACrash) {
@@ -148,21 +169,14 @@ TEST(TcpTest, GarbageFromAPeerIsDataLossNotACrash) {
 }
 
 TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
-  auto s = tcp::createContext({.localId = "s", .maxPayload = 1000});
-  auto c = tcp::createContext({.localId = "c"});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
-  ASSERT_TRUE(cc.ok());
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok());
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p, {.localId = "s", .maxPayload = 1000}));
   std::vector<uint8_t> src(2000);
   Recorder rec;
-  (*a)->recvOwned(
+  p.conn.server->recvOwned(
       [&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) { rec.record(st, h); });
   Recorder sent;  // src is lent until this completes
-  (*cc)->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  p.conn.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
   ASSERT_TRUE(rec.wait(1));
   ASSERT_TRUE(sent.wait(1));
   EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
@@ -176,20 +190,15 @@ TEST(TcpTest, OverlongAnnouncedPayloadIsRejectedBeforeReading) {
 // its write of B fails the connection, and B's error used to be reported before A's success.
 TEST(TcpTest, SendCallbacksKeepPostingOrderWhenALaterSendFails) {
   signal(SIGPIPE, SIG_DFL);
-  auto s = tcp::createContext({.localId = "s"});
-  auto c = tcp::createContext({.localId = "c"});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
-  ASSERT_TRUE(cc.ok()) << cc.status();
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok()) << a.status();
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
+  const auto& cc = p.conn.client;
+  const auto& a = p.conn.server;
 
   std::promise<void> entered, release;
   auto releaseFuture = release.get_future().share();
   Recorder held;
-  (*cc)->recv(nullptr, 0, [&](const Status& st, const wire::Header& h) {
+  cc->recv(nullptr, 0, [&](const Status& st, const wire::Header& h) {
     entered.set_value();
     releaseFuture.wait();
     held.record(st, h);
@@ -199,21 +208,21 @@ TEST(TcpTest, SendCallbacksKeepPostingOrderWhenALaterSendFails) {
   // loop's event handling rather than from the posting.
   const auto big = pattern(300 << 10, 1);
   Recorder first;
-  (*cc)->send(wire::Header{}, big.data(), big.size(), first.sendCb());
+  cc->send(wire::Header{}, big.data(), big.size(), first.sendCb());
   ASSERT_TRUE(first.wait(1));
   Recorder reply;
-  (*a)->send(wire::Header{}, nullptr, 0, reply.sendCb());
+  a->send(wire::Header{}, nullptr, 0, reply.sendCb());
   entered.get_future().wait();
 
   constexpr size_t kLater = 16;
   Recorder sends;
   const auto small = pattern(64, 2);
-  (*cc)->send(wire::Header{}, small.data(), small.size(), sends.sendCb(0));  // A: inline
+  cc->send(wire::Header{}, small.data(), small.size(), sends.sendCb(0));  // A: inline
   // The server closes with unread bytes: its kernel answers with a reset.
-  (*s)->close();
-  (*s)->join();
+  p.server->close();
+  p.server->join();
   for (size_t i = 1; i <= kLater; ++i) {
-    (*cc)->send(wire::Header{}, small.data(), small.size(), sends.sendCb(i));
+    cc->send(wire::Header{}, small.data(), small.size(), sends.sendCb(i));
   }
   release.set_value();
   ASSERT_TRUE(held.wait(1));
@@ -235,23 +244,17 @@ TEST(TcpTest, SendCallbacksKeepPostingOrderWhenALaterSendFails) {
 // Writing to a peer that has gone must be EPIPE -> RemoteError, not SIGPIPE killing the process.
 TEST(TcpTest, SendToAClosedPeerIsRemoteErrorNotSigpipe) {
   signal(SIGPIPE, SIG_DFL);
-  auto s = tcp::createContext({.localId = "s"});
-  auto c = tcp::createContext({.localId = "c"});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
-  ASSERT_TRUE(cc.ok());
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok());
-  (*a)->close();
-  (*s)->join();
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
+  p.conn.server->close();
+  p.server->join();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::vector<uint8_t> buf(1 << 16);
   Status last;
   for (int i = 0; i < 200 && last.ok(); ++i) {
     Recorder rec;
-    for (int k = 0; k < 4; ++k) (*cc)->send(wire::Header{}, buf.data(), buf.size(), rec.sendCb());
+    for (int k = 0; k < 4; ++k)
+      p.conn.client->send(wire::Header{}, buf.data(), buf.size(), rec.sendCb());
     ASSERT_TRUE(rec.wait(4));
     for (const auto& st : rec.statuses()) {
       if (!st.ok()) last = st;
@@ -288,17 +291,10 @@ double ioThreadCpuSeconds() {
 
 // Regression: a closed listener's socket used to stay readable in epoll and spin the loop.
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
-  auto s = tcp::createContext({.localId = "s"});
-  auto c = tcp::createContext({.localId = "c"});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {}, testDeadline());
-  ASSERT_TRUE(cc.ok());
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok());
-  (*l)->close();
-  (*cc)->close();  // the accepted end now sees EOF with nothing posted
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
+  p.listener->close();
+  p.conn.client->close();  // the accepted end now sees EOF with nothing posted
   const double before = ioThreadCpuSeconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_LT(ioThreadCpuSeconds() - before, 0.1) << "I/O threads are busy while nothing happens";
@@ -314,18 +310,15 @@ namespace {
 // different sizes go round-robin, so the sockets finish them out of order; the connection must
 // still match messages to receives and complete callbacks in posting order.
 TEST(TcpStripedTest, MessagesStayInOrderAcrossSockets) {
-  auto s = tcp::createContext({.localId = "s"}, {.loops = 2});
-  auto c = tcp::createContext({.localId = "c"}, {.loops = 3, .socketsPerPeer = 4});
-  ASSERT_TRUE(s.ok() && c.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  auto cc = (*c)->connect((*l)->address(), {.localId = "striper"}, testDeadline());
-  ASSERT_TRUE(cc.ok()) << cc.status();
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ((*a)->peerId(), "striper");
-  EXPECT_NE((*cc)->describe().find("over 4 sockets"), std::string::npos) << (*cc)->describe();
-  EXPECT_NE((*a)->describe().find("over 4 sockets"), std::string::npos) << (*a)->describe();
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p, {.localId = "s"}, {.loops = 2}, {.localId = "c"},
+                                         {.loops = 3, .socketsPerPeer = 4},
+                                         {.localId = "striper"}));
+  const auto& cc = p.conn.client;
+  const auto& a = p.conn.server;
+  EXPECT_EQ(a->peerId(), "striper");
+  EXPECT_NE(cc->describe().find("over 4 sockets"), std::string::npos) << cc->describe();
+  EXPECT_NE(a->describe().find("over 4 sockets"), std::string::npos) << a->describe();
   constexpr size_t kMessages = 40;
   std::vector<std::vector<uint8_t>> src, dst;
   for (size_t i = 0; i < kMessages; ++i) {
@@ -336,13 +329,13 @@ TEST(TcpStripedTest, MessagesStayInOrderAcrossSockets) {
   Recorder sends, recvs;
   for (size_t i = 0; i < kMessages; ++i) {
     InsideCall inside;
-    (*a)->recv(dst[i].data(), dst[i].size(), recvs.recvCb(i));
+    a->recv(dst[i].data(), dst[i].size(), recvs.recvCb(i));
   }
   for (size_t i = 0; i < kMessages; ++i) {
     InsideCall inside;
     wire::Header h;
     h.sequence = i;
-    (*cc)->send(h, src[i].data(), src[i].size(), sends.sendCb(i));
+    cc->send(h, src[i].data(), src[i].size(), sends.sendCb(i));
   }
   ASSERT_TRUE(sends.wait(kMessages));
   ASSERT_TRUE(recvs.wait(kMessages));
