@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "coding/matmul/coded_matmul.h"
+#include "core/param.h"
 #include "fabric/bin/cofab_coded_cli.h"
 #include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_worker.h"
@@ -30,9 +31,11 @@ using namespace cofab::coded;
 
 namespace {
 
-std::string envOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
+// A parameter declared elsewhere (COFAB_STORE in rendezvous, COFAB_ROLE_RANK by the daemons),
+// read raw: this program checks it against its own range (a worker index is below 64).
+std::string paramOr(const char* name, const std::string& fallback) {
+  std::string v;
+  return rawParamValue(name, &v) ? v : fallback;
 }
 
 int usage() {
@@ -52,7 +55,7 @@ int badUsage(const char* role, const Status& s) {
 }
 
 int worker(const std::vector<std::string>& args) {
-  auto c = cli::parseWorkerArgs(args, envOr("COFAB_STORE", ""), envOr("COFAB_ROLE_RANK", ""));
+  auto c = cli::parseWorkerArgs(args, paramOr("COFAB_STORE", ""), paramOr("COFAB_ROLE_RANK", ""));
   if (!c.ok()) return badUsage("worker", c.status());
   auto store = openStore(c->store, Deadline::afterMs(30000));
   if (!store.ok()) {
@@ -69,7 +72,7 @@ int worker(const std::vector<std::string>& args) {
 }
 
 int master(const std::vector<std::string>& args) {
-  auto c = cli::parseMasterArgs(args, envOr("COFAB_STORE", ""));
+  auto c = cli::parseMasterArgs(args, paramOr("COFAB_STORE", ""));
   if (!c.ok()) return badUsage("master", c.status());
   const int64_t rows = c->rows, cols = c->cols, bCols = c->bCols;
   auto store = openStore(c->store, Deadline::afterMs(30000));
