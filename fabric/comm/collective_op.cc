@@ -29,6 +29,11 @@ void CollectiveOp::start() {
   std::unique_lock<std::mutex> lock(mu_);
   started_ = true;
   begin();
+  if (leavesQueueWhenPosted()) {
+    lock.unlock();
+    comm_.opPosted(this);
+    lock.lock();
+  }
   maybeComplete(lock);
 }
 
@@ -43,6 +48,7 @@ void CollectiveOp::completeUnstarted(const Status& status) {
 
 void CollectiveOp::failureHandled(const Status& status) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (done_) return;  // it completed while the failure procedure ran: its status stands
   failed_ = true;
   failureHandled_ = true;
   status_ = status;

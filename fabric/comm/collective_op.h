@@ -64,6 +64,10 @@ class CollectiveOp {
     (void)peer;
     (void)index;
   }
+  // True: once begin() has posted every message, the next operation may start while this
+  // one's transfers finish (point-to-point; Communicator::opPosted says why). Only for ops that
+  // use no communicator scratch and post everything in begin().
+  virtual bool leavesQueueWhenPosted() const { return false; }
   // Messages this rank receives from `peer` in this op (the headers' chunkCount).
   virtual uint32_t messagesFrom(int peer) const = 0;
   // Messages this rank sends to `peer` in this op.

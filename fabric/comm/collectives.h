@@ -112,7 +112,9 @@ CollectiveHandle barrierAsync(Communicator& comm, const CollectiveOptions& optio
 
 // Point-to-point. A send to `peer` matches that peer's recv from this rank with the same count
 // and dtype; they are ordered with the collectives on the communicator (both sides must issue
-// them at the same place relative to collectives).
+// them at the same place relative to collectives). Like MPI_Isend/Irecv, posting both before
+// waiting cannot deadlock, whatever the size: the next operation starts once one's messages
+// are posted, without waiting for its bytes.
 Status send(Communicator& comm, const TensorView& data, int peer,
             const CollectiveOptions& options = {});
 Status recv(Communicator& comm, const TensorView& data, int peer,

@@ -175,13 +175,13 @@ Communicator::~Communicator() {
   bool busy = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    busy = running_ != nullptr || !queue_.empty();
+    busy = !idle();
   }
   if (busy) reportFailure(nullptr, Aborted("communicator '" + name_ + "' destroyed while "
                                            "operations were pending"), -1);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [this] { return running_ == nullptr && queue_.empty(); });
+    idle_.wait(lock, [this] { return idle(); });
   }
   if (failThread_.joinable()) failThread_.join();
   for (auto& c : conns_) {
@@ -272,7 +272,16 @@ void Communicator::opFinished(CollectiveOp* op) {
   std::shared_ptr<CollectiveOp> next;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (running_.get() != op) return;  // an op that never ran
+    if (running_.get() != op) {
+      // A posted point-to-point op (opPosted), or an op that never ran.
+      auto it = std::find_if(posted_.begin(), posted_.end(),
+                             [op](const auto& p) { return p.get() == op; });
+      if (it == posted_.end()) return;
+      finished = std::move(*it);
+      posted_.erase(it);
+      if (idle()) idle_.notify_all();
+      return;
+    }
     finished = std::move(running_);
     running_.reset();
     if (!failing_ && !queue_.empty()) {
@@ -280,9 +289,32 @@ void Communicator::opFinished(CollectiveOp* op) {
       queue_.pop_front();
       running_ = next;
     }
-    if (running_ == nullptr && queue_.empty()) idle_.notify_all();
+    if (idle()) idle_.notify_all();
   }
   if (next) next->start();
+}
+
+void Communicator::opPosted(CollectiveOp* op) {
+  std::shared_ptr<CollectiveOp> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_.get() != op) return;  // it finished already, and opFinished moved on
+    posted_.push_back(std::move(running_));
+    running_.reset();
+    if (!failing_ && !queue_.empty()) {
+      next = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = next;
+    }
+  }
+  if (next) next->start();
+}
+
+std::shared_ptr<CollectiveOp> Communicator::failureTarget(CollectiveOp* op) const {
+  for (const auto& p : posted_) {
+    if (p.get() == op) return p;
+  }
+  return running_;
 }
 
 void Communicator::noteArrived(int peer, uint64_t sequence) {
@@ -294,22 +326,20 @@ void Communicator::noteArrived(int peer, uint64_t sequence) {
 }
 
 void Communicator::reportFailure(CollectiveOp* op, const Status& status, int peer) {
-  (void)op;
   std::lock_guard<std::mutex> lock(mu_);
   if (failing_ || !error_.ok()) return;
   failing_ = true;
-  std::shared_ptr<CollectiveOp> target = running_;
+  std::shared_ptr<CollectiveOp> target = failureTarget(op);
   failThread_ = std::thread([this, target, status, peer] {
     handleFailure(target.get(), status, peer, false);
   });
 }
 
 void Communicator::reportTimeout(CollectiveOp* op) {
-  (void)op;
   std::lock_guard<std::mutex> lock(mu_);
   if (failing_ || !error_.ok()) return;
   failing_ = true;
-  std::shared_ptr<CollectiveOp> target = running_;
+  std::shared_ptr<CollectiveOp> target = failureTarget(op);
   failThread_ = std::thread([this, target] { handleFailure(target.get(), {}, -1, true); });
 }
 
@@ -416,16 +446,20 @@ void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool
   }
   std::shared_ptr<CollectiveOp> running;
   std::deque<std::shared_ptr<CollectiveOp>> queued;
+  // Copies: posted_ keeps each op (whose transport callbacks point at it) until opFinished.
+  std::vector<std::shared_ptr<CollectiveOp>> posted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = status;
     running = running_;
     queued.swap(queue_);
-    if (running_ == nullptr) idle_.notify_all();
+    posted = posted_;
+    if (idle()) idle_.notify_all();
   }
   (void)op;
   for (auto& q : queued) q->completeUnstarted(status);
   if (running) running->failureHandled(status);
+  for (auto& p : posted) p->failureHandled(status);
 }
 
 }  // namespace cofab::comm

@@ -97,6 +97,13 @@ class Communicator {
   void submit(const std::shared_ptr<CollectiveOp>& op);
   // Called by the running op when it completed (any thread, no op lock held).
   void opFinished(CollectiveOp* op);
+  // A point-to-point op has posted all its messages: it leaves the queue (its transfers go on,
+  // tracked until opFinished) and the next op starts. A send completes only once its bytes are
+  // out, and over tcp they go out only as the peer posts the matching receive: held in the
+  // queue, two ranks that each send to the other and then receive (a ring shift) would wait on
+  // each other's receive, queued behind each other's send, as soon as a message outgrows the
+  // socket buffers. Per-connection order keeps later ops' messages matched.
+  void opPosted(CollectiveOp* op);
   // Records that a message of collective `sequence` arrived from `peer` (for timeout reports).
   void noteArrived(int peer, uint64_t sequence);
   // Starts the failure procedure for the running op (first failure only): publish, close,
@@ -113,6 +120,10 @@ class Communicator {
                std::shared_ptr<transport::Context> context);
   Status connectMesh(const CommOptions& options, Deadline deadline);
   void handleFailure(CollectiveOp* op, Status status, int peer, bool timeout);
+  // Under mu_: `op` itself when it is a posted point-to-point op, else the running op.
+  std::shared_ptr<CollectiveOp> failureTarget(CollectiveOp* op) const;
+  // Under mu_: nothing running, queued or posted.
+  bool idle() const { return running_ == nullptr && queue_.empty() && posted_.empty(); }
   Status timeoutStatus(CollectiveOp* op);
   void failQueued(const Status& status);
   std::string failKey(uint64_t sequence, int rank) const;
@@ -140,6 +151,8 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::deque<std::shared_ptr<CollectiveOp>> queue_;
   std::shared_ptr<CollectiveOp> running_;
+  // Point-to-point ops that left the queue (opPosted) and still have transfers running.
+  std::vector<std::shared_ptr<CollectiveOp>> posted_;
   Status error_;            // sticky, set once the failure procedure has finished
   bool failing_ = false;    // the failure procedure has started
   std::thread failThread_;  // runs handleFailure() (joined by the destructor)

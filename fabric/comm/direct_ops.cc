@@ -201,6 +201,7 @@ class P2pOp final : public CollectiveOp {
   void onReceived(int, uint32_t) override {
     if (++received_ == k_) finish();
   }
+  bool leavesQueueWhenPosted() const override { return true; }
   uint32_t messagesFrom(int) const override { return k_; }
   uint32_t messagesTo(int) const override { return k_; }
 

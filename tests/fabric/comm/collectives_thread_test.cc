@@ -221,8 +221,7 @@ TEST_P(CollectivesByRanks, BarrierSendRecvAndAsyncHandles) {
     Communicator& c = *g->comms[r];
     for (int i = 0; i < 3; ++i) COFAB_RETURN_IF_ERROR(barrier(c));
     if (n > 1) {
-      // A ring shift: even ranks send first, odd ranks receive first, so that blocking
-      // sends of large messages cannot wait on each other in a cycle.
+      // A ring shift, every rank posting its send before its receive.
       for (size_t count : {size_t{0}, size_t{3}, size_t{100000}}) {
         std::vector<int32_t> out(count), in(count);
         for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(r * 1000 + i);
@@ -269,6 +268,45 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesByRanks, ::testing::Values(1, 2, 3, 4
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
 // The loopback transport runs the same engine without sockets.
+// Every rank posts its send to the right and then its receive from the left, with messages far
+// larger than the socket buffers (the send's bytes leave only as the peer reads them). While a
+// send held the communicator's queue until its bytes were out, each rank's receive waited
+// behind its own send, which waited on the peer's queued receive: both ran into the deadline,
+// each blaming the other. Then an allreduce behind the point-to-point ops still matches.
+TEST(CollectivesPointToPoint, ARingShiftOfLargeMessagesPostedSendFirstCompletes) {
+  constexpr int n = 3;
+  constexpr size_t kCount = size_t{24} << 20;  // 96 MiB of i32 per message
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    std::vector<int32_t> out(kCount), in(kCount, -1);
+    for (size_t i = 0; i < kCount; ++i) out[i] = static_cast<int32_t>(i * 7 + r);
+    CollectiveOptions o;
+    o.timeout = Millis(30000);
+    auto hs = sendAsync(c, TensorView(out.data(), kCount, DType::kI32), right, o);
+    auto hr = recvAsync(c, TensorView(in.data(), kCount, DType::kI32), left, o);
+    float one = 1.0f, sum = 0.0f;
+    AllreduceOptions a;
+    a.timeout = Millis(30000);
+    auto ha =
+        allreduceAsync(c, TensorView(&one, 1, DType::kF32), TensorView(&sum, 1, DType::kF32), a);
+    COFAB_RETURN_IF_ERROR(hs.wait(Deadline::afterMs(40000)));
+    COFAB_RETURN_IF_ERROR(hr.wait(Deadline::afterMs(40000)));
+    COFAB_RETURN_IF_ERROR(ha.wait(Deadline::afterMs(40000)));
+    for (size_t i = 0; i < kCount; ++i) {
+      if (in[i] != static_cast<int32_t>(i * 7 + left)) {
+        return Internal("recv from rank " + std::to_string(left) + ": element " +
+                        std::to_string(i) + " is " + std::to_string(in[i]));
+      }
+    }
+    if (sum != static_cast<float>(n)) return Internal("allreduce gave " + std::to_string(sum));
+    return OkStatus();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
 TEST(CollectivesLoopback, AllreduceAllgatherOnThreeRanks) {
   ScopedParamOverride chunk("COFAB_RING_CHUNK_BYTES", "1024");
   auto g = makeGroup(3, "loopback");
