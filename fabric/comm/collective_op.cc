@@ -65,6 +65,17 @@ bool CollectiveOp::done() const {
   return done_;
 }
 
+bool CollectiveOp::test() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (done_) return true;
+  if (!timeoutRequested_ && deadline_.expired()) {
+    timeoutRequested_ = true;
+    lock.unlock();
+    comm_.reportTimeout(this);
+  }
+  return false;
+}
+
 Status CollectiveOp::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!done_) return Unavailable(sig_.describe() + " is still running");

@@ -48,6 +48,9 @@ class CollectiveOp {
 
   // Handle side.
   bool done() const;
+  // done(), and past the op's own deadline asks the communicator to time it out, as wait()
+  // does: a caller that only polls gets its DeadlineExceeded too.
+  bool test();
   // Waits until done or `deadline`. Past the op's own deadline it asks the communicator to time
   // the op out (DeadlineExceeded naming the ranks that did not arrive).
   Status wait(Deadline deadline);

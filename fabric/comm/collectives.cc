@@ -83,7 +83,7 @@ Status CollectiveHandle::wait(Deadline deadline) {
 
 bool CollectiveHandle::test() const {
   if (external_) return external_->test();
-  return !op_ || op_->done();
+  return !op_ || op_->test();
 }
 
 Status CollectiveHandle::status() const {

@@ -154,6 +154,28 @@ TEST(CommDeadline, AWaitDeadlineLeavesTheOperationRunning) {
   EXPECT_EQ(a[7], 3.0f);
 }
 
+// A caller that only polls test() gets the op's deadline too (before, only wait() enforced it,
+// and a poller spun for as long as the missing rank stayed away).
+TEST(CommDeadline, PollingTestAloneEnforcesTheOpsDeadline) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "100");
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(100, 1.0f);
+  AllreduceOptions o;
+  o.timeout = Millis(200);
+  auto h = allreduceAsync(*g->comms[0], TensorView(a.data(), 100, DType::kF32),
+                          TensorView(a.data(), 100, DType::kF32), o);
+  const Deadline giveUp = Deadline::afterMs(10000);
+  while (!h.test() && !giveUp.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(h.test()) << "rank 1 never called the allreduce, and polling never timed it out";
+  EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded) << h.status();
+  EXPECT_NE(h.status().message().find("rank(s) 1 did not arrive"), std::string::npos)
+      << h.status();
+  EXPECT_EQ(g->comms[0]->asyncError().code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
   auto g = makeGroup(3);
   ASSERT_TRUE(g);
