@@ -262,7 +262,9 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
 
 bool Conn::buildDataFrame(uint64_t now) {
   if (sends_.empty()) return false;
-  if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_) || pipeFull()) return false;
+  if (nxt_ - una_ >= kWindow - 1 || !seqLess(nxt_ + 1, peerWindowEnd_) || pipeFull()) {
+    return false;  // the window's last frame is the Fin's (buildFin)
+  }
   if (engine_->txBacklogged()) {
     pumpWanted_ = true;  // again at the next step, after the port took the backlog
     return false;
@@ -335,6 +337,10 @@ bool Conn::buildDataFrame(uint64_t now) {
 
 bool Conn::buildFin(uint64_t now) {
   if (!finQueued_ || finSent_ || !sends_.empty()) return false;
+  // Data frames leave the window's last frame free, so the Fin always fits, also when the peer
+  // reads nothing more: a Fin that waited for window space made such a close give up without
+  // one, and the peer, which held everything sent before it, then took our later reset for a
+  // failure and dropped messages we had reported sent (with the Fin held, they stay readable).
   if (nxt_ - una_ >= kWindow || !seqLess(nxt_, peerWindowEnd_)) return false;
   FrameHeader h;
   h.kind = FrameKind::kFin;
@@ -401,10 +407,10 @@ void Conn::pump(uint64_t now) {
   }
   if (!sends_.empty()) {
     auto& c = engine_->counters();
-    Engine::bump(nxt_ - una_ >= kWindow           ? c.txStallInFlight
-                 : !seqLess(nxt_, peerWindowEnd_) ? c.txStallPeerWindow
-                 : pipeFull()                     ? c.txStallPipe
-                                                  : c.txStallPool);
+    Engine::bump(nxt_ - una_ >= kWindow - 1           ? c.txStallInFlight
+                 : !seqLess(nxt_ + 1, peerWindowEnd_) ? c.txStallPeerWindow
+                 : pipeFull()                         ? c.txStallPipe
+                                                      : c.txStallPool);
   }
   buildFin(now);
   if (ackPending_) sendAck(now);
