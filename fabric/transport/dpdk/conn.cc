@@ -257,7 +257,6 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
   engine_->queueTx(f.m);
   f.sentNs = now;
   ++f.transmissions;
-  lastSentNs_ = now;
 }
 
 bool Conn::buildDataFrame(uint64_t now) {
@@ -396,7 +395,7 @@ void Conn::sendAck(uint64_t now) {
   engine_->queueTx(m);
   ackPending_ = false;
   advertisedEnd_ = h.window;
-  lastSentNs_ = now;
+  lastAckNs_ = now;
 }
 
 void Conn::pump(uint64_t now) {
@@ -828,7 +827,11 @@ void Conn::tick(uint64_t now) {
       rtoNs_ = std::min(rtoNs_ * 2, kMaxRtoNs);  // backoff until an ack makes progress
     }
   }
-  if (elapsed(now, lastSentNs_) > kKeepaliveNs) ackPending_ = true;
+  // Counted from the last ack, not the last frame: data frames carry no ack or window, so a
+  // window update that was lost is repeated here even while this side streams data (a peer
+  // blocked on our window, with everything acknowledged, has nothing to resend that would draw
+  // a new one).
+  if (elapsed(now, lastAckNs_) > kKeepaliveNs) ackPending_ = true;
   if (ackPending_) pumpWanted_ = true;
 }
 

@@ -213,7 +213,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::vector<uint8_t> ownedBuf_;
 
   uint64_t lastHeardNs_ = 0;
-  uint64_t lastSentNs_ = 0;
+  uint64_t lastAckNs_ = 0;  // keepalive: an ack at least every kKeepaliveNs (conn.cc)
   uint64_t closeNs_ = 0;  // close(), or the last ack that advanced its drain since
   bool pumpWanted_ = false;
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -27,7 +29,8 @@ StatusOr<std::shared_ptr<Context>> makeContext(const std::string& id, double dro
 class DpdkTransportTest : public ::testing::Test {
  protected:
   void start(double dropRate = 0, int64_t peerTimeoutMs = 0, int64_t pipeFrames = 0) {
-    auto s = makeContext("server", dropRate, 11, peerTimeoutMs, pipeFrames, corruptRate_);
+    auto s = makeContext("server", serverDropRate_ >= 0 ? serverDropRate_ : dropRate, 11,
+                         peerTimeoutMs, pipeFrames, corruptRate_);
     if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
@@ -87,7 +90,8 @@ class DpdkTransportTest : public ::testing::Test {
     }
   }
 
-  double corruptRate_ = 0;  // set before start()
+  double corruptRate_ = 0;      // set before start()
+  double serverDropRate_ = -1;  // set before start(); < 0: start()'s dropRate
   std::shared_ptr<Context> server_;
   std::shared_ptr<Context> client_;
   std::unique_ptr<Listener> listener_;
@@ -444,6 +448,71 @@ TEST_F(DpdkTransportTest, ACloseIntoAFullWindowStillEndsWithItsFin) {
   EXPECT_EQ(got.statuses()[1].code(), StatusCode::kRemoteError) << got.statuses()[1];
   EXPECT_NE(got.statuses()[1].message().find("in the middle of a message"), std::string::npos)
       << got.statuses()[1];
+}
+
+// A window update lost while the updating side streams data the other way is repeated by the
+// keepalive. The client sends A (256 messages) to a server that reads in batches: it lets the
+// client fill its window (1024 frames, 5.6 messages) and wait, everything acknowledged, then
+// reads the five messages held at once and sends one ack reopening the window; meanwhile the
+// server streams B to the client until A is in. 10% of the client's received frames are
+// dropped (none of the server's), so about one batch in ten loses that ack. Before, the
+// server's keepalive counted from its last frame of any kind and never fired while B flowed:
+// A stalled for good at the first lost window update (B only stops once A is in).
+TEST_F(DpdkTransportTest, ALostWindowUpdateIsRepeatedWhileDataFlowsTheOtherWay) {
+  serverDropRate_ = 0;  // A's frames all arrive: no resend of A draws a fresh ack either
+  start(0.1);
+  if (IsSkipped()) return;
+  constexpr int kMessages = 256;
+  constexpr int kBatch = 5;
+  const size_t kBytes = 256 << 10;
+  std::atomic<bool> aDone{false};
+  // B: the client reads it as it comes (each receive posted again from its callback).
+  const auto b = pattern(kBytes, 3);
+  std::vector<uint8_t> sink(kBytes);
+  auto client = pair_.client;
+  std::function<void(const Status&, const wire::Header&)> readB;
+  readB = [&, client](const Status& st, const wire::Header&) {
+    if (st.ok() && !aDone) client->recv(sink.data(), sink.size(), readB);
+  };
+  client->recv(sink.data(), sink.size(), readB);
+  // Recorders outlive the operations they record (a wait that gives up leaves one posted).
+  std::deque<Recorder> sentB, gotA;
+  std::thread streamer([&] {
+    const Deadline until = Deadline::afterMs(60000);
+    while (!aDone && !until.expired()) {
+      Recorder& r = sentB.emplace_back();
+      pair_.server->send(wire::Header{}, b.data(), b.size(), r.sendCb());
+      if (!r.wait(1) || !r.statuses()[0].ok()) return;
+    }
+  });
+  std::vector<std::vector<uint8_t>> a;
+  Recorder sentA;
+  for (int i = 0; i < kMessages; ++i) {
+    a.push_back(pattern(kBytes, 100 + i));
+    client->send(wire::Header{}, a.back().data(), a.back().size(), sentA.sendCb(i));
+  }
+  std::vector<std::vector<uint8_t>> got(kBatch, std::vector<uint8_t>(kBytes));
+  int received = 0;
+  bool stalled = false;
+  while (received < kMessages && !stalled) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the client fills the window
+    const int batch = std::min(kBatch, kMessages - received);
+    Recorder& r = gotA.emplace_back();
+    for (int j = 0; j < batch; ++j) pair_.server->recv(got[j].data(), kBytes, r.recvCb(j));
+    stalled = !r.wait(batch, std::chrono::seconds(20));
+    for (int j = 0; j < batch && !stalled; ++j) {
+      ASSERT_TRUE(r.statuses()[j].ok()) << r.statuses()[j];
+      ASSERT_TRUE(got[j] == a[received + j]) << "message " << received + j << " differs";
+    }
+    if (!stalled) received += batch;
+  }
+  aDone = true;
+  streamer.join();
+  EXPECT_EQ(received, kMessages) << "A stalled after " << received << " messages";
+  EXPECT_TRUE(sentA.wait(kMessages, std::chrono::seconds(20)));
+  // The callbacks above use this scope's variables: end every operation here.
+  client_->join();
+  server_->join();
 }
 
 TEST_F(DpdkTransportTest, LocalCloseCancelsPendingReceives) {
