@@ -25,13 +25,16 @@ template <typename T>
 struct SumF {
   static T apply(T a, T b) { return a + b; }
 };
+// min/max propagate NaN whichever operand holds it (`b != b` is false for integers): with a
+// bare `b < a ? b : a` a NaN survived only as the first operand, so whether a rank's NaN reached
+// the result depended on its rank, the element's block and the algorithm.
 template <typename T>
 struct MinF {
-  static T apply(T a, T b) { return b < a ? b : a; }
+  static T apply(T a, T b) { return (b < a || b != b) ? b : a; }
 };
 template <typename T>
 struct MaxF {
-  static T apply(T a, T b) { return a < b ? b : a; }
+  static T apply(T a, T b) { return (a < b || b != b) ? b : a; }
 };
 
 // Integer sums wrap instead of being undefined: go through the unsigned type.
@@ -97,9 +100,9 @@ __attribute__((always_inline)) inline float combine(ReduceOp op, float x, float 
     case ReduceOp::kAvg:
       return x + y;
     case ReduceOp::kMin:
-      return y < x ? y : x;
+      return (y < x || y != y) ? y : x;  // NaN from either side, as MinF
     case ReduceOp::kMax:
-      return x < y ? y : x;
+      return (x < y || y != y) ? y : x;
   }
   return x;
 }
@@ -176,10 +179,12 @@ __attribute__((target("avx2,f16c"))) void reduceF16F16c(ReduceOp op, int div, ui
         if (avg) r = _mm256_div_ps(r, vdiv);
         break;
       case ReduceOp::kMin:
-        r = _mm256_min_ps(y, x);  // y < x ? y : x, as combine()
+        r = _mm256_min_ps(y, x);  // y < x ? y : x, then NaN from either side, as combine()
+        r = _mm256_blendv_ps(r, _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q));
         break;
       default:
         r = _mm256_max_ps(y, x);
+        r = _mm256_blendv_ps(r, _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q));
         break;
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),

@@ -5,6 +5,7 @@
 // picks an AVX-512 or AVX2 build of it at run time (GCC function multiversioning), so one
 // binary runs well on any x86-64. f16 and bf16 are widened to f32, combined in f32 and rounded
 // once per call (round to nearest even). Integer sums wrap (two's complement), like NCCL's.
+// min and max return NaN when any input is NaN, on every rank and whichever rank held it.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,9 @@
 // result checked bit-identical to rank 0's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -302,6 +304,44 @@ TEST(CollectivesPointToPoint, ARingShiftOfLargeMessagesPostedSendFirstCompletes)
       }
     }
     if (sum != static_cast<float>(n)) return Internal("allreduce gave " + std::to_string(sum));
+    return OkStatus();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+// A NaN held by one rank reaches every rank's max and min, whichever rank holds it and
+// whichever block of the ring the element falls in (before, it survived only where it was the
+// first operand: on rank 0 for the direct algorithm, on the rank finishing its ring block).
+TEST(CollectivesReduce, MinAndMaxCarryANanFromAnyRank) {
+  constexpr int n = 3;
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    for (AllreduceAlgorithm algo : {AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kRing}) {
+      for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+        for (int holder = 0; holder < n; ++holder) {
+          const size_t count = 30001;  // elements in each of the ring's three blocks
+          std::vector<float> v(count, static_cast<float>(r));
+          for (size_t i : {size_t{0}, size_t{15000}, count - 1}) {
+            if (r == holder) v[i] = std::numeric_limits<float>::quiet_NaN();
+          }
+          AllreduceOptions o;
+          o.op = op;
+          o.algorithm = algo;
+          COFAB_RETURN_IF_ERROR(allreduce(c, TensorView(v.data(), count, DType::kF32), o));
+          for (size_t i : {size_t{0}, size_t{15000}, count - 1}) {
+            if (!std::isnan(v[i])) {
+              return Internal(std::string(reduceOpName(op)) + " with a NaN on rank " +
+                              std::to_string(holder) + ": element " + std::to_string(i) +
+                              " is " + std::to_string(v[i]));
+            }
+          }
+          const float want = op == ReduceOp::kMax ? static_cast<float>(n - 1) : 0.0f;
+          if (v[1] != want) return Internal("element 1 is " + std::to_string(v[1]));
+        }
+      }
+    }
     return OkStatus();
   });
   EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);

@@ -101,6 +101,37 @@ TEST(ReduceKernels, HalfSpecialValuesMatchThePortableConversions) {
   }
 }
 
+// min and max give NaN wherever either operand is NaN, in the vector body and the tail alike
+// (before, only a NaN in the first operand survived).
+TEST(ReduceKernels, MinAndMaxPropagateANanFromEitherOperand) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+      const size_t n = 37;  // past several 8- and 16-wide vectors, with a tail
+      auto a = makeBuffer(dtype, n), b = makeBuffer(dtype, n), d = makeBuffer(dtype, n);
+      for (size_t i = 0; i < n; ++i) {
+        setElement(dtype, a.data(), i, i % 3 == 0 ? nan : 1.0 + static_cast<double>(i));
+        setElement(dtype, b.data(), i, i % 3 == 1 ? nan : 2.0);
+      }
+      reduce(dtype, op, d.data(), a.data(), b.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const double got = getElement(dtype, d.data(), i);
+        if (i % 3 != 2) {
+          ASSERT_TRUE(std::isnan(got)) << dtypeName(dtype) << " " << reduceOpName(op)
+                                       << " element " << i << " (NaN in "
+                                       << (i % 3 == 0 ? "a" : "b") << ") is " << got;
+        } else {
+          const double x = 1.0 + static_cast<double>(i);
+          const double want = testing::roundTo(
+              dtype, op == ReduceOp::kMin ? std::min(testing::roundTo(dtype, x), 2.0)
+                                          : std::max(testing::roundTo(dtype, x), 2.0));
+          ASSERT_EQ(got, want) << dtypeName(dtype) << " " << reduceOpName(op) << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(ReduceKernels, RejectsU8AndNamesTheIsa) {
   EXPECT_EQ(checkReducible(DType::kU8, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(checkReducible(DType::kBF16, ReduceOp::kMax).ok());
