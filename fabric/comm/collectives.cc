@@ -6,6 +6,7 @@
 #include "fabric/comm/collective_op.h"
 #include "fabric/comm/direct_ops.h"
 #include "fabric/comm/ring_op.h"
+#include "fabric/wire/header.h"
 
 namespace cofab::comm {
 
@@ -14,15 +15,20 @@ COFAB_PARAM_INT(kTimeoutMs, "COFAB_COLLECTIVE_TIMEOUT_MS", 300000, 1, 86400000,
 COFAB_PARAM_ENUM(kAllreduceAlgo, "COFAB_ALLREDUCE_ALGO", "auto",
                  (std::vector<std::string>{"auto", "ring", "direct"}),
                  "allreduce algorithm: auto (by COFAB_ALLREDUCE_SMALL_BYTES), ring or direct");
-COFAB_PARAM_INT(kAllreduceSmallBytes, "COFAB_ALLREDUCE_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+// The direct algorithms send a whole tensor (allgather: a whole block) as one message, which a
+// receiver refuses past wire::kDefaultMaxPayload: their thresholds stop there.
+COFAB_PARAM_INT(kAllreduceSmallBytes, "COFAB_ALLREDUCE_SMALL_BYTES", 64 << 10, 0,
+                int64_t{wire::kDefaultMaxPayload},
                 "allreduce messages up to this many bytes use the direct algorithm (auto)");
 COFAB_PARAM_INT(kRingChunkBytes, "COFAB_RING_CHUNK_BYTES", 1 << 20, 1024, 1 << 30,
                 "message size of the pipelined ring and broadcast chain, bytes");
 COFAB_PARAM_INT(kRingWindow, "COFAB_RING_WINDOW", 4, 1, 1024,
                 "receives the ring posts ahead (scratch slots of one chunk each)");
-COFAB_PARAM_INT(kBroadcastSmallBytes, "COFAB_BROADCAST_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+COFAB_PARAM_INT(kBroadcastSmallBytes, "COFAB_BROADCAST_SMALL_BYTES", 64 << 10, 0,
+                int64_t{wire::kDefaultMaxPayload},
                 "broadcasts up to this many bytes go from the root to every rank directly");
-COFAB_PARAM_INT(kAllgatherSmallBytes, "COFAB_ALLGATHER_SMALL_BYTES", 64 << 10, 0, int64_t{1} << 40,
+COFAB_PARAM_INT(kAllgatherSmallBytes, "COFAB_ALLGATHER_SMALL_BYTES", 64 << 10, 0,
+                int64_t{wire::kDefaultMaxPayload},
                 "allgathers whose output is up to this many bytes use a direct exchange");
 
 namespace {
@@ -120,6 +126,12 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
       const auto small = static_cast<size_t>(intParam(kAllreduceSmallBytes, &error));
       algo = in.bytes() <= small ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
     }
+  }
+  // Direct sends the whole tensor in one message, which receivers refuse past the largest
+  // payload: a bigger one goes by ring even when direct was asked for (every rank sees the same
+  // size, so they all decide alike).
+  if (algo == AllreduceAlgorithm::kDirect && in.bytes() > wire::kDefaultMaxPayload) {
+    algo = AllreduceAlgorithm::kRing;
   }
   RingPlan plan;
   plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
