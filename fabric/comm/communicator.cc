@@ -367,6 +367,7 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
     if (seen) arrived.insert(p);
   }
   std::vector<int> missing;
+  std::vector<int> silent;  // arrived, but published no timeout report within the grace
   if (sig.code == OpCode::kSendRecv) {
     for (int p = 0; p < size_; ++p) {
       if (!arrived.count(p) && p == sig.peer) missing.push_back(p);
@@ -385,7 +386,10 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       auto there = store_.check({base + std::to_string(r)});
-      if (!there.ok() || !*there) continue;
+      if (!there.ok() || !*there) {
+        silent.push_back(r);
+        continue;
+      }
       auto text = store_.get(base + std::to_string(r), Deadline::afterMs(100));
       if (!text.ok()) continue;
       const std::string t = toString(*text);
@@ -403,7 +407,16 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
   }
   std::string msg = sig.describe() + " on communicator '" + name_ + "' did not complete by its "
                     "deadline (rank " + std::to_string(rank_) + ")";
-  if (missing.empty()) {
+  if (missing.empty() && !silent.empty()) {
+    // Ranks that time out together each publish a report; one that sent its first messages
+    // and then stopped (SIGSTOP, a hung kernel, a long GIL hold) publishes none.
+    msg += ": every rank arrived, but rank(s) " + rankList(silent) +
+           " did not report timing out within " +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              diagnosticGrace())
+                              .count()) +
+           " ms (stopped or stuck, or waiting with a later deadline)";
+  } else if (missing.empty()) {
     msg += ": every rank arrived but the operation did not finish (a peer is stuck, or the "
            "timeout is too short for this size)";
   } else {

@@ -111,9 +111,52 @@ TEST(CommProcessFailure, AKilledRankIsNamedBySurvivors) {
   });
   auto exits = procs.waitAll(Deadline::afterMs(40000));
   ASSERT_EQ(exits.size(), 3u);
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << exits[r].describe();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << exits[r].describe();
   EXPECT_FALSE(exits[2].exited);
   EXPECT_EQ(exits[2].signal, SIGKILL);
+}
+
+// A rank that sent its first messages and then stopped (SIGSTOP: its kernel still acks, so no
+// connection breaks) counts as arrived; the survivors, timing out together, name it as the one
+// that published no timeout report. Before, they said "every rank arrived" and named no one.
+TEST(CommProcessFailure, AStoppedRankIsNamedBySurvivors) {
+  TempDir dir;
+  ProcessGroup procs;
+  procs.start(3, [&](int rank) {
+    ::setenv("COFAB_RING_CHUNK_BYTES", "1024", 1);  // a ring of many small steps: still running
+    ::setenv("COFAB_COMM_DIAG_GRACE_MS", "500", 1);
+    std::unique_ptr<FileStore> store;
+    auto comm = join(dir.path(), rank, 3, &store);
+    if (!comm.ok()) return childFail(rank, comm.status().toString());
+    Status s = barrier(**comm);
+    if (!s.ok()) return childFail(rank, "barrier: " + s.toString());
+    std::vector<float> v(16 << 20, 1.0f);
+    AllreduceOptions o;
+    o.algorithm = AllreduceAlgorithm::kRing;
+    o.timeout = Millis(2000);
+    CollectiveHandle h = allreduceAsync(**comm, TensorView(v.data(), v.size(), DType::kF32),
+                                        TensorView(v.data(), v.size(), DType::kF32), o);
+    if (rank == 2) {
+      ::usleep(20000);  // its first chunks are out
+      raise(SIGSTOP);
+      return childFail(rank, "resumed");
+    }
+    s = h.wait(Deadline::afterMs(30000));
+    if (s.code() != StatusCode::kDeadlineExceeded) {
+      return childFail(rank, "expected DeadlineExceeded: " + s.toString());
+    }
+    // "did not report timing out"; "did not arrive" if its first chunks never left.
+    if (s.message().find("rank(s) 2 did not") == std::string::npos) {
+      return childFail(rank, "rank 2 not named: " + s.toString());
+    }
+    return 0;
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto e = procs.wait(r, Deadline::afterMs(40000));
+    EXPECT_TRUE(e.exited && e.code == 0) << e.describe();
+  }
+  // Rank 2 is still stopped: the group's destructor kills it.
 }
 
 }  // namespace
