@@ -34,6 +34,8 @@ class CollectiveOp {
   CollectiveOp& operator=(const CollectiveOp&) = delete;
 
   const OpSignature& signature() const { return sig_; }
+  // Communicator::submit only, before anyone else sees the op.
+  void setSequence(uint64_t sequence) { sig_.sequence = sequence; }
   Deadline deadline() const { return deadline_; }
   Communicator& comm() const { return comm_; }
 
@@ -95,7 +97,7 @@ class CollectiveOp {
   Status transportError(int peer, const Status& s, const wire::Header& h, bool sending) const;
 
   Communicator& comm_;
-  const OpSignature sig_;
+  OpSignature sig_;  // its sequence number is set once, by setSequence()
   const Deadline deadline_;
   const int rank_;
   const int size_;

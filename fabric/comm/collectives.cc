@@ -57,10 +57,9 @@ Status checkTensor(const TensorView& t, const char* what) {
   return OkStatus();
 }
 
-OpSignature baseSig(Communicator& comm, OpCode code, DType dtype, uint64_t count) {
+OpSignature baseSig(OpCode code, DType dtype, uint64_t count) {
   OpSignature sig;
   sig.code = code;
-  sig.sequence = comm.nextSequence();
   sig.dtype = dtype;
   sig.count = count;
   return sig;
@@ -138,7 +137,7 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
   plan.window = static_cast<int>(intParam(kRingWindow, &error));
   if (!error.ok()) return CollectiveHandle::failed(error);
 
-  OpSignature sig = baseSig(comm, OpCode::kAllreduce, in.dtype, in.count);
+  OpSignature sig = baseSig(OpCode::kAllreduce, in.dtype, in.count);
   sig.reduceOp = options.op;
   if (algo == AllreduceAlgorithm::kDirect) {
     sig.algorithm = Algorithm::kDirect;
@@ -174,7 +173,7 @@ CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in,
   plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
   plan.window = static_cast<int>(intParam(kRingWindow, &error));
   if (!error.ok()) return CollectiveHandle::failed(error);
-  OpSignature sig = baseSig(comm, OpCode::kReduceScatter, out.dtype, out.count);
+  OpSignature sig = baseSig(OpCode::kReduceScatter, out.dtype, out.count);
   sig.reduceOp = options.op;
   sig.algorithm = Algorithm::kRing;
   plan.mode = RingPlan::Mode::kReduceScatter;
@@ -206,7 +205,7 @@ CollectiveHandle allgatherAsync(Communicator& comm, const TensorView& in, const 
   plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
   plan.window = static_cast<int>(intParam(kRingWindow, &error));
   if (!error.ok()) return CollectiveHandle::failed(error);
-  OpSignature sig = baseSig(comm, OpCode::kAllgather, in.dtype, in.count);
+  OpSignature sig = baseSig(OpCode::kAllgather, in.dtype, in.count);
   if (out.bytes() <= small) {
     sig.algorithm = Algorithm::kDirect;
     return run(comm, makeDirectAllgather(comm, sig, deadline, in, out));
@@ -236,7 +235,7 @@ CollectiveHandle broadcastAsync(Communicator& comm, const TensorView& data,
   const auto small = static_cast<size_t>(intParam(kBroadcastSmallBytes, &error));
   const auto chunk = static_cast<size_t>(intParam(kRingChunkBytes, &error));
   if (!error.ok()) return CollectiveHandle::failed(error);
-  OpSignature sig = baseSig(comm, OpCode::kBroadcast, data.dtype, data.count);
+  OpSignature sig = baseSig(OpCode::kBroadcast, data.dtype, data.count);
   sig.root = static_cast<uint32_t>(options.root);
   sig.algorithm = data.bytes() <= small ? Algorithm::kDirect : Algorithm::kChain;
   return run(comm, makeBroadcast(comm, sig, deadline, data, chunk));
@@ -250,7 +249,7 @@ CollectiveHandle barrierAsync(Communicator& comm, const CollectiveOptions& optio
   Status error;
   const Deadline deadline = deadlineOf(options, &error);
   if (!error.ok()) return CollectiveHandle::failed(error);
-  OpSignature sig = baseSig(comm, OpCode::kBarrier, DType::kU8, 0);
+  OpSignature sig = baseSig(OpCode::kBarrier, DType::kU8, 0);
   sig.algorithm = Algorithm::kDirect;
   return run(comm, makeBarrier(comm, sig, deadline));
 }
@@ -276,7 +275,6 @@ CollectiveHandle p2p(Communicator& comm, const TensorView& data, int peer,
   if (!error.ok()) return CollectiveHandle::failed(error);
   OpSignature sig;
   sig.code = OpCode::kSendRecv;
-  sig.sequence = comm.nextP2pSequence(peer, sending);
   sig.dtype = data.dtype;
   sig.count = data.count;
   sig.algorithm = Algorithm::kDirect;

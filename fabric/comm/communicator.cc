@@ -239,19 +239,17 @@ uint8_t* Communicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
-uint64_t Communicator::nextSequence() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return sequence_++;
-}
-
-uint64_t Communicator::nextP2pSequence(int peer, bool sending) {
-  std::lock_guard<std::mutex> lock(mu_);
+uint64_t Communicator::takeSequence(const OpSignature& sig) {
+  if (sig.code != OpCode::kSendRecv) return sequence_++;
+  // Point-to-point: numbered per peer and direction; `root` is the receiver (collectives.cc).
+  const bool sending = sig.root == static_cast<uint32_t>(sig.peer);
   auto& v = sending ? p2pSendSeq_ : p2pRecvSeq_;
-  return v[static_cast<size_t>(peer)]++;
+  return v[static_cast<size_t>(sig.peer)]++;
 }
 
 void Communicator::submit(const std::shared_ptr<CollectiveOp>& op) {
   std::unique_lock<std::mutex> lock(mu_);
+  op->setSequence(takeSequence(op->signature()));
   if (!error_.ok()) {
     const Status error = error_;
     lock.unlock();

@@ -35,6 +35,7 @@
 namespace cofab::comm {
 
 class CollectiveOp;
+struct OpSignature;
 
 struct CommOptions {
   // Transport name for transport::Registry ("tcp", "loopback", ...).
@@ -91,9 +92,11 @@ class Communicator {
   }
   // Scratch memory for the running operation (operations run one at a time), at least `bytes`.
   uint8_t* scratch(size_t bytes);
-  uint64_t nextSequence();
-  uint64_t nextP2pSequence(int peer, bool sending);
-  // Queues `op`; starts it when the operations issued before it have finished.
+  // Gives `op` its sequence number (the next collective one, or the next of its point-to-point
+  // direction and peer) and queues it; starts it when the operations issued before it have
+  // finished. Numbered under the queue's lock: two threads issuing at once would otherwise
+  // queue two operations in the other order than they numbered them, and the ranks would
+  // disagree about which is which.
   void submit(const std::shared_ptr<CollectiveOp>& op);
   // Called by the running op when it completed (any thread, no op lock held).
   void opFinished(CollectiveOp* op);
@@ -141,6 +144,8 @@ class Communicator {
 
   std::vector<uint64_t> p2pSendSeq_;  // under mu_
   std::vector<uint64_t> p2pRecvSeq_;  // under mu_
+  // Under mu_: the next sequence number for an op with signature `sig`.
+  uint64_t takeSequence(const OpSignature& sig);
 
   // Scratch: owned here, lent to the one running op.
   std::unique_ptr<uint8_t, void (*)(void*)> scratch_{nullptr, nullptr};

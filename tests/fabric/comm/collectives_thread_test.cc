@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/param.h"
@@ -341,6 +342,34 @@ TEST(CollectivesReduce, MinAndMaxCarryANanFromAnyRank) {
           if (v[1] != want) return Internal("element 1 is " + std::to_string(v[1]));
         }
       }
+    }
+    return OkStatus();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+// Four threads of each rank issue barriers at once (a stress test: the race it guards against
+// is a few instructions wide). An op took its sequence number before it
+// took its place in the queue, so a rank could queue #6 ahead of #5 while its peer ran them in
+// order, and both failed with a sequence mismatch; numbering happens in the queue now.
+TEST(CollectivesThreads, OpsIssuedFromFourThreadsAtOnceKeepOneOrder) {
+  constexpr int n = 2;
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 500;
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    std::vector<CollectiveHandle> handles[kThreads];
+    std::vector<std::thread> issuers;
+    for (int t = 0; t < kThreads; ++t) {
+      issuers.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) handles[t].push_back(barrierAsync(c));
+      });
+    }
+    for (auto& t : issuers) t.join();
+    for (auto& hs : handles) {
+      for (auto& h : hs) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(60000)));
     }
     return OkStatus();
   });
