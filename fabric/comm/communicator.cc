@@ -338,6 +338,17 @@ void Communicator::reportTimeout(CollectiveOp* op) {
   if (failing_ || !error_.ok()) return;
   failing_ = true;
   std::shared_ptr<CollectiveOp> target = failureTarget(op);
+  if (op != nullptr && target != nullptr && op != target.get()) {
+    // A queued op's deadline passed while an earlier one still ran. That one has not missed
+    // its own deadline, and the other ranks have not timed out (so they publish nothing to
+    // diagnose from): say what held the queue up instead of blaming ranks for it.
+    const Status s = DeadlineExceeded(
+        op->signature().describe() + " on communicator '" + name_ + "' (rank " +
+        std::to_string(rank_) + ") reached its deadline still queued behind " +
+        target->signature().describe() + ", which had not finished");
+    failThread_ = std::thread([this, target, s] { handleFailure(target.get(), s, -1, false); });
+    return;
+  }
   failThread_ = std::thread([this, target] { handleFailure(target.get(), {}, -1, true); });
 }
 

@@ -176,6 +176,27 @@ TEST(CommDeadline, PollingTestAloneEnforcesTheOpsDeadline) {
   EXPECT_EQ(g->comms[0]->asyncError().code(), StatusCode::kDeadlineExceeded);
 }
 
+// A queued op's deadline passing while an earlier op still runs (within its own, longer
+// deadline) says so; before, it was reported as the running op missing its deadline, with the
+// ranks this rank had not heard from (its own view only) named as absent.
+TEST(CommDeadline, AQueuedOpsDeadlineNamesTheOpThatHeldTheQueue) {
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(1000, 1.0f);
+  AllreduceOptions slow;
+  slow.timeout = Millis(60000);
+  auto first = allreduceAsync(*g->comms[0], TensorView(a.data(), a.size(), DType::kF32),
+                              TensorView(a.data(), a.size(), DType::kF32), slow);
+  CollectiveOptions quickOne;
+  quickOne.timeout = Millis(100);
+  auto queued = barrierAsync(*g->comms[0], quickOne);
+  const Status s = queued.wait(Deadline::afterMs(20000));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("barrier #1"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("queued behind allreduce #0"), std::string::npos) << s;
+  EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
   auto g = makeGroup(3);
   ASSERT_TRUE(g);
