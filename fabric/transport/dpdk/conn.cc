@@ -770,6 +770,9 @@ void Conn::deliver() {
     if (headOffset_ < slot.length) return;  // waits for a receive
     (void)more;
     engine_->release(slot.m);
+    // Placed frames are counted here, delivered: one placed and then dropped (past a hole with
+    // the pool low) is placed again when resent, and counting at placement counted it twice.
+    if (slot.placedAt != nullptr) Engine::bump(engine_->counters().rxDataPlaced);
     slot = RxSlot{};
     ++rcvHead_;
     Engine::bump(engine_->counters().rxDataDelivered);

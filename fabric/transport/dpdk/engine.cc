@@ -396,8 +396,7 @@ RxVerdict Engine::checkDataCrc(ParsedFrame& f, Conn* conn) {
   if (conn != nullptr && f.dstPort == local_.port && conn->isFrom(f)) {
     if (uint8_t* dst = conn->placeTarget(f); dst != nullptr) {
       if (!checkFrameCrcCopy(f, dst)) return RxVerdict::kBadChecksum;
-      bump(counters_.rxDataPlaced);
-      f.placedAt = dst;
+      f.placedAt = dst;  // counted in rxDataPlaced once delivered (it may still be dropped)
       return RxVerdict::kOk;
     }
   }
