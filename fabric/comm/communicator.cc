@@ -262,7 +262,27 @@ void Communicator::submit(const std::shared_ptr<CollectiveOp>& op) {
   }
   running_ = op;
   lock.unlock();
-  op->start();
+  launch(op);
+}
+
+void Communicator::launch(std::shared_ptr<CollectiveOp> op) {
+  // Starting an op can post or finish it at once, which starts the next one: those run here, one
+  // after the other, instead of nested in this call (a queue of many point-to-point ops would
+  // otherwise recurse once per op, on whatever thread finished the op ahead of them).
+  thread_local std::deque<std::shared_ptr<CollectiveOp>>* pending = nullptr;
+  if (pending != nullptr) {
+    pending->push_back(std::move(op));
+    return;
+  }
+  std::deque<std::shared_ptr<CollectiveOp>> mine;
+  mine.push_back(std::move(op));
+  pending = &mine;
+  while (!mine.empty()) {
+    std::shared_ptr<CollectiveOp> next = std::move(mine.front());
+    mine.pop_front();
+    next->start();
+  }
+  pending = nullptr;
 }
 
 void Communicator::opFinished(CollectiveOp* op) {
@@ -289,7 +309,7 @@ void Communicator::opFinished(CollectiveOp* op) {
     }
     if (idle()) idle_.notify_all();
   }
-  if (next) next->start();
+  if (next) launch(std::move(next));
 }
 
 void Communicator::opPosted(CollectiveOp* op) {
@@ -305,7 +325,7 @@ void Communicator::opPosted(CollectiveOp* op) {
       running_ = next;
     }
   }
-  if (next) next->start();
+  if (next) launch(std::move(next));
 }
 
 std::shared_ptr<CollectiveOp> Communicator::failureTarget(CollectiveOp* op) const {
@@ -336,12 +356,20 @@ void Communicator::reportFailure(CollectiveOp* op, const Status& status, int pee
 void Communicator::reportTimeout(CollectiveOp* op) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failing_ || !error_.ok()) return;
+  // An op that completed between its deadline check and here has nothing to report (the
+  // communicator is healthy).
+  const bool pending =
+      op == nullptr || running_.get() == op ||
+      std::any_of(posted_.begin(), posted_.end(), [op](const auto& p) { return p.get() == op; }) ||
+      std::any_of(queue_.begin(), queue_.end(), [op](const auto& p) { return p.get() == op; });
+  if (!pending) return;
   failing_ = true;
   std::shared_ptr<CollectiveOp> target = failureTarget(op);
-  if (op != nullptr && target != nullptr && op != target.get()) {
-    // A queued op's deadline passed while an earlier one still ran. That one has not missed
-    // its own deadline, and the other ranks have not timed out (so they publish nothing to
-    // diagnose from): say what held the queue up instead of blaming ranks for it.
+  if (op != nullptr && target != nullptr && op != target.get() && !target->deadline().expired()) {
+    // A queued op's deadline passed while an earlier one still runs within its own. The other
+    // ranks have not timed out (so they publish nothing to diagnose from): say what held the
+    // queue up instead of blaming ranks for it. (A running op past its own deadline is timed
+    // out below as usual, naming who did not arrive.)
     const Status s = DeadlineExceeded(
         op->signature().describe() + " on communicator '" + name_ + "' (rank " +
         std::to_string(rank_) + ") reached its deadline still queued behind " +

@@ -123,6 +123,8 @@ class Communicator {
                std::shared_ptr<transport::Context> context);
   Status connectMesh(const CommOptions& options, Deadline deadline);
   void handleFailure(CollectiveOp* op, Status status, int peer, bool timeout);
+  // Starts `op`, and whatever its start lets start in turn, in a loop on this thread.
+  void launch(std::shared_ptr<CollectiveOp> op);
   // Under mu_: `op` itself when it is a posted point-to-point op, else the running op.
   std::shared_ptr<CollectiveOp> failureTarget(CollectiveOp* op) const;
   // Under mu_: nothing running, queued or posted.

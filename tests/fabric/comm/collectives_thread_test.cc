@@ -376,6 +376,40 @@ TEST(CollectivesThreads, OpsIssuedFromFourThreadsAtOnceKeepOneOrder) {
   EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
 }
 
+// Many point-to-point ops queued behind a collective start one after the other once it ends.
+// Each one leaves the queue as soon as it is posted, and that used to start the next from inside
+// its own start: one nested call per queued op, on the I/O thread that finished the collective,
+// until its stack overflowed.
+TEST(CollectivesPointToPoint, AQueueOfManySmallOpsDoesNotRecursePerOp) {
+  constexpr int n = 2;
+  constexpr int kOps = 100000;
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    std::vector<int32_t> vals(kOps);
+    float one = 1.0f;
+    std::vector<CollectiveHandle> hs;
+    hs.reserve(kOps + 1);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    hs.push_back(
+        allreduceAsync(c, TensorView(&one, 1, DType::kF32), TensorView(&one, 1, DType::kF32), {}));
+    for (int i = 0; i < kOps; ++i) {
+      vals[i] = r == 0 ? i : -1;
+      TensorView v(&vals[i], 1, DType::kI32);
+      hs.push_back(r == 0 ? sendAsync(c, v, 1) : recvAsync(c, v, 0));
+    }
+    for (auto& h : hs) COFAB_RETURN_IF_ERROR(h.wait(Deadline::afterMs(60000)));
+    for (int i = 0; i < kOps; ++i) {
+      if (vals[i] != i) {
+        return Internal("message " + std::to_string(i) + " is " + std::to_string(vals[i]));
+      }
+    }
+    return OkStatus();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
 TEST(CollectivesLoopback, AllreduceAllgatherOnThreeRanks) {
   ScopedParamOverride chunk("COFAB_RING_CHUNK_BYTES", "1024");
   auto g = makeGroup(3, "loopback");

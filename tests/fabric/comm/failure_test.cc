@@ -197,6 +197,25 @@ TEST(CommDeadline, AQueuedOpsDeadlineNamesTheOpThatHeldTheQueue) {
   EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
 }
 
+// Waiting on a later op first, when the op ahead of it is past its own deadline too: that op is
+// timed out as usual, naming the rank that did not arrive (not "queued behind").
+TEST(CommDeadline, WaitingOnALaterOpStillNamesWhoTheRunningOneMissed) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "100");
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+  AllreduceOptions o;
+  o.timeout = Millis(200);
+  auto first = allreduceAsync(*g->comms[0], TensorView(a.data(), a.size(), DType::kF32),
+                              TensorView(a.data(), a.size(), DType::kF32), o);
+  auto second = allreduceAsync(*g->comms[0], TensorView(b.data(), b.size(), DType::kF32),
+                               TensorView(b.data(), b.size(), DType::kF32), o);
+  const Status s = second.wait(Deadline::afterMs(20000));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("rank(s) 1 did not arrive"), std::string::npos) << s;
+  EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
   auto g = makeGroup(3);
   ASSERT_TRUE(g);

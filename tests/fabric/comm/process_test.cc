@@ -125,13 +125,13 @@ TEST(CommProcessFailure, AStoppedRankIsNamedBySurvivors) {
   ProcessGroup procs;
   procs.start(3, [&](int rank) {
     ::setenv("COFAB_RING_CHUNK_BYTES", "1024", 1);  // a ring of many small steps: still running
-    ::setenv("COFAB_COMM_DIAG_GRACE_MS", "500", 1);
+    ::setenv("COFAB_COMM_DIAG_GRACE_MS", "3000", 1);  // room for the survivors' skew
     std::unique_ptr<FileStore> store;
     auto comm = join(dir.path(), rank, 3, &store);
     if (!comm.ok()) return childFail(rank, comm.status().toString());
+    std::vector<float> v(16 << 20, 1.0f);  // before the barrier: the deadlines start together
     Status s = barrier(**comm);
     if (!s.ok()) return childFail(rank, "barrier: " + s.toString());
-    std::vector<float> v(16 << 20, 1.0f);
     AllreduceOptions o;
     o.algorithm = AllreduceAlgorithm::kRing;
     o.timeout = Millis(2000);
