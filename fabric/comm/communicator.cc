@@ -269,17 +269,16 @@ void Communicator::launch(std::shared_ptr<CollectiveOp> op) {
   // Starting an op can post or finish it at once, which starts the next one: those run here, one
   // after the other, instead of nested in this call (a queue of many point-to-point ops would
   // otherwise recurse once per op, on whatever thread finished the op ahead of them).
-  thread_local std::deque<std::shared_ptr<CollectiveOp>>* pending = nullptr;
+  thread_local std::vector<std::shared_ptr<CollectiveOp>>* pending = nullptr;
   if (pending != nullptr) {
     pending->push_back(std::move(op));
     return;
   }
-  std::deque<std::shared_ptr<CollectiveOp>> mine;
-  mine.push_back(std::move(op));
-  pending = &mine;
-  while (!mine.empty()) {
-    std::shared_ptr<CollectiveOp> next = std::move(mine.front());
-    mine.pop_front();
+  std::vector<std::shared_ptr<CollectiveOp>> later;  // allocates only when something chains
+  pending = &later;
+  op->start();
+  for (size_t i = 0; i < later.size(); ++i) {
+    std::shared_ptr<CollectiveOp> next = std::move(later[i]);
     next->start();
   }
   pending = nullptr;
@@ -292,10 +291,9 @@ void Communicator::opFinished(CollectiveOp* op) {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_.get() != op) {
       // A posted point-to-point op (opPosted), or an op that never ran.
-      auto it = std::find_if(posted_.begin(), posted_.end(),
-                             [op](const auto& p) { return p.get() == op; });
+      auto it = posted_.find(op);
       if (it == posted_.end()) return;
-      finished = std::move(*it);
+      finished = std::move(it->second);
       posted_.erase(it);
       if (idle()) idle_.notify_all();
       return;
@@ -317,7 +315,7 @@ void Communicator::opPosted(CollectiveOp* op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_.get() != op) return;  // it finished already, and opFinished moved on
-    posted_.push_back(std::move(running_));
+    posted_.emplace(op, std::move(running_));
     running_.reset();
     if (!failing_ && !queue_.empty()) {
       next = std::move(queue_.front());
@@ -329,10 +327,8 @@ void Communicator::opPosted(CollectiveOp* op) {
 }
 
 std::shared_ptr<CollectiveOp> Communicator::failureTarget(CollectiveOp* op) const {
-  for (const auto& p : posted_) {
-    if (p.get() == op) return p;
-  }
-  return running_;
+  auto it = posted_.find(op);
+  return it != posted_.end() ? it->second : running_;
 }
 
 void Communicator::noteArrived(int peer, uint64_t sequence) {
@@ -360,7 +356,7 @@ void Communicator::reportTimeout(CollectiveOp* op) {
   // communicator is healthy).
   const bool pending =
       op == nullptr || running_.get() == op ||
-      std::any_of(posted_.begin(), posted_.end(), [op](const auto& p) { return p.get() == op; }) ||
+      posted_.count(op) > 0 ||
       std::any_of(queue_.begin(), queue_.end(), [op](const auto& p) { return p.get() == op; });
   if (!pending) return;
   failing_ = true;
@@ -503,7 +499,7 @@ void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool
     error_ = status;
     running = running_;
     queued.swap(queue_);
-    posted = posted_;
+    for (const auto& [key, p] : posted_) posted.push_back(p);
     if (idle()) idle_.notify_all();
   }
   (void)op;

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/clock.h"
@@ -159,7 +160,8 @@ class Communicator {
   std::deque<std::shared_ptr<CollectiveOp>> queue_;
   std::shared_ptr<CollectiveOp> running_;
   // Point-to-point ops that left the queue (opPosted) and still have transfers running.
-  std::vector<std::shared_ptr<CollectiveOp>> posted_;
+  // Keyed by the op, so a completion finds its op in O(1) with thousands outstanding.
+  std::unordered_map<CollectiveOp*, std::shared_ptr<CollectiveOp>> posted_;
   Status error_;            // sticky, set once the failure procedure has finished
   bool failing_ = false;    // the failure procedure has started
   std::thread failThread_;  // runs handleFailure() (joined by the destructor)
