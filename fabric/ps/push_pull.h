@@ -18,13 +18,14 @@
 //     f16, bf16) once per iteration; `out` receives the sum (or average) over all workers, for
 //     f16/bf16 accumulated in f32, in the reduction order of docs/AGGREGATOR.md, so that every
 //     worker gets bit-identical results and a rerun (also one with a failover) gets the same bits;
-//   - the caller owns `in` and `out` and lends them until the handle completes; they may alias
-//     (in-place), and `in` is read again if a chunk has to be resent after a failover. A handle
+//   - the caller owns `in` and `out` and lends them until the handle completes; they may be
+//     the same buffer (in-place) or disjoint, never partially overlapping (InvalidArgument: one
+//     chunk's result would overwrite another's input), and `in` is read again if a chunk has to be resent after a failover. A handle
 //     completes only once no send still reads `in` and no receive still writes `out`, also
 //     when it fails early (a reject, a failed round): a push queued behind a slow daemon holds
 //     the handle open until the transport has taken its bytes;
 //   - a (key, iteration) still in flight on this client is refused (FailedPrecondition)
-//     before any of its chunks is sent;
+//     before any of its chunks is sent, and so is any call once close() has begun (Cancelled);
 //   - the call returns at once; many calls may be in flight (batch them: one per layer, and wait
 //     on the handles when the results are needed) so communication overlaps compute;
 //   - iterations: by default the client numbers successive pushPull calls on one key 0, 1, 2...
@@ -32,8 +33,8 @@
 //     or one beyond its window, a wrong size or dtype, or an unknown worker, and the handle then
 //     fails with the daemon's reason;
 //   - errors are sticky per client: after the first failed operation (a daemon released a round
-//     because a worker died, a daemon is gone and has no backup, ...) every pending and later
-//     operation fails with that Status.
+//     because a worker died, a daemon is gone and has no backup, both daemons of a replica
+//     pair are gone, ...) every pending and later operation fails with that Status.
 //
 // Threads: pushPull(), waitAll() and close() may be called from any thread. Completion happens
 // on the transport's I/O threads (results are received straight into `out`, or copied there for
@@ -120,7 +121,7 @@ struct ClientOptions {
   int replication = -1;
   // A daemon with operations outstanding that has sent nothing for this long is pinged; one that
   // stays silent for failoverMs (or whose connection breaks) is declared dead. 0: the params
-  // COFAB_PS_HEARTBEAT_MS (default 200) and COFAB_PS_FAILOVER_MS (default 1000).
+  // COFAB_PS_HEARTBEAT_MS (default 500) and COFAB_PS_FAILOVER_MS (default 3000).
   int64_t heartbeatMs = 0;
   int64_t failoverMs = 0;
   // Waiting for the daemons to register and accept.

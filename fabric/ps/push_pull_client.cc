@@ -133,8 +133,16 @@ Status PushPullHandle::wait(Deadline deadline) const {
   while (!state_->done) {
     if (state_->cv.wait_until(lock, deadline.when()) == std::cv_status::timeout && !state_->done) {
       std::ostringstream os;
-      os << "push-pull key=" << state_->key << " iteration=" << state_->iteration << ": "
-         << state_->remaining << " of " << state_->chunkServer.size() << " chunks still missing:";
+      os << "push-pull key=" << state_->key << " iteration=" << state_->iteration << ": ";
+      if (state_->deferred) {  // finished, but the transport still holds the caller's memory
+        os << (state_->deferredStatus.ok() ? "every result is in"
+                                           : "failed (" + state_->deferredStatus.toString() + ")")
+           << ", and still waiting for " << state_->ioInFlight
+           << " transport operation(s) on the caller's memory (pushes from `in`, results into "
+              "`out`) to end";
+        return DeadlineExceeded(os.str());
+      }
+      os << state_->remaining << " of " << state_->chunkServer.size() << " chunks still missing:";
       int shown = 0;
       for (size_t c = 0; c < state_->chunkServer.size() && shown < 8; ++c) {
         if (state_->chunkServer[c] < 0) continue;
@@ -352,6 +360,7 @@ class PushPullClient::Impl {
       if (servers_[static_cast<size_t>(server)].dead) {
         failAllLocked(Unavailable("aggregators " + std::to_string(primaryServer(key, c, m)) +
                                   " and its backup " + std::to_string(server) + " are both gone"));
+        op->finish(sticky_);  // no chunk of it may be in pending_ yet (failAllLocked's reach)
         return handle;
       }
       p.server = server;
@@ -444,6 +453,16 @@ class PushPullClient::Impl {
     COFAB_RETURN_IF_ERROR(in.validate("in"));
     COFAB_RETURN_IF_ERROR(out.validate("out"));
     COFAB_RETURN_IF_ERROR(checkSameShape(in, out, "pushPull in/out"));
+    // In place (in == out) is fine: each chunk's result replaces its own input. A partial
+    // overlap is not: one chunk's result would overwrite another chunk's input before it is
+    // sent (or resent after a failover).
+    const auto* inBegin = static_cast<const uint8_t*>(in.data);
+    const auto* outBegin = static_cast<const uint8_t*>(out.data);
+    if (inBegin != outBegin && inBegin < outBegin + out.bytes() &&
+        outBegin < inBegin + in.bytes()) {
+      return InvalidArgument("pushPull in and out partially overlap; pass the same buffer for "
+                             "an in-place operation, or disjoint ones");
+    }
     if (!in.device.isCpu() || !out.device.isCpu()) {
       return InvalidArgument("pushPull takes host tensors; got " + in.toString());
     }
@@ -495,17 +514,23 @@ class PushPullClient::Impl {
       op.finish(sticky_);
       return true;
     }
+    if (closed_) {  // close() runs (its goodbyes, the joins) before it sets sticky_
+      op.finish(Cancelled("push-pull client closed"));
+      return true;
+    }
     if (chunkCount == 0) {
       op.finish(OkStatus());
       return true;
     }
-    for (uint32_t c = 0; c < chunkCount; ++c) {
-      if (pending_.count(ChunkId{key, iteration, c}) != 0) {
-        op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
-                                     " iteration=" + std::to_string(iteration) +
-                                     " is already in flight on this client"));
-        return true;
-      }
+    // Any op of this (key, iteration) not done yet, whatever its chunk count: its chunks may
+    // still be pending or, after a failure, still being sent from its `in`.
+    for (const auto& other : ops_) {
+      std::lock_guard<std::mutex> l(other->mu);
+      if (other->done || other->key != key || other->iteration != iteration) continue;
+      op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
+                                   " iteration=" + std::to_string(iteration) +
+                                   " is already in flight on this client"));
+      return true;
     }
     return false;
   }
@@ -766,10 +791,17 @@ class PushPullClient::Impl {
     s.conn->close();
     const int m = static_cast<int>(servers_.size());
     const int backup = backupServer(server, m);
-    if (!replication_ || m < 2 || servers_[static_cast<size_t>(backup)].dead) {
-      failAllLocked(Unavailable(
-          serverName(server) + " failed: " + st.toString() +
-          (replication_ ? "; its backup is gone too" : "; no backup (replication off)")));
+    // This daemon is the backup of its predecessor's chunks: with the predecessor gone too,
+    // those chunks (failed over here) have no copy left anywhere.
+    const int predecessor = (server + m - 1) % m;
+    if (!replication_ || m < 2 || servers_[static_cast<size_t>(backup)].dead ||
+        servers_[static_cast<size_t>(predecessor)].dead) {
+      std::string why = "; no backup (replication off)";
+      if (replication_ && m >= 2) {
+        const int other = servers_[static_cast<size_t>(backup)].dead ? backup : predecessor;
+        why = "; " + serverName(other) + ", the other daemon of its replica pair, is gone too";
+      }
+      failAllLocked(Unavailable(serverName(server) + " failed: " + st.toString() + why));
       return;
     }
     COFAB_LOG(kWarn, "ps") << serverName(server) << " failed (" << st.toString()

@@ -5,6 +5,7 @@
 // in the transport when the reject arrives.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <map>
@@ -16,6 +17,7 @@
 #include "fabric/ps/placement.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/ps/push_pull.h"
+#include "fabric/transport/inproc_pipe.h"
 #include "fabric/transport/registry.h"
 #include "tests/fabric/ps/raw_messages.h"
 
@@ -85,6 +87,11 @@ TEST(PushPullClientMemory, AnEarlyRejectWaitsForQueuedSendsBeforeHandingInBack) 
   // handle must not complete yet.
   const Status early = h.wait(Deadline::afterMs(500));
   EXPECT_EQ(early.code(), StatusCode::kDeadlineExceeded) << early;
+  // ... and its timeout says what it waits for: the sends, not chunks "missing" at the daemon
+  // that already rejected them.
+  EXPECT_NE(early.message().find("test daemon refuses everything"), std::string::npos) << early;
+  EXPECT_NE(early.message().find("still waiting for"), std::string::npos) << early;
+  EXPECT_EQ(early.message().find("still missing"), std::string::npos) << early;
 
   // Daemon 1 reads again: the queued pushes go out, the handle completes with the reject.
   std::map<uint32_t, std::vector<uint8_t>> got;
@@ -152,8 +159,15 @@ TEST(PushPullClientMemory, ARepeatedKeyAndIterationIsRefusedBeforeAnyChunkGoesOu
     (*a)->send(r, body->data(), body->size(), [body](const Status&) {});
   }
 
-  // Op B repeats key 5, iteration 0 while A's chunk 1 is in flight.
-  std::vector<float> in2(512, 2.0f), out2(512, -7.0f);
+  // Op B repeats key 5, iteration 0 while A's chunk 1 is in flight, with one chunk only: once
+  // A's chunk 0 is answered (its bytes counted in), only a check on the (key, iteration) itself
+  // refuses it.
+  const Deadline answered = Deadline::afterMs(10000);
+  while ((*client)->stats().bytesIn < 1024 && !answered.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ((*client)->stats().bytesIn, 1024u);
+  std::vector<float> in2(256, 2.0f), out2(256, -7.0f);
   PushPullHandle second = (*client)->pushPull(key, TensorView(in2.data(), in2.size(), DType::kF32),
                                               TensorView(out2.data(), out2.size(), DType::kF32),
                                               {.delivery = Delivery::kPull, .iteration = 0});
@@ -174,12 +188,91 @@ TEST(PushPullClientMemory, ARepeatedKeyAndIterationIsRefusedBeforeAnyChunkGoesOu
     EXPECT_FALSE(m.header.key == key && m.header.chunkIndex == 0)
         << "the refused op sent chunk 0 again";
   }
-  EXPECT_EQ(out2, std::vector<float>(512, -7.0f));
+  EXPECT_EQ(out2, std::vector<float>(256, -7.0f));
   (*client)->close();
   (*ctx)->close();
   (*ctx)->join();
   (void)first;
   (void)marker;
+}
+
+// `in` and `out` partially overlapping: chunk c's result would land on chunk c + 1's input
+// before that is sent (or resent after a failover). Refused before anything is sent; the same
+// buffer for both (in place) still works.
+TEST(PushPullClientMemory, PartiallyOverlappingInAndOutAreRefused) {
+  auto ctx = transport::Registry::create("tcp", {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto l = (*ctx)->listen({});
+  ASSERT_TRUE(l.ok());
+  ClientOptions o;
+  o.serverAddresses = {(*l)->address()};
+  o.chunkBytes = 1024;
+  auto connecting =
+      std::async(std::launch::async, [&] { return PushPullClient::connect(0, 1, o); });
+  auto a = (*l)->accept(Deadline::afterMs(10000));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto client = connecting.get();
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  std::vector<float> buf(513, 1.0f);
+  PushPullHandle shifted = (*client)->pushPull(3, TensorView(buf.data(), 512, DType::kF32),
+                                               TensorView(buf.data() + 1, 512, DType::kF32),
+                                               {.delivery = Delivery::kPull});
+  const Status s = shifted.wait(Deadline::afterMs(10000));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("overlap"), std::string::npos) << s;
+
+  // In place goes out (and is the first push the daemon sees).
+  PushPullHandle inPlace =
+      (*client)->pushPull(4, TensorView(buf.data(), 512, DType::kF32),
+                          TensorView(buf.data(), 512, DType::kF32), {.delivery = Delivery::kPull});
+  Message m = recvOne(**a, 10000);
+  ASSERT_TRUE(m.status.ok()) << m.status;
+  EXPECT_EQ(m.header.type, wire::MessageType::kPush);
+  EXPECT_EQ(m.header.key, 4u) << "the refused op sent a chunk";
+  (*client)->close();
+  EXPECT_EQ(inPlace.wait(Deadline::afterMs(10000)).code(), StatusCode::kCancelled);
+  (*ctx)->close();
+  (*ctx)->join();
+}
+
+// A pushPull that comes while close() is under way (here: held in its goodbye, whose delivery
+// the test holds up) is refused at once. Accepted, its sends would complete after close()
+// returned, on a client the caller may already have destroyed.
+TEST(PushPullClientMemory, APushPullDuringCloseIsRefusedAtOnce) {
+  transport::PipeEnds ends = transport::makeInProcessPipe("worker 0", "agg 0");
+  ClientOptions o;
+  o.serverAddresses = {"in-process daemon 0"};
+  o.inProcess = {{0, ends.a}};
+  auto client = PushPullClient::connect(0, 1, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  // The daemon's end takes the goodbye and keeps the pipe's thread (which runs every callback
+  // of both ends) until the test is done: close() cannot get past its goodbye and joins.
+  std::promise<void> goodbyeSeen, release;
+  std::shared_future<void> released = release.get_future().share();
+  ends.b->recvOwned([&goodbyeSeen, released](const Status& st, const wire::Header& h,
+                                             std::vector<uint8_t>&&) {
+    if (st.ok() && h.type == wire::MessageType::kGoodbye) {
+      goodbyeSeen.set_value();
+      released.wait();
+    }
+  });
+  auto closing = std::async(std::launch::async, [&] { (*client)->close(); });
+  ASSERT_EQ(goodbyeSeen.get_future().wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
+
+  std::vector<float> in(256, 1.0f), out(256, 0.0f);
+  PushPullHandle h = (*client)->pushPull(9, TensorView(in.data(), in.size(), DType::kF32),
+                                         TensorView(out.data(), out.size(), DType::kF32),
+                                         {.delivery = Delivery::kPull});
+  EXPECT_TRUE(h.test()) << "accepted while the client was closing";
+  const Status s = h.status();
+  release.set_value();
+  closing.get();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s;
+  ends.b->close();
+  ends.b->join();
 }
 
 }  // namespace
