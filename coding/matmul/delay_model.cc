@@ -14,18 +14,15 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Saturating: a delay of more than Duration::max() (~292 years; think "never finishes") is
-// Duration::max(), not an overflowed int64 (undefined; INT64_MIN on x86, which would run the
-// straggler at once). Negative or NaN (a model given a negative load) is no delay.
-Duration fromMs(double ms) {
+}  // namespace
+
+Duration durationFromMs(double ms) {
   if (!(ms > 0)) return Duration(0);
   // 2^63 ns, exactly representable; every double below it converts to int64 without overflow.
   constexpr double kLimitNs = 9223372036854775808.0;
   if (ms * 1e6 >= kLimitNs) return Duration::max();
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ms));
 }
-
-}  // namespace
 
 StatusOr<ShiftedExponentialDelay> ShiftedExponentialDelay::create(
     const ShiftedExponentialOptions& o) {
@@ -45,7 +42,7 @@ Duration ShiftedExponentialDelay::delay(const DelayQuery& q) const {
   // Uniform in (0, 1]: 53 random bits, never 0 so the log is finite.
   const double u = (static_cast<double>(h >> 11) + 1.0) / 9007199254740992.0;
   const double ms = q.load * (options_.shiftMs - options_.tailMeanMs * std::log(u));
-  return fromMs(ms);
+  return durationFromMs(ms);
 }
 
 std::string ShiftedExponentialDelay::describe() const {
@@ -97,7 +94,7 @@ StatusOr<TraceDelay> TraceDelay::load(const std::string& path) {
 
 Duration TraceDelay::delay(const DelayQuery& q) const {
   const uint64_t idx = (static_cast<uint64_t>(q.run) * q.tasks + q.task) % delaysMs_.size();
-  return fromMs(delaysMs_[idx]);
+  return durationFromMs(delaysMs_[idx]);
 }
 
 std::string TraceDelay::describe() const {

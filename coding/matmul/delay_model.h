@@ -22,6 +22,11 @@
 
 namespace cofab::coding {
 
+// Milliseconds as a Duration, saturating: more than Duration::max() (~292 years; think "never
+// finishes") is Duration::max(), not an overflowed int64 (undefined; INT64_MIN on x86, which
+// would run a straggler at once). Negative or NaN (a model given a negative load) is no delay.
+Duration durationFromMs(double ms);
+
 struct DelayQuery {
   int64_t run = 0;    // which repetition (changes the random draw)
   int task = 0;       // task index within the run

@@ -41,6 +41,12 @@ class Worker {
   }
   // Waits `d` unless request is cancelled first; returns whether it was cancelled.
   bool sleepUnlessCancelled(uint64_t request, Duration d);
+  // Row blocks in the loaded block: ceil(rows / rowBlock) without the overflow of
+  // rows + rowBlock - 1 (a rowBlock of INT64_MAX means "never stop between blocks").
+  int64_t rowBlocks() const {
+    const int64_t rb = std::max<int64_t>(rec_.rowBlock, 1);
+    return rec_.rows / rb + (rec_.rows % rb != 0 ? 1 : 0);
+  }
   Status load(const Job& job);
   Status compute(const Job& job);
 
@@ -91,7 +97,7 @@ void Worker::onMessage(const Status& st, const wire::Header& h, std::vector<uint
     // Handled here, not queued: the compute thread may be busy with the very task cancelled.
     std::lock_guard<std::mutex> lock(mu_);
     if (lastDone_ >= h.sequence) {
-      const int64_t total = (rec_.rows + rec_.rowBlock - 1) / std::max<int64_t>(rec_.rowBlock, 1);
+      const int64_t total = rowBlocks();
       sendCancelReport(h.sequence, CancelStage::kFinished, total, total);
     } else if (h.sequence > cancelledThrough_.load()) {
       cancelledThrough_.store(h.sequence, std::memory_order_release);
@@ -107,7 +113,9 @@ void Worker::onMessage(const Status& st, const wire::Header& h, std::vector<uint
 
 bool Worker::sleepUnlessCancelled(uint64_t request, Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, d, [&] { return cancelled(request); });
+  // Deadline::after saturates: a delay of Duration::max() ("never finishes") waits for the
+  // cancellation only, where now + d would overflow.
+  return cv_.wait_until(lock, Deadline::after(d).when(), [&] { return cancelled(request); });
 }
 
 Status Worker::load(const Job& job) {
@@ -131,7 +139,7 @@ Status Worker::load(const Job& job) {
 
 Status Worker::compute(const Job& job) {
   const uint64_t req = job.request;
-  const int64_t total = (rec_.rows + rec_.rowBlock - 1) / rec_.rowBlock;
+  const int64_t total = rowBlocks();
   auto stopped = [&](CancelStage stage, int64_t done) {
     std::lock_guard<std::mutex> lock(mu_);
     lastDone_ = req;
@@ -163,8 +171,7 @@ Status Worker::compute(const Job& job) {
     if (sleepUnlessCancelled(req, d)) return stopped(CancelStage::kDelaying, 0);
   }
   std::vector<float> out(static_cast<size_t>(rec_.rows * b.bCols));
-  const auto extra = std::chrono::duration_cast<Duration>(
-      std::chrono::duration<double, std::milli>(rec_.rowBlockDelayMs));
+  const Duration extra = coding::durationFromMs(rec_.rowBlockDelayMs);
   for (int64_t rb = 0; rb < total; ++rb) {
     // The cancellation check between row blocks: a cancelled task stops within one block.
     if (cancelled(req)) return stopped(CancelStage::kComputing, rb);

@@ -268,10 +268,28 @@ StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& 
     messages.resize(plan.messages.size() * rowBytes);
     COFAB_RETURN_IF_ERROR(shuffle.encode(plan, data, rowBytes, messages));
   } else {
+    // The same checks encode() makes for the coded path: the plain rows are read from `data`.
+    if (rowBytes == 0 || data.size() != static_cast<size_t>(shuffle.rows()) * rowBytes) {
+      return InvalidArgument("shuffle upload: data must be rows x rowBytes = " +
+                             std::to_string(shuffle.rows()) + " x " + std::to_string(rowBytes) +
+                             " bytes, got " + std::to_string(data.size()));
+    }
+    if (plan.source.size() != plan.batch.size()) {
+      return InvalidArgument("shuffle upload: the plan's batch and source lists differ in size");
+    }
     for (size_t w = 0; w < plan.batch.size(); ++w) {
+      if (plan.source[w].size() != plan.batch[w].size()) {
+        return InvalidArgument("shuffle upload: the plan's batch and source of worker " +
+                               std::to_string(w) + " differ in size");
+      }
       for (size_t i = 0; i < plan.batch[w].size(); ++i) {
         if (plan.source[w][i] < 0) continue;
-        const uint8_t* row = data.data() + plan.batch[w][i] * rowBytes;
+        const int64_t r = plan.batch[w][i];
+        if (r < 0 || r >= shuffle.rows()) {
+          return InvalidArgument("shuffle upload: the plan names row " + std::to_string(r) +
+                                 " out of range");
+        }
+        const uint8_t* row = data.data() + static_cast<size_t>(r) * rowBytes;
         messages.insert(messages.end(), row, row + rowBytes);
       }
     }
@@ -325,13 +343,37 @@ Status shuffleBuildBatch(const coding::CodedShuffle& shuffle, const coding::Shuf
                          std::span<const int64_t> offsets, std::span<const uint8_t> received,
                          std::span<uint8_t> batchOut) {
   const int w = cache.worker();
+  if (rowBytes == 0 || rowBytes != cache.rowBytes()) {
+    return InvalidArgument("shuffle receive: rowBytes " + std::to_string(rowBytes) +
+                           " does not match the cache's rows of " +
+                           std::to_string(cache.rowBytes()) + " bytes");
+  }
   if (received.size() != offsets.size() * rowBytes) {
     return InvalidArgument("shuffle receive: one received row per offset expected");
+  }
+  if (w < 0 || w >= static_cast<int>(plan.batch.size()) ||
+      plan.source.size() != plan.batch.size() || plan.source[w].size() != plan.batch[w].size()) {
+    return InvalidArgument("shuffle receive: the plan has no (consistent) batch for worker " +
+                           std::to_string(w));
+  }
+  // The plain path takes one received row per row the plan sends this worker, in order.
+  const auto& sources = plan.source[w];
+  const size_t sent = static_cast<size_t>(
+      std::count_if(sources.begin(), sources.end(), [](int64_t s) { return s >= 0; }));
+  if (!coded && offsets.size() != sent) {
+    return InvalidArgument("shuffle receive: worker " + std::to_string(w) + " needs " +
+                           std::to_string(sent) + " received rows, got " +
+                           std::to_string(offsets.size()));
   }
   if (coded) {
     // decode() indexes messages by their plan index: place the received ones there.
     std::vector<uint8_t> all(plan.messages.size() * rowBytes, 0);
     for (size_t i = 0; i < offsets.size(); ++i) {
+      if (offsets[i] < 0 || static_cast<size_t>(offsets[i]) >= plan.messages.size()) {
+        return InvalidArgument("shuffle receive: offset " + std::to_string(offsets[i]) +
+                               " is not one of the epoch's " +
+                               std::to_string(plan.messages.size()) + " messages");
+      }
       std::memcpy(all.data() + offsets[i] * rowBytes, received.data() + i * rowBytes, rowBytes);
     }
     return shuffle.decode(plan, cache, all, batchOut);

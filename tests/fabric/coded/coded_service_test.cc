@@ -223,6 +223,23 @@ TEST(CodedService, DistributedResultsEqualLocalOnes) {
       "cpu", 0);
 }
 
+// rowBlock = INT64_MAX ("never stop between row blocks"): ceil(rows / rowBlock) overflowed in
+// the worker, which then computed no block and sent a zero-filled result the master accepted.
+TEST(CodedService, AHugeRowBlockIsOneBlockNotNone) {
+  const int64_t rows = 8, cols = 4;
+  const std::vector<float> a = randomMatrix(rows, cols, 11);
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 2, .k = 2};
+  o.rowBlock = INT64_MAX;
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  const std::vector<float> b = randomMatrix(cols, 3, 12);
+  std::vector<float> c(static_cast<size_t>(rows * 3), -1.0f);
+  auto r = svc.master().multiply({b.data(), cols, 3, 0}, {c.data(), rows, 3, 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  expectNear(c, localReference(o, a, rows, cols, b, 3, r->used, svc.master().needed()), 0);
+}
+
 // On a GPU the parity is encoded by cuBLAS and the decode combined there, so the decoded blocks
 // differ from the CPU's by rounding: within the fp32 accuracy docs/CODING.md gives for these
 // codes (<= 2e-5 relative; 1e-4 leaves room for the two BLAS libraries' summation orders).

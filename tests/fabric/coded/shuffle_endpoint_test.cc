@@ -111,5 +111,65 @@ TEST(ShuffleEndpoint, AFailedUploadReturnsOnlyOnceItsSendsAreDone) {
   EXPECT_GT(got, 0);
 }
 
+// The plain (uncoded) path reads rows straight out of the caller's buffers: wrong sizes and
+// mismatched row lengths are refused as the coded path's encode()/decode() refuse them, never
+// read past a buffer or divided by (rowBytes 0 crashed the upload with SIGFPE).
+TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
+  constexpr int64_t kRows = 48;
+  constexpr size_t kRowBytes = 8;
+  auto shuffle = coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
+  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
+  auto plan = shuffle->planEpoch(1, kRowBytes);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<uint8_t> data(kRows * kRowBytes);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
+
+  for (const bool coded : {false, true}) {
+    SCOPED_TRACE(coded ? "coded" : "plain");
+    EXPECT_EQ(shuffleEpochMessages(*shuffle, *plan, coded, std::span(data).first(40), kRowBytes)
+                  .status()
+                  .code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(shuffleEpochMessages(*shuffle, *plan, coded, data, 0).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+
+  // Worker 0's batch from its cache: right sizes work and give the data set's rows.
+  auto cache = shuffle->buildCache(0, data, kRowBytes);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  auto messages = shuffleEpochMessages(*shuffle, *plan, false, data, kRowBytes);
+  ASSERT_TRUE(messages.ok()) << messages.status();
+  const std::vector<int64_t> offsets = shuffleOffsetsFor(*plan, 0, false);
+  std::vector<uint8_t> received;
+  for (int64_t o : offsets) {
+    received.insert(received.end(), messages->begin() + o * kRowBytes,
+                    messages->begin() + (o + 1) * kRowBytes);
+  }
+  std::vector<uint8_t> batch(plan->batch[0].size() * kRowBytes);
+  ASSERT_TRUE(
+      shuffleBuildBatch(*shuffle, *plan, false, *cache, kRowBytes, offsets, received, batch).ok());
+  for (size_t i = 0; i < plan->batch[0].size(); ++i) {
+    EXPECT_EQ(std::memcmp(batch.data() + i * kRowBytes,
+                          data.data() + plan->batch[0][i] * kRowBytes, kRowBytes),
+              0)
+        << "row " << i;
+  }
+  ASSERT_FALSE(offsets.empty()) << "worker 0 needs rows from the master in this plan";
+
+  // Rows of another length than the cache's, and too few received rows: refused.
+  std::vector<uint8_t> wide(received.size() * 2), wideBatch(batch.size() * 2);
+  EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, false, *cache, 2 * kRowBytes, offsets, wide,
+                              wideBatch)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, false, *cache, kRowBytes, {}, {}, batch).code(),
+            StatusCode::kInvalidArgument);
+  // A coded offset outside the epoch's messages: refused, not written out of bounds.
+  const std::vector<int64_t> bad = {static_cast<int64_t>(plan->messages.size())};
+  std::vector<uint8_t> one(kRowBytes);
+  EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, true, *cache, kRowBytes, bad, one, batch).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cofab::coded
