@@ -20,10 +20,11 @@
 //     worker gets bit-identical results and a rerun (also one with a failover) gets the same bits;
 //   - the caller owns `in` and `out` and lends them until the handle completes; they may be
 //     the same buffer (in-place) or disjoint, never partially overlapping (InvalidArgument: one
-//     chunk's result would overwrite another's input), and `in` is read again if a chunk has to be resent after a failover. A handle
-//     completes only once no send still reads `in` and no receive still writes `out`, also
-//     when it fails early (a reject, a failed round): a push queued behind a slow daemon holds
-//     the handle open until the transport has taken its bytes;
+//     chunk's result would overwrite another's input), and `in` is read again if a chunk has to
+//     be resent after a failover. A handle completes only once no send still reads `in` and no
+//     receive still writes `out`, also when it fails early (a reject, a failed round): a push
+//     queued behind a slow daemon holds the handle open until the transport has taken its
+//     bytes;
 //   - a (key, iteration) still in flight on this client is refused (FailedPrecondition)
 //     before any of its chunks is sent, and so is any call once close() has begun (Cancelled);
 //   - the call returns at once; many calls may be in flight (batch them: one per layer, and wait
