@@ -29,10 +29,10 @@ TEST(DaemonStartup, SigtermWhileWaitingForTheBackupStopsBeforeServing) {
                                  "2", "--id", "0", "--replication", "on", "--http", "off"},
                                 log);
   const Deadline started = Deadline::afterMs(20000);
-  while (!blocksSignal(pid, SIGTERM) && !started.expired()) {
+  while (!handlesStopSignal(pid, SIGTERM) && !started.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  ASSERT_TRUE(blocksSignal(pid, SIGTERM)) << "cofab-aggd never reached its startup";
+  ASSERT_TRUE(handlesStopSignal(pid, SIGTERM)) << "cofab-aggd never reached its startup";
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   int status = 0;
   if (!reapBefore(pid, Deadline::afterMs(20000), &status)) {

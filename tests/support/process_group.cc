@@ -97,16 +97,20 @@ int childFail(int rank, const std::string& message) {
   return 1;
 }
 
-bool blocksSignal(pid_t pid, int sig) {
+bool handlesStopSignal(pid_t pid, int sig) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
+  bool blocked = false;
+  bool caught = false;
   while (std::getline(in, line)) {
-    if (line.rfind("SigBlk:", 0) == 0) {
-      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
-      return ((mask >> (sig - 1)) & 1u) != 0;
-    }
+    const bool isBlk = line.rfind("SigBlk:", 0) == 0;
+    const bool isCgt = line.rfind("SigCgt:", 0) == 0;
+    if (!isBlk && !isCgt) continue;
+    const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+    const bool set = ((mask >> (sig - 1)) & 1u) != 0;
+    (isBlk ? blocked : caught) = set;
   }
-  return false;
+  return blocked && caught;
 }
 
 ShellRun runShell(const std::string& cmd) {

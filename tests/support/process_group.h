@@ -67,8 +67,12 @@ pid_t spawnDaemon(const std::vector<std::string>& argv, const std::string& stder
 // Reaps `pid` once it exits, waiting until `deadline`: false (nothing reaped) past it.
 bool reapBefore(pid_t pid, Deadline deadline, int* status);
 
-// Whether process `pid`'s main thread blocks `sig` now (the SigBlk line of /proc/<pid>/status):
-// how a test sees that a daemon has reached StopSignals::install(), i.e. started up.
-bool blocksSignal(pid_t pid, int sig);
+// Whether process `pid` has a handler for `sig` and its main thread blocks it (the SigCgt and
+// SigBlk lines of /proc/<pid>/status): how a test sees that a daemon has reached
+// StopSignals::install(), i.e. started up. Blocked alone is not enough: between fork() and
+// exec() the child still carries the forking thread's mask, so a test whose parent blocks
+// SIGTERM saw the child "started", sent SIGTERM, and the child died of it when spawnDaemon()
+// cleared its mask before exec (5 runs of 6 under a wrapper that blocks SIGTERM).
+bool handlesStopSignal(pid_t pid, int sig);
 
 }  // namespace cofab::testing

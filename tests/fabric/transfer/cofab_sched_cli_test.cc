@@ -68,10 +68,10 @@ TEST(CofabSchedCli, SigtermDuringStartupStopsItBeforePublishingItsAddress) {
 
   // Startup has begun (signals blocked, the store being opened or the count awaited).
   const Deadline blocked = Deadline::afterMs(20000);
-  while (!blocksSignal(pid, SIGTERM) && !blocked.expired()) {
+  while (!handlesStopSignal(pid, SIGTERM) && !blocked.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  if (!blocksSignal(pid, SIGTERM)) {
+  if (!handlesStopSignal(pid, SIGTERM)) {
     ::kill(pid, SIGKILL);
     int ignored = 0;
     ::waitpid(pid, &ignored, 0);
