@@ -28,14 +28,21 @@ void xorInto(uint8_t* dst, const uint8_t* src, size_t bytes) {
 }
 
 void xorOf(uint8_t* dst, std::span<const uint8_t* const> srcs, size_t bytes) {
-  if (srcs.empty()) {
-    std::memset(dst, 0, bytes);
-    return;
+  // dst may be one of the sources (an in-place fold). Copying srcs[0] into it first would then
+  // overwrite a source before it is read; and a source listed twice cancels (x ^ x = 0).
+  std::vector<const uint8_t*> others;
+  size_t dstListed = 0;
+  for (const uint8_t* s : srcs) {
+    if (s == dst) {
+      ++dstListed;
+    } else {
+      others.push_back(s);
+    }
   }
 #if COFAB_HAVE_ISAL
   // xor_gen wants >= 2 sources, 32-byte aligned pointers and, to stay on its fast path, a length
-  // that is a multiple of 32 and fits an int.
-  bool aligned = srcs.size() >= 2 && bytes % 32 == 0 && bytes <= (1u << 30) &&
+  // that is a multiple of 32 and fits an int. It is not documented to allow dst among them.
+  bool aligned = dstListed == 0 && srcs.size() >= 2 && bytes % 32 == 0 && bytes <= (1u << 30) &&
                  reinterpret_cast<uintptr_t>(dst) % 32 == 0;
   for (const uint8_t* s : srcs) aligned = aligned && reinterpret_cast<uintptr_t>(s) % 32 == 0;
   if (aligned) {
@@ -45,8 +52,17 @@ void xorOf(uint8_t* dst, std::span<const uint8_t* const> srcs, size_t bytes) {
     if (xor_gen(static_cast<int>(array.size()), static_cast<int>(bytes), array.data()) == 0) return;
   }
 #endif
-  if (dst != srcs[0]) std::memmove(dst, srcs[0], bytes);
-  for (size_t j = 1; j < srcs.size(); ++j) xorInto(dst, srcs[j], bytes);
+  size_t next = 0;
+  if (dstListed % 2 == 0) {
+    // dst's own value is not part of the result (absent, or cancelled): start from another.
+    if (others.empty()) {
+      std::memset(dst, 0, bytes);
+      return;
+    }
+    std::memmove(dst, others[0], bytes);
+    next = 1;
+  }
+  for (; next < others.size(); ++next) xorInto(dst, others[next], bytes);
 }
 
 }  // namespace cofab::coding

@@ -205,5 +205,37 @@ TEST(XorBytesTest, MatchesBytewiseXorAlignedOrNot) {
   }
 }
 
+// The header lets dst be one of the sources (an in-place fold): whichever one, aligned (ISA-L)
+// or not (the word loop), and also a source listed twice (x ^ x cancels).
+TEST(XorBytesTest, DstMayBeAnyOfTheSources) {
+  for (size_t bytes : {33, 64, 4096}) {
+    for (size_t offset : {0, 3}) {
+      for (size_t alias : {0, 1, 2}) {
+        for (bool twice : {false, true}) {
+          alignas(64) static uint8_t pool[3][4096 + 64];
+          std::vector<std::vector<uint8_t>> values;
+          std::vector<size_t> listed = {0, 1, 2};
+          if (twice) listed.push_back(alias);
+          std::vector<const uint8_t*> ptrs;
+          std::vector<uint8_t> want(bytes, 0);
+          for (size_t j = 0; j < 3; ++j) {
+            values.push_back(randomBytes(bytes, bytes * 7 + j + 100));
+            std::memcpy(pool[j] + offset, values[j].data(), bytes);
+          }
+          for (size_t j : listed) {
+            ptrs.push_back(pool[j] + offset);
+            for (size_t b = 0; b < bytes; ++b) want[b] ^= values[j][b];
+          }
+          uint8_t* dst = pool[alias] + offset;
+          xorOf(dst, ptrs, bytes);
+          ASSERT_EQ(0, std::memcmp(dst, want.data(), bytes))
+              << bytes << " bytes, offset " << offset << ", dst = source " << alias
+              << (twice ? " (listed twice)" : "");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cofab::coding
