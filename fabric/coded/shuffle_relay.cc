@@ -4,6 +4,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -114,6 +116,26 @@ Status replyError(const wire::Header& h, const std::vector<uint8_t>& p) {
   return RemoteError("shuffle: the daemon refused key " + std::to_string(h.key) + " iteration " +
                      std::to_string(h.iteration) + ": " + why);
 }
+
+// What a deadline message names: "2 of 5 (keys 101, 104)", at most 8 keys listed.
+std::string missingKeys(size_t count, const std::vector<bool>& done,
+                        const std::function<uint64_t(size_t)>& keyOf) {
+  size_t missing = 0;
+  std::string list;
+  for (size_t i = 0; i < count; ++i) {
+    if (done[i]) continue;
+    if (missing < 8) list += (missing == 0 ? "" : ", ") + std::to_string(keyOf(i));
+    ++missing;
+  }
+  if (missing > 8) list += ", ...";
+  return std::to_string(missing) + " of " + std::to_string(count) + " (keys " + list + ")";
+}
+
+// next()'s DeadlineExceeded says only that the daemon was silent; the caller knows what for.
+Status namingMissing(const Status& st, const std::string& what) {
+  if (st.code() != StatusCode::kDeadlineExceeded) return st;
+  return DeadlineExceeded("shuffle: " + what + " before the deadline");
+}
 }  // namespace
 
 StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
@@ -149,7 +171,13 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
   // must not make the upload look complete.
   std::vector<bool> acked(count, false);
   for (size_t got = 0; got < count;) {
-    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    StatusOr<Reply> reply = next(deadline);
+    if (!reply.ok()) {
+      return namingMissing(reply.status(),
+                           "epoch " + std::to_string(epoch) + " upload: no ack for " +
+                               missingKeys(count, acked, [&](size_t m) { return keyBase + m; }));
+    }
+    Reply& r = *reply;
     const bool mine =
         r.header.iteration == epoch && r.header.key >= keyBase && r.header.key - keyBase < count;
     if (!mine) continue;
@@ -211,7 +239,16 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
   // that never came.
   std::vector<bool> filled(offsets.size(), false);
   for (size_t got = 0; got < offsets.size();) {
-    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
+    StatusOr<Reply> reply = next(deadline);
+    if (!reply.ok()) {
+      return namingMissing(
+          reply.status(),
+          "epoch " + std::to_string(epoch) + " pull: no row for " +
+              missingKeys(offsets.size(), filled, [&](size_t i) {
+                return keyBase + static_cast<uint64_t>(offsets[i]);
+              }));
+    }
+    Reply& r = *reply;
     if (slot.count(r.header.key) == 0 || r.header.iteration != epoch) continue;
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
     if (r.header.type != wire::MessageType::kPullReply) continue;

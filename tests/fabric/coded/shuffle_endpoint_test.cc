@@ -83,6 +83,28 @@ TEST(ShuffleEndpoint, ADuplicatedReplyDoesNotStandInForAMissingRow) {
   d.reply(k0, {1, 2, 3, 4});  // duplicated; key 101 is never answered
   const Status s = pulling.get();
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  // The deadline names what never came, not only that the daemon was silent.
+  EXPECT_NE(s.message().find("no row for 1 of 2 (keys 101)"), std::string::npos) << s;
+}
+
+// The daemon acks one of two uploaded rows: the upload's deadline names the unacked key.
+TEST(ShuffleEndpoint, AnUploadDeadlineNamesTheRowsNotAcked) {
+  FakeDaemon d;
+  ASSERT_TRUE(d.start().ok());
+  const std::vector<uint8_t> rows(8, 1);
+  auto uploading = std::async(std::launch::async, [&] {
+    return d.endpoint->upload(3, 500, rows, 4, Deadline::afterMs(1000));
+  });
+  auto first = d.recv(), second = d.recv();
+  ASSERT_TRUE(first.ok() && second.ok());
+  wire::Header ack = first->key == 500 ? *first : *second;
+  ack.type = wire::MessageType::kControl;
+  ack.opcode = static_cast<uint8_t>(ps::ControlOp::kAck);
+  d.conn->send(ack, nullptr, 0, [](const Status&) {});
+  const auto r = uploading.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("no ack for 1 of 2 (keys 501)"), std::string::npos)
+      << r.status();
 }
 
 // The daemon stops reading while an upload is under way: the upload fails at its deadline, and
