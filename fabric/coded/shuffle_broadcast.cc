@@ -10,6 +10,7 @@
 
 #include "core/param.h"
 #include "fabric/coded/shuffle_relay.h"
+#include "fabric/coded/shuffle_segments.h"
 #include "fabric/transport/dpdk/eal.h"
 #include "fabric/transport/dpdk/frame.h"
 #include "fabric/transport/dpdk/port.h"
@@ -158,7 +159,7 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
   const int64_t count = static_cast<int64_t>(rowBytes == 0 ? 0 : messages.size() / rowBytes);
   const size_t segBytes = port_->mtu() - transport::dpdk::kIpv4HeaderSize -
                           transport::dpdk::kUdpHeaderSize - transport::dpdk::kFrameHeaderSize;
-  const uint32_t segments = static_cast<uint32_t>((rowBytes + segBytes - 1) / segBytes);
+  const uint32_t segments = shuffleSegmentCount(rowBytes, segBytes);
   const NetAddress self{port_->mac(), kMasterIp, kShuffleUdpPort};
   const NetAddress all{kBroadcastMac, kBroadcastIp, kShuffleUdpPort};
   Sender tx(port_, self);
@@ -271,6 +272,7 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
   std::vector<uint8_t> received(offsets.size() * rowBytes);
   std::vector<std::vector<bool>> segs(offsets.size());  // per slot: segments seen
   std::vector<uint32_t> segsLeft(offsets.size(), 0);
+  std::vector<size_t> segSize(offsets.size(), 0);  // per slot: the cut its pieces agree on
   size_t complete = 0;
   std::vector<bool> isComplete(offsets.size(), false);
   NetAddress master{};
@@ -304,13 +306,17 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
       if (h.srcConn >= slotOf.size() || slotOf[h.srcConn] < 0) return true;  // not ours
       const auto slot = static_cast<size_t>(slotOf[h.srcConn]);
       if (isComplete[slot]) return true;
-      if (h.window == 0 || h.ack >= h.window || size_t(h.seq) + h.length > rowBytes ||
-          (!segs[slot].empty() && segs[slot].size() != h.window)) {
+      // Trusted only as a piece of the one cut of this row its other pieces agree on: then
+      // counting distinct pieces means every byte of the row arrived.
+      const size_t cut = shuffleSegmentSize(rowBytes, h.window, h.ack, h.seq, h.length);
+      if (cut == 0 || (!segs[slot].empty() && (segs[slot].size() != h.window ||
+                                               segSize[slot] != cut))) {
         return false;  // inconsistent with the plan's row size: not ours to trust
       }
       if (segs[slot].empty()) {
         segs[slot].assign(h.window, false);
         segsLeft[slot] = h.window;
+        segSize[slot] = cut;
       }
       if (segs[slot][h.ack]) return true;
       if (dropEvery > 0 && ++ownFrames % dropEvery == 0) return true;  // injected loss
