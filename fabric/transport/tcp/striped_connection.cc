@@ -10,12 +10,16 @@ namespace cofab::transport::tcp {
 // mu.
 struct StripedConnection::State {
   using Fire = std::function<void(const Status&)>;
+  struct Done {
+    Status own;
+    bool usesStream = false;  // passed the argument checks: its failure is the socket's
+    Fire fire;
+  };
   struct Sequencer {
     uint64_t nextPost = 0;  // under postMu: operations posted
     uint64_t nextWire = 0;  // under postMu: operations that use the stream (pass the checks)
     uint64_t nextFire = 0;  // under mu
-    std::map<uint64_t, std::pair<Status, Fire>> ready;  // under mu
-    bool firing = false;                                // under mu: one thread releases at a time
+    std::map<uint64_t, Done> ready;  // under mu
   };
 
   std::vector<std::shared_ptr<Connection>> subs;
@@ -25,6 +29,11 @@ struct StripedConnection::State {
   Sequencer recvs;
   Status failure;           // under mu: the first socket failure (not the user's close)
   bool userClosed = false;  // under mu
+  // Under mu: one thread releases callbacks at a time, for both directions together. The
+  // connection's callbacks never run two at once (the Connection contract), although the
+  // sockets complete on different loop threads, and a failure released in one direction is
+  // seen by the other direction's next release.
+  bool firing = false;
 
   // Which socket the next operation uses. An operation that fails its checks (bad input) fails
   // alone without touching the stream, so it must not take a turn in the round-robin: the
@@ -35,42 +44,52 @@ struct StripedConnection::State {
   }
 
   // A sub-operation finished: record it, then release every operation that is now next in line.
-  // `usesStream`: it passed the argument checks, so its failure is the socket's (sticky).
   void completed(Sequencer& q, bool usesStream, uint64_t seq, const Status& own, Fire fire) {
-    bool closeOthers = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      // A rejected argument fails its operation only; anything else is the socket's failure.
-      if (!own.ok() && failure.ok() && !userClosed && usesStream) {
-        failure = own;
-        closeOthers = true;
-      }
-      q.ready.emplace(seq, std::make_pair(own, std::move(fire)));
+      q.ready.emplace(seq, Done{own, usesStream, std::move(fire)});
+      if (firing) return;  // the releasing thread picks it up
+      firing = true;
     }
-    // The other sockets' pending operations must not wait for a peer that is gone: closing them
-    // cancels them, and the sequencer reports them with the failure instead of Cancelled.
-    if (closeOthers) {
-      for (auto& s : subs) s->close();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (q.firing) return;
-      q.firing = true;
-    }
+    release();
+  }
+
+  void release() {
     for (;;) {
       Fire f;
       Status s;
+      bool closeAll = false;
       {
         std::lock_guard<std::mutex> lock(mu);
-        auto it = q.ready.find(q.nextFire);
-        if (it == q.ready.end()) {
-          q.firing = false;
-          return;
+        Sequencer* q = &sends;
+        auto it = sends.ready.find(sends.nextFire);
+        if (it == sends.ready.end()) {
+          q = &recvs;
+          it = recvs.ready.find(recvs.nextFire);
+          if (it == recvs.ready.end()) {
+            firing = false;
+            return;
+          }
         }
-        s = failure.ok() ? it->second.first : failure;
-        f = std::move(it->second.second);
-        q.ready.erase(it);
-        ++q.nextFire;
+        Done& d = it->second;
+        // A socket's failure takes effect at its place in the stream, not when its socket
+        // noticed it: a peer that sent m0..m2 and closed is seen by socket 1 (m1, then the end)
+        // possibly before socket 0 has read m0 and m2. Everything posted before the failing
+        // operation has been released with its own outcome by now, so those messages were
+        // delivered; only now are the other sockets closed, failing what remains pending.
+        if (!d.own.ok() && d.usesStream && failure.ok() && !userClosed) {
+          failure = d.own;
+          closeAll = true;
+        }
+        s = failure.ok() ? d.own : failure;
+        f = std::move(d.fire);
+        q->ready.erase(it);
+        ++q->nextFire;
+      }
+      // Their pending operations (both directions) complete Cancelled; released after this
+      // one, they report the failure instead.
+      if (closeAll) {
+        for (auto& sub : subs) sub->close();
       }
       f(s);
     }

@@ -7,8 +7,11 @@
 // FIFO, so messages are matched to receives in the order they were sent, exactly as on one
 // socket; a message is never split (the collectives pipeline large tensors in many messages).
 // Completions from the N sockets (possibly on different loop threads) are released in posting
-// order by one sequencer per direction, one callback at a time. The first failure of any socket
-// is sticky: it closes the others and every pending and later operation fails with it.
+// order by one sequencer per direction, one callback at a time for both directions together.
+// The first failure of any socket is sticky from its place in the stream: the operations posted
+// before it (on the other sockets) complete with their own outcome, so messages a closing peer
+// sent are still delivered; then it closes the others and every later operation, in either
+// direction, fails with it.
 //
 // Built by the tcp context: connect() opens the N sockets (each Hello carries a group token and
 // the socket's index), the listener waits for all N of a token before accept() returns one.
