@@ -25,7 +25,7 @@ COFAB_PARAM_STRING(kSocketIfname, "COFAB_SOCKET_IFNAME", "",
                    "an address is given)");
 COFAB_PARAM_INT(kConnectTimeoutMs, "COFAB_TCP_CONNECT_TIMEOUT_MS", 10000, 1, 3600000,
                 "bound on one tcp connect attempt incl. handshake (retries continue until the "
-                "caller's deadline)");
+                "caller's deadline); listeners drop incoming handshakes slower than this");
 COFAB_PARAM_INT(kKeepalive, "COFAB_TCP_KEEPALIVE_S", 30, 0, 86400,
                 "tcp keepalive idle seconds before probing a silent peer (3 probes); 0: off");
 COFAB_PARAM_INT(kSocketBuffer, "COFAB_TCP_SOCKET_BUFFER", 0, 0, 1 << 30,

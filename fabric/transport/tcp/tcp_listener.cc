@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -25,6 +26,12 @@ class HandshakeHandler final : public EpollHandler {
         localId_(std::move(localId)) {}
 
   int fd() const { return fd_.get(); }
+  int64_t startNs() const { return startNs_; }
+  // The listener's timer: the peer did not complete its Hello in time.
+  void expire(int64_t boundMs) {
+    finish("no complete handshake within " + std::to_string(boundMs) +
+           " ms (COFAB_TCP_CONNECT_TIMEOUT_MS)");
+  }
 
   void handleEvents(uint32_t) override {
     while (true) {
@@ -111,6 +118,7 @@ class HandshakeHandler final : public EpollHandler {
   std::string id_;
   StripeGroup group_;
   size_t got_ = 0;
+  const int64_t startNs_ = nowNs();
 };
 
 TcpListenerImpl::TcpListenerImpl(std::shared_ptr<TcpContextState> ctx,
@@ -129,16 +137,42 @@ StatusOr<std::shared_ptr<Connection>> TcpListenerImpl::ctxAdopt(Fd fd, const std
   return ctx_->adopt(std::move(fd), id, addr);
 }
 
+// Fires the listener's sweep on its loop.
+class SweepTimer final : public EpollHandler {
+ public:
+  SweepTimer(TcpListenerImpl* listener, int fd) : listener_(listener), fd_(fd) {}
+  void handleEvents(uint32_t) override {
+    uint64_t expirations;
+    [[maybe_unused]] ssize_t n = ::read(fd_, &expirations, sizeof(expirations));
+    listener_->sweep();
+  }
+
+ private:
+  TcpListenerImpl* listener_;
+  const int fd_;
+};
+
+int64_t TcpListenerImpl::handshakeBoundNs() const { return ctx_->connectAttemptMs * 1'000'000; }
+
 Status TcpListenerImpl::attach() {
+  timerFd_ = Fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timerFd_.valid()) {
+    return errnoStatus(StatusCode::kResourceExhausted, "timerfd_create", errno, address_);
+  }
   auto self = shared_from_this();
   if (!loop_->post([self] {
         Status s = self->loop_->add(self->fd_.get(), EPOLLIN, self);
+        if (s.ok()) {
+          self->attached_ = true;
+          s = self->loop_->add(self->timerFd_.get(), EPOLLIN,
+                               std::make_shared<SweepTimer>(self.get(), self->timerFd_.get()));
+        }
         if (!s.ok()) {
           COFAB_LOG(kError, "tcp") << "listener " << self->address_ << ": " << s;
           self->close();
           return;
         }
-        self->attached_ = true;
+        self->timerAttached_ = true;
       })) {
     return Cancelled("tcp: the transport context is closed");
   }
@@ -191,8 +225,51 @@ void TcpListenerImpl::handleEvents(uint32_t) {
       COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": " << s;
       continue;
     }
+    armSweep(h->startNs() + handshakeBoundNs());
     handshakes_[fd] = std::move(h);
   }
+}
+
+void TcpListenerImpl::armSweep(int64_t atNs) {
+  if (!timerAttached_ || (timerAtNs_ != 0 && timerAtNs_ <= atNs)) return;
+  timerAtNs_ = atNs;
+  // Relative, from the same clock as nowNs(); 0 would disarm the timer.
+  const int64_t in = std::max<int64_t>(atNs - nowNs(), 1);
+  itimerspec spec{};
+  spec.it_value.tv_sec = static_cast<time_t>(in / 1'000'000'000);
+  spec.it_value.tv_nsec = static_cast<long>(in % 1'000'000'000);
+  if (::timerfd_settime(timerFd_.get(), 0, &spec, nullptr) != 0) {
+    // Not expected (the arguments are valid); the waits are then unbounded, so say so.
+    COFAB_LOG(kError, "tcp") << "listener " << address_ << ": "
+                             << errnoStatus(StatusCode::kInternal, "timerfd_settime", errno)
+                             << "; stalled handshakes are no longer dropped";
+    timerAtNs_ = 0;
+  }
+}
+
+void TcpListenerImpl::sweep() {
+  timerAtNs_ = 0;
+  if (!timerAttached_) return;  // closed
+  const int64_t now = nowNs();
+  // A peer that connects and sends nothing, or part of its Hello, would otherwise hold the
+  // socket and its handler forever. expire() erases the entry (handshakeDetach): collect first.
+  std::vector<std::shared_ptr<HandshakeHandler>> late;
+  for (auto& [fd, h] : handshakes_) {
+    if (now - h->startNs() >= handshakeBoundNs()) late.push_back(h);
+  }
+  for (auto& h : late) h->expire(ctx_->connectAttemptMs);
+  // A connecting side that failed half-way closes its sockets, but a socket parked here is not
+  // read, so nobody would notice: groups incomplete after twice the connect-attempt bound go.
+  std::erase_if(stripes_, [&](const auto& kv) {
+    if (now - kv.second.startNs < stripeBoundNs()) return false;
+    // (Any slot may be the empty one: the socket that arrived first need not be socket 0.)
+    COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": dropped an incomplete group of "
+                            << kv.second.members.size() << " sockets from '" << kv.second.peerId
+                            << "' (" << kv.second.have << " arrived)";
+    return true;
+  });
+  for (auto& [fd, h] : handshakes_) armSweep(h->startNs() + handshakeBoundNs());
+  for (auto& [token, p] : stripes_) armSweep(p.startNs + stripeBoundNs());
 }
 
 void TcpListenerImpl::handshakeDetach(int fd) {
@@ -205,22 +282,11 @@ void TcpListenerImpl::handshakeDone(std::shared_ptr<Connection> conn) {
 }
 
 void TcpListenerImpl::stripeMember(const StripeGroup& group, std::shared_ptr<Connection> conn) {
-  const int64_t now = nowNs();
-  // A connecting side that failed half-way closes its sockets, but a socket parked here is not
-  // read, so nobody would notice: groups incomplete after twice the connect-attempt bound go.
-  const int64_t maxAgeNs = 2 * ctx_->connectAttemptMs * 1'000'000;
-  std::erase_if(stripes_, [&](const auto& kv) {
-    if (now - kv.second.startNs <= maxAgeNs) return false;
-    // (Any slot may be the empty one: the socket that arrived first need not be socket 0.)
-    COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": dropped an incomplete group of "
-                            << kv.second.members.size() << " sockets from '" << kv.second.peerId
-                            << "' (" << kv.second.have << " arrived)";
-    return true;
-  });
   PendingStripe& p = stripes_[group.token];
   if (p.members.empty()) {
     p.members.resize(group.count);
-    p.startNs = now;
+    p.startNs = nowNs();
+    armSweep(p.startNs + stripeBoundNs());  // the sweep drops it if the group stays incomplete
   }
   // The size first: a socket of the same token claiming a larger group must not index past it.
   if (p.members.size() != group.count || p.members[group.index] != nullptr ||
@@ -252,6 +318,9 @@ void TcpListenerImpl::closeOnLoop() {
   if (attached_) loop_->remove(fd_.get());
   attached_ = false;
   fd_.reset();
+  if (timerAttached_) loop_->remove(timerFd_.get());
+  timerAttached_ = false;
+  timerFd_.reset();
   for (auto& [fd, h] : handshakes_) loop_->remove(fd);
   handshakes_.clear();
   stripes_.clear();

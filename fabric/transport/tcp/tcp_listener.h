@@ -5,6 +5,8 @@
 // becomes a TcpConnection on the next loop in round-robin order and is queued for accept().
 // Sockets whose Hello names a stripe group (COFAB_TCP_SOCKETS_PER_PEER > 1 on the connecting
 // side) wait until their group is complete and are queued as one StripedConnection.
+// Both waits are bounded by a timer on the loop: a handshake by COFAB_TCP_CONNECT_TIMEOUT_MS
+// (the bound the connecting side puts on connect + handshake), an incomplete group by twice that.
 #pragma once
 
 #include <memory>
@@ -39,6 +41,8 @@ class TcpListenerImpl final : public EpollHandler,
   void close();
 
   void handleEvents(uint32_t events) override;
+  // Loop thread: the timer fired; drops what is past its bound and re-arms for the next one.
+  void sweep();
 
   // Loop thread: a handshake finished; its socket leaves the loop first (detach), then the
   // connection made from it is queued for accept (done).
@@ -52,12 +56,19 @@ class TcpListenerImpl final : public EpollHandler,
 
  private:
   void closeOnLoop();
+  // Loop thread: makes the timer fire by `atNs` (nowNs() clock) at the latest.
+  void armSweep(int64_t atNs);
+  int64_t handshakeBoundNs() const;
+  int64_t stripeBoundNs() const { return 2 * handshakeBoundNs(); }
 
   std::shared_ptr<TcpContextState> ctx_;
   std::shared_ptr<EpollLoop> loop_;
   Fd fd_;
   const std::string address_;
   bool attached_ = false;
+  Fd timerFd_;                  // timerfd: created by attach(), closed by closeOnLoop()
+  bool timerAttached_ = false;  // loop thread only
+  int64_t timerAtNs_ = 0;       // loop thread only: when the armed timer fires; 0: disarmed
   // Loop thread only: sockets still in their handshake.
   std::unordered_map<int, std::shared_ptr<HandshakeHandler>> handshakes_;
   // Loop thread only: striped connections still missing sockets, by group token.
