@@ -178,7 +178,9 @@ auto FileStore::withLock(Fn&& fn) -> decltype(fn()) {
 Status FileStore::set(std::string_view key, const Bytes& value) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
   COFAB_RETURN_IF_ERROR(validateStoreValue(value));
-  return writeKey(key, value);
+  // Under the lock like add() and compareSet(): their read-modify-write would otherwise write
+  // back over a set that landed between their read and their write, losing it.
+  return withLock([&]() -> Status { return writeKey(key, value); });
 }
 
 StatusOr<Bytes> FileStore::get(std::string_view key, Deadline deadline) {
@@ -237,10 +239,14 @@ StatusOr<Bytes> FileStore::compareSet(std::string_view key, const Bytes& expecte
 
 StatusOr<bool> FileStore::remove(std::string_view key) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
-  std::string path = pathFor(key);
-  if (::unlink(path.c_str()) == 0) return true;
-  if (errno == ENOENT) return false;
-  return errnoStatus(StatusCode::kIoError, "unlink " + path, errno);
+  // Under the lock for the same reason as set(): an add() or compareSet() in flight would
+  // otherwise recreate the key it removed.
+  return withLock([&]() -> StatusOr<bool> {
+    std::string path = pathFor(key);
+    if (::unlink(path.c_str()) == 0) return true;
+    if (errno == ENOENT) return false;
+    return errnoStatus(StatusCode::kIoError, "unlink " + path, errno);
+  });
 }
 
 StatusOr<bool> FileStore::check(const std::vector<std::string>& keys) {

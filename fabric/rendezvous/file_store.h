@@ -1,10 +1,11 @@
 // FileStore: a Store shared by the processes of one host through a directory.
 //
 // Each key is one file; writes go to a temporary file that is then renamed, so a reader sees
-// either the old or the new value, never a torn one. add() and compareSet() serialise through
-// flock() on a lock file in the directory. Waiting polls with a short backoff (no inotify: the
-// directory may be on a filesystem that does not deliver events). Safe from any thread and any
-// number of processes.
+// either the old or the new value, never a torn one. Writers (set, add, compareSet, remove)
+// serialise through flock() on a lock file in the directory, so that a read-modify-write never
+// loses a concurrent set or remove; readers need no lock. Waiting polls with a short backoff
+// (no inotify: the directory may be on a filesystem that does not deliver events). Safe from
+// any thread and any number of processes.
 #pragma once
 
 #include <memory>

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "core/param.h"
 #include "fabric/rendezvous/file_store.h"
@@ -272,6 +274,56 @@ TEST(FileStoreTest, AHeldLockIsADeadlineNotAHang) {
   EXPECT_EQ(swapped.status().code(), StatusCode::kDeadlineExceeded) << swapped.status();
   ::close(holder);  // released: the store works again
   EXPECT_EQ((*store)->add("n", 1).value(), 1);
+}
+
+// set() and remove() take the directory lock like add() and compareSet(). Outside it, a set or
+// remove landing between an add's read and its write was lost: written over by the add, or the
+// key recreated. A held lock therefore bounds them at COFAB_STORE_TIMEOUT_MS too.
+TEST(FileStoreTest, SetAndRemoveTakeTheLockThatAddTakes) {
+  testing::TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->set("k", toBytes("v")).ok());
+  const std::string lockPath = dir.path() + "/.lock";
+  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);  // as an add() in the middle of its read and write
+  {
+    ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "100");
+    Status set = (*store)->set("k", toBytes("w"));
+    EXPECT_EQ(set.code(), StatusCode::kDeadlineExceeded) << set;
+    auto removed = (*store)->remove("k");
+    EXPECT_EQ(removed.status().code(), StatusCode::kDeadlineExceeded) << removed.status();
+  }
+  auto kept = (*store)->get("k", Deadline::afterMs(1000));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(toString(*kept), "v");
+  ::close(holder);
+  ASSERT_TRUE((*store)->set("k", toBytes("w")).ok());
+  EXPECT_EQ((*store)->remove("k").value(), true);
+}
+
+// The same race between two clients (as two processes): a set in the middle of a run of adds is
+// never lost, so the adds that follow it count from it.
+TEST(FileStoreTest, ASetIsNotLostAmongConcurrentAdds) {
+  testing::TempDir dir;
+  auto a = FileStore::open(dir.path());
+  auto b = FileStore::open(dir.path());
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::atomic<int> added{0};
+  std::thread adder([&] {
+    for (int i = 0; i < 200; ++i) {
+      if (!(*a)->add("n", 1).ok()) return;
+      ++added;
+    }
+  });
+  const Deadline started = Deadline::afterMs(20000);
+  while (added.load() == 0 && !started.expired()) std::this_thread::yield();
+  Status set = (*b)->set("n", toBytes("1000000"));
+  adder.join();
+  ASSERT_TRUE(set.ok()) << set;
+  ASSERT_EQ(added.load(), 200);
+  EXPECT_GE((*a)->add("n", 0).value(), 1000000) << "an add wrote over the set";
 }
 
 }  // namespace
