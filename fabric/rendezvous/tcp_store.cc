@@ -68,12 +68,24 @@ StatusOr<Bytes> TcpStore::exchangeOnce(const Bytes& request, Deadline deadline, 
   return body;
 }
 
-StatusOr<Bytes> TcpStore::roundTrip(const Bytes& request, Deadline deadline, bool idempotent) {
+StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bool idempotent,
+                                    const std::vector<std::string>* waitKeys) {
   std::lock_guard<std::mutex> lock(mu_);
   auto backoff = std::chrono::milliseconds(10);
   while (true) {
+    // Framed per attempt: a resent get/wait must ask the server to wait only for what is left
+    // of the caller's deadline. The original timeout would keep the server waiting past it,
+    // and the caller would see a socket timeout instead of the reply naming the missing keys.
+    Bytes frame;
+    if (waitKeys != nullptr) {
+      Writer w = request;
+      w.u32(waitMs(deadline));
+      frame = w.frame(store_proto::kRequestMagic);
+    } else {
+      frame = request.frame(store_proto::kRequestMagic);
+    }
     bool sent = false;
-    auto body = exchangeOnce(request, deadline, &sent);
+    auto body = exchangeOnce(frame, deadline, &sent);
     if (body.ok()) {
       Reader r(body->data(), body->size());
       auto reply = r.u8();
@@ -111,6 +123,11 @@ StatusOr<Bytes> TcpStore::roundTrip(const Bytes& request, Deadline deadline, boo
                          "applied (" +
                          err.message() + ")");
     }
+    if (deadline.expired() && waitKeys != nullptr) {
+      // No answer from the server in time: from here the keys are missing all the same.
+      return DeadlineExceeded(storeWaitTimeout(describe(), *waitKeys).message() +
+                              " (no answer from the server: " + err.message() + ")");
+    }
     if (deadline.expired()) {
       return err.code() == StatusCode::kDeadlineExceeded
                  ? err
@@ -130,7 +147,7 @@ Status TcpStore::set(std::string_view key, const Bytes& value) {
   w.u8(static_cast<uint8_t>(Op::kSet));
   w.str(key);
   w.blob(value);
-  return roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true).status();
+  return roundTrip(w, opDeadline(), true).status();
 }
 
 StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
@@ -138,9 +155,8 @@ StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kGet));
   w.str(key);
-  w.u32(waitMs(deadline));
-  COFAB_ASSIGN_OR_RETURN(Bytes body,
-                         roundTrip(w.frame(store_proto::kRequestMagic), deadline, true));
+  const std::vector<std::string> keys{std::string(key)};
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, deadline, true, &keys));
   Reader r(body.data(), body.size());
   return r.blob();
 }
@@ -151,8 +167,7 @@ StatusOr<int64_t> TcpStore::add(std::string_view key, int64_t delta) {
   w.u8(static_cast<uint8_t>(Op::kAdd));
   w.str(key);
   w.i64(delta);
-  COFAB_ASSIGN_OR_RETURN(Bytes body,
-                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), false));
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), false));
   Reader r(body.data(), body.size());
   return r.i64();
 }
@@ -169,8 +184,7 @@ Status TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
     COFAB_RETURN_IF_ERROR(validateStoreKey(k));
     w.str(k);
   }
-  w.u32(waitMs(deadline));
-  return roundTrip(w.frame(store_proto::kRequestMagic), deadline, true).status();
+  return roundTrip(w, deadline, true, &keys).status();
 }
 
 StatusOr<Bytes> TcpStore::compareSet(std::string_view key, const Bytes& expected,
@@ -182,8 +196,7 @@ StatusOr<Bytes> TcpStore::compareSet(std::string_view key, const Bytes& expected
   w.str(key);
   w.blob(expected);
   w.blob(desired);
-  COFAB_ASSIGN_OR_RETURN(Bytes body,
-                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), false));
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), false));
   Reader r(body.data(), body.size());
   return r.blob();
 }
@@ -193,8 +206,7 @@ StatusOr<bool> TcpStore::remove(std::string_view key) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kRemove));
   w.str(key);
-  COFAB_ASSIGN_OR_RETURN(Bytes body,
-                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true));
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), true));
   Reader r(body.data(), body.size());
   COFAB_ASSIGN_OR_RETURN(uint8_t existed, r.u8());
   return existed != 0;
@@ -212,8 +224,7 @@ StatusOr<bool> TcpStore::check(const std::vector<std::string>& keys) {
     COFAB_RETURN_IF_ERROR(validateStoreKey(k));
     w.str(k);
   }
-  COFAB_ASSIGN_OR_RETURN(Bytes body,
-                         roundTrip(w.frame(store_proto::kRequestMagic), opDeadline(), true));
+  COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), true));
   Reader r(body.data(), body.size());
   COFAB_ASSIGN_OR_RETURN(uint8_t all, r.u8());
   return all != 0;

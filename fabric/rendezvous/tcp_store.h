@@ -11,6 +11,7 @@
 
 #include "fabric/rendezvous/store.h"
 #include "fabric/rendezvous/tcp_socket.h"
+#include "fabric/rendezvous/tcp_store_protocol.h"
 
 namespace cofab {
 
@@ -42,10 +43,13 @@ class TcpStore final : public Store {
   TcpStore(HostPort addr, int64_t opTimeoutMs) : addr_(std::move(addr)), opTimeoutMs_(opTimeoutMs) {}
 
   Deadline opDeadline() const { return Deadline::afterMs(opTimeoutMs_); }
-  // Sends one framed request and returns the response body (after the Reply byte was checked:
-  // kOk bodies only; kTimeout and kError become Status). `idempotent` allows a resend after a
-  // connection loss.
-  StatusOr<Bytes> roundTrip(const Bytes& request, Deadline deadline, bool idempotent);
+  // Sends one request (`body`, framed here) and returns the response body (after the Reply byte
+  // was checked: kOk bodies only; kTimeout and kError become Status). `idempotent` allows a
+  // resend after a connection loss. `waitKeys`: the request is a get/wait for these keys; each
+  // attempt then appends what remains of `deadline` as the server's wait, and a deadline that
+  // passes on this side names the keys as the server's timeout reply would.
+  StatusOr<Bytes> roundTrip(const store_proto::Writer& body, Deadline deadline, bool idempotent,
+                            const std::vector<std::string>* waitKeys = nullptr);
   StatusOr<Bytes> exchangeOnce(const Bytes& request, Deadline deadline, bool* sent);
   void disconnect();
 

@@ -1,0 +1,134 @@
+// The TcpStore client against a scripted server: what it sends on a retry, and how it takes
+// replies that time out or break the protocol.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "fabric/rendezvous/tcp_socket.h"
+#include "fabric/rendezvous/tcp_store.h"
+#include "fabric/rendezvous/tcp_store_protocol.h"
+
+namespace cofab {
+namespace {
+
+using store_proto::Reader;
+using store_proto::Writer;
+
+// A store server whose answers the test writes. Serves one connection at a time; for every
+// request frame it calls `answer(connection index, request body)` and writes back the bytes it
+// returns, or closes the connection when they are empty.
+class ScriptedServer {
+ public:
+  using Answer = std::function<Bytes(int connection, const Bytes& request)>;
+  explicit ScriptedServer(Answer answer) : answer_(std::move(answer)) {
+    auto fd = listenTcp(HostPort{"127.0.0.1", 0}, 8, &port_);
+    COFAB_CHECK(fd.ok()) << fd.status();
+    listenFd_ = *fd;
+    ::fcntl(listenFd_, F_SETFL, 0);  // blocking: the thread waits in accept()
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    ::shutdown(listenFd_, SHUT_RDWR);  // wakes accept()
+    thread_.join();
+    ::close(listenFd_);
+  }
+  uint16_t port() const { return port_; }
+  std::vector<Bytes> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    for (int connection = 0;; ++connection) {
+      const int fd = ::accept(listenFd_, nullptr, nullptr);
+      if (fd < 0) return;
+      while (true) {
+        uint8_t header[store_proto::kFrameHeaderBytes];
+        if (!recvAll(fd, header, sizeof(header), Deadline::afterMs(60000), "client").ok()) break;
+        auto len = store_proto::parseFrameHeader(header, store_proto::kRequestMagic);
+        COFAB_CHECK(len.ok()) << len.status();
+        Bytes body(*len);
+        if (!recvAll(fd, body.data(), body.size(), Deadline::afterMs(60000), "client").ok()) break;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          requests_.push_back(body);
+        }
+        const Bytes reply = answer_(connection, body);
+        if (reply.empty()) break;
+        if (!sendAll(fd, reply.data(), reply.size(), Deadline::afterMs(60000), "client").ok()) {
+          break;
+        }
+      }
+      ::close(fd);
+    }
+  }
+
+  Answer answer_;
+  uint16_t port_ = 0;
+  int listenFd_ = -1;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<Bytes> requests_;
+};
+
+// The server-side wait (ms) at the end of a wait request for one key.
+uint32_t waitTimeoutOf(const Bytes& request) {
+  Reader r(request.data(), request.size());
+  r.u8().value();   // op
+  r.u32().value();  // key count
+  r.str().value();  // the key
+  return r.u32().value();
+}
+
+Bytes timeoutReply(const std::string& key) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(store_proto::Reply::kTimeout));
+  w.u32(1);
+  w.str(key);
+  return w.frame(store_proto::kResponseMagic);
+}
+
+// The connection drops after the wait request went out; the client resends it on a new one.
+// The resent request must carry what is left of the caller's deadline, not the original
+// timeout: the server would otherwise wait past the caller's deadline, and the caller would get
+// a bare socket timeout instead of the server's answer naming the missing key.
+TEST(TcpStoreClientTest, ARetriedWaitSendsTheRemainingTime) {
+  ScriptedServer server([](int connection, const Bytes&) {
+    return connection == 0 ? Bytes{} : timeoutReply("k");  // first: drop the connection
+  });
+  auto client = TcpStore::connect("127.0.0.1", server.port(), {}, Deadline::afterMs(20000));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Status s = (*client)->wait({"k"}, Deadline::afterMs(20000));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("'k'"), std::string::npos) << s;
+  auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  const uint32_t first = waitTimeoutOf(requests[0]), second = waitTimeoutOf(requests[1]);
+  EXPECT_LE(first, 20000u);
+  // At least the client's reconnect backoff (10 ms) passed between the two.
+  EXPECT_LT(second, first) << "the retry sent the original timeout again";
+}
+
+// A server that drops the connection at every request never answers the wait: the client
+// retries until the caller's deadline passes, and the error still names the keys it waited for.
+TEST(TcpStoreClientTest, AWaitThatTimesOutWithoutAnAnswerNamesTheKeys) {
+  ScriptedServer server([](int, const Bytes&) { return Bytes{}; });
+  auto client = TcpStore::connect("127.0.0.1", server.port(), {}, Deadline::afterMs(20000));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Status s = (*client)->wait({"first", "second"}, Deadline::afterMs(100));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("'first', 'second'"), std::string::npos) << s;
+  auto v = (*client)->get("third", Deadline::afterMs(100));
+  EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded) << v.status();
+  EXPECT_NE(v.status().message().find("'third'"), std::string::npos) << v.status();
+}
+
+}  // namespace
+}  // namespace cofab
