@@ -29,6 +29,22 @@ uint32_t waitMs(Deadline d) {
 Deadline withGrace(Deadline d) {
   return d.isNever() ? d : Deadline::at(d.when() + std::chrono::milliseconds(kReplyGraceMs));
 }
+// A reply that breaks the protocol is the server's fault (or not a cofab store server at all):
+// DataLoss, never the InvalidArgument of the shared decoder, which a caller would take for a
+// mistake of its own.
+Status malformedReply(const std::string& store, const std::string& why) {
+  return DataLoss("malformed reply from store " + store + ": " + why +
+                  " (is it a cofab store server of the same version?)");
+}
+// Reads a kOk reply's result fields with `read`; they must fill the body exactly.
+template <typename T, typename Fn>
+StatusOr<T> parseResult(const std::string& store, const Bytes& body, Fn read) {
+  Reader r(body.data(), body.size());
+  StatusOr<T> v = read(r);
+  if (!v.ok()) return malformedReply(store, v.status().message());
+  if (!r.done()) return malformedReply(store, "trailing bytes after the result");
+  return v;
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, uint16_t port,
@@ -61,10 +77,11 @@ StatusOr<Bytes> TcpStore::exchangeOnce(const Bytes& request, Deadline deadline, 
   Deadline replyDeadline = withGrace(deadline);
   uint8_t header[store_proto::kFrameHeaderBytes];
   COFAB_RETURN_IF_ERROR(recvAll(fd_, header, sizeof(header), replyDeadline, peer));
-  COFAB_ASSIGN_OR_RETURN(uint32_t len,
-                         store_proto::parseFrameHeader(header, store_proto::kResponseMagic));
-  Bytes body(len);
-  COFAB_RETURN_IF_ERROR(recvAll(fd_, body.data(), len, replyDeadline, peer));
+  // Checked before anything is allocated: a length over the protocol's limit is not read.
+  auto len = store_proto::parseFrameHeader(header, store_proto::kResponseMagic);
+  if (!len.ok()) return malformedReply(describe(), len.status().message());
+  Bytes body(*len);
+  COFAB_RETURN_IF_ERROR(recvAll(fd_, body.data(), body.size(), replyDeadline, peer));
   return body;
 }
 
@@ -89,7 +106,7 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
     if (body.ok()) {
       Reader r(body->data(), body->size());
       auto reply = r.u8();
-      if (!reply.ok()) return Internal("store reply without a status byte from " + describe());
+      if (!reply.ok()) return malformedReply(describe(), "no status byte");
       switch (static_cast<Reply>(*reply)) {
         case Reply::kOk:
           return Bytes(body->begin() + 1, body->end());
@@ -113,10 +130,13 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
           return Status(static_cast<StatusCode>(*code), "store " + describe() + ": " + *msg);
         }
       }
-      return Internal("unknown store reply status " + std::to_string(*reply));
+      return malformedReply(describe(), "unknown reply status " + std::to_string(*reply));
     }
     disconnect();
     const Status& err = body.status();
+    // A malformed frame is not a lost connection: the server would answer a resend the same
+    // way, so say so now rather than retry until the deadline.
+    if (err.code() == StatusCode::kDataLoss) return err;
     if (sent && !idempotent) {
       return Unavailable("lost the connection to store " + describe() +
                          " after sending a non-idempotent request; it may or may not have been "
@@ -157,8 +177,7 @@ StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
   w.str(key);
   const std::vector<std::string> keys{std::string(key)};
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, deadline, true, &keys));
-  Reader r(body.data(), body.size());
-  return r.blob();
+  return parseResult<Bytes>(describe(), body, [](Reader& r) { return r.blob(); });
 }
 
 StatusOr<int64_t> TcpStore::add(std::string_view key, int64_t delta) {
@@ -168,8 +187,7 @@ StatusOr<int64_t> TcpStore::add(std::string_view key, int64_t delta) {
   w.str(key);
   w.i64(delta);
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), false));
-  Reader r(body.data(), body.size());
-  return r.i64();
+  return parseResult<int64_t>(describe(), body, [](Reader& r) { return r.i64(); });
 }
 
 Status TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
@@ -197,8 +215,7 @@ StatusOr<Bytes> TcpStore::compareSet(std::string_view key, const Bytes& expected
   w.blob(expected);
   w.blob(desired);
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), false));
-  Reader r(body.data(), body.size());
-  return r.blob();
+  return parseResult<Bytes>(describe(), body, [](Reader& r) { return r.blob(); });
 }
 
 StatusOr<bool> TcpStore::remove(std::string_view key) {
@@ -207,8 +224,8 @@ StatusOr<bool> TcpStore::remove(std::string_view key) {
   w.u8(static_cast<uint8_t>(Op::kRemove));
   w.str(key);
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), true));
-  Reader r(body.data(), body.size());
-  COFAB_ASSIGN_OR_RETURN(uint8_t existed, r.u8());
+  COFAB_ASSIGN_OR_RETURN(uint8_t existed,
+                         parseResult<uint8_t>(describe(), body, [](Reader& r) { return r.u8(); }));
   return existed != 0;
 }
 
@@ -225,8 +242,8 @@ StatusOr<bool> TcpStore::check(const std::vector<std::string>& keys) {
     w.str(k);
   }
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), true));
-  Reader r(body.data(), body.size());
-  COFAB_ASSIGN_OR_RETURN(uint8_t all, r.u8());
+  COFAB_ASSIGN_OR_RETURN(uint8_t all,
+                         parseResult<uint8_t>(describe(), body, [](Reader& r) { return r.u8(); }));
   return all != 0;
 }
 

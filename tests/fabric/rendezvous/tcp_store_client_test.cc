@@ -130,5 +130,61 @@ TEST(TcpStoreClientTest, AWaitThatTimesOutWithoutAnAnswerNamesTheKeys) {
   EXPECT_NE(v.status().message().find("'third'"), std::string::npos) << v.status();
 }
 
+Bytes rawFrame(uint32_t magic, uint32_t len, const Bytes& body) {
+  Bytes out(8);
+  for (int i = 0; i < 4; ++i) {
+    out[i] = static_cast<uint8_t>(magic >> (8 * i));
+    out[4 + i] = static_cast<uint8_t>(len >> (8 * i));
+  }
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+// A reply frame announcing more than the protocol allows is DataLoss at once: nothing that size
+// is allocated or read, and the request is not resent (the server would answer it the same way)
+// until the deadline turns it into a vague DeadlineExceeded. Likewise a frame of another
+// protocol (bad magic).
+TEST(TcpStoreClientTest, AReplyFrameOverTheLimitIsDataLossNotARetry) {
+  for (uint32_t magic : {store_proto::kResponseMagic, 0x50545448u /* "HTTP" */}) {
+    SCOPED_TRACE(magic);
+    ScriptedServer server([magic](int, const Bytes&) {
+      const auto tooLong = static_cast<uint32_t>(store_proto::kMaxBodyBytes + 1);
+      return rawFrame(magic, magic == store_proto::kResponseMagic ? tooLong : 4, {0, 0, 0, 0});
+    });
+    auto client = TcpStore::connect("127.0.0.1", server.port(), {}, Deadline::afterMs(20000));
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto v = (*client)->get("k", Deadline::afterMs(5000));
+    EXPECT_EQ(v.status().code(), StatusCode::kDataLoss) << v.status();
+    EXPECT_EQ(server.requests().size(), 1u) << "the request was resent";
+  }
+}
+
+// Result fields that overrun the reply, or bytes left after them: DataLoss naming the store,
+// not the decoder's InvalidArgument (which reads as the caller's mistake), nor a value read
+// from past the result.
+TEST(TcpStoreClientTest, AMalformedResultIsDataLoss) {
+  ScriptedServer server([](int, const Bytes& request) {
+    Writer w;
+    w.u8(static_cast<uint8_t>(store_proto::Reply::kOk));
+    if (request[0] == static_cast<uint8_t>(store_proto::Op::kGet)) {
+      w.u32(1000);  // a value of 1000 bytes, of which 3 follow
+      w.u8('a');
+      w.u8('b');
+      w.u8('c');
+    } else {  // add: the counter, then a stray byte
+      w.i64(7);
+      w.u8(0);
+    }
+    return w.frame(store_proto::kResponseMagic);
+  });
+  auto client = TcpStore::connect("127.0.0.1", server.port(), {}, Deadline::afterMs(20000));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto v = (*client)->get("k", Deadline::afterMs(5000));
+  EXPECT_EQ(v.status().code(), StatusCode::kDataLoss) << v.status();
+  EXPECT_NE(v.status().message().find("127.0.0.1"), std::string::npos) << v.status();
+  auto n = (*client)->add("n", 1);
+  EXPECT_EQ(n.status().code(), StatusCode::kDataLoss) << n.status();
+}
+
 }  // namespace
 }  // namespace cofab
