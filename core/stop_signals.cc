@@ -1,13 +1,21 @@
 #include "core/stop_signals.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "core/check.h"
 
@@ -29,6 +37,62 @@ sigset_t stopSet() {
   sigaddset(&s, SIGTERM);
   sigaddset(&s, SIGINT);
   return s;
+}
+
+// Threads that existed before install() (OpenBLAS starts its pool when the library loads) are
+// made to block the stop signals too, each from inside itself: a handler for this signal adds
+// them to the mask the thread gets back when the handler returns. Once every thread blocks them,
+// a stop signal stays pending on the process until the main thread takes it, so pending() sees
+// every signal sent before it was called. While one thread still took them through the
+// handler, a signal that thread had dequeued but not yet written to the pipe was invisible, and
+// a daemon whose startup wait ended at that moment went on to publish its address.
+int maskSignal() { return SIGRTMIN + 5; }
+std::atomic<int> gMasked{0};
+
+void onMaskSignal(int, siginfo_t*, void* context) {
+  auto* uc = static_cast<ucontext_t*>(context);
+  sigaddset(&uc->uc_sigmask, SIGTERM);
+  sigaddset(&uc->uc_sigmask, SIGINT);
+  gMasked.fetch_add(1);
+}
+
+// The other threads of this process, as the kernel lists them now.
+std::set<pid_t> otherThreads() {
+  std::set<pid_t> tids;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  const pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
+  while (dirent* e = ::readdir(d)) {
+    const pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (tid > 0 && tid != self) tids.insert(tid);
+  }
+  ::closedir(d);
+  return tids;
+}
+
+// Best effort, bounded: a thread that blocks the mask signal never answers, and then takes
+// stop signals through onStopSignal as before (the pipe still says "stop", only later).
+void maskInEveryThread() {
+  struct sigaction sa {};
+  sa.sa_sigaction = onMaskSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  // Left installed afterwards: a late delivery must find this handler, not the default action
+  // (which ends the process).
+  if (sigaction(maskSignal(), &sa, nullptr) != 0) return;
+  std::set<pid_t> signalled;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  // Twice over the list: a thread may have started one while we signalled the others.
+  for (int round = 0; round < 2; ++round) {
+    for (pid_t tid : otherThreads()) {
+      if (signalled.count(tid) != 0) continue;
+      if (::syscall(SYS_tgkill, ::getpid(), tid, maskSignal()) == 0) signalled.insert(tid);
+    }
+    while (gMasked.load() < static_cast<int>(signalled.size()) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 }
 
 int readPipe() {
@@ -53,6 +117,7 @@ void StopSignals::install() {
     sigaction(SIGINT, &sa, nullptr);
     const sigset_t set = stopSet();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    maskInEveryThread();
   });
 }
 

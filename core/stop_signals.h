@@ -6,7 +6,9 @@
 // it through cofab::coding), so the kernel may deliver the signal there, where its default action
 // ends the process at once: a daemon stopping "gracefully" died by SIGTERM, and one stopped
 // during startup could not say so. Here a handler, installed for the whole process, writes the
-// signal's number to a pipe that the main thread reads.
+// signal's number to a pipe that the main thread reads; and install() makes the threads that
+// already exist block the signals too (each from inside itself, through a real-time signal), so
+// that a stop signal waits on the process for the main thread and pending() sees it at once.
 #pragma once
 
 #include <functional>
@@ -19,10 +21,12 @@ namespace cofab {
 class StopSignals {
  public:
   // Blocks SIGTERM and SIGINT in the calling thread (threads it starts later inherit that, so
-  // their system calls are not interrupted) and installs the handlers. Call it early in main,
-  // before starting threads; later calls do nothing more.
+  // their system calls are not interrupted) and in every thread already running (best effort,
+  // at most 1 s: uses SIGRTMIN+5, whose handler stays installed), and installs the handlers.
+  // Call it early in main, before starting threads; later calls do nothing more.
   static void install();
-  // The number of a stop signal received so far (consumed), or 0; does not block.
+  // The number of a stop signal received so far (consumed), or 0; does not block. Once every
+  // thread blocks them, any signal sent before the call is seen.
   static int pending();
   // Blocks until a stop signal arrives (or one already did); its number.
   static int wait();
