@@ -26,6 +26,10 @@ class AlgorithmBase : public SyncAlgorithm {
                 bool backgroundThread = false);
   std::string name() const override { return name_; }
   int threads() const override { return threads_; }
+  // Final: the algorithms implement doStart(). Records whether it succeeded, because a start()
+  // that failed half way (layout set, client not connected) must not let step() run on the
+  // half-made state: checkStep() refuses with FailedPrecondition until a start() succeeded.
+  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) final;
   void read(int thread, std::span<float> out) override;
   std::vector<int> partitions() const override { return {env_.rank}; }
   uint64_t globalSamples() const override { return globalSamples_.load(std::memory_order_relaxed); }
@@ -34,7 +38,12 @@ class AlgorithmBase : public SyncAlgorithm {
   SharedModel::Access modelAccess() const { return model_.access(); }
 
  protected:
-  // Records the layout and the initial model; call first in start().
+  // The algorithm's start() (SyncAlgorithm::start's contract).
+  virtual Status doStart(std::span<const float> initial,
+                         const std::vector<size_t>& tensorCounts) = 0;
+  // Whether the last start() succeeded.
+  bool startedOk() const { return startedOk_.load(std::memory_order_acquire); }
+  // Records the layout and the initial model; call first in doStart().
   Status setUp(std::span<const float> initial, const std::vector<size_t>& tensorCounts);
   Status checkStep(int thread, std::span<const float> grad) const;
   // The thread's SGD-with-momentum step on the shared model: model -= lr * v.
@@ -60,6 +69,8 @@ class AlgorithmBase : public SyncAlgorithm {
   std::vector<size_t> offsets_, counts_;
   size_t total_ = 0;
   std::chrono::steady_clock::time_point started_;
+  // Written by start(), read by the training threads' step() (which the caller starts after it).
+  std::atomic<bool> startedOk_{false};
 
   // Counters (any thread).
   std::atomic<uint64_t> steps_{0}, syncs_{0}, bytesSent_{0}, bytesReceived_{0};

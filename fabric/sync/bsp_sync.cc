@@ -29,7 +29,8 @@ class BspSync final : public AlgorithmBase {
     if (client_ != nullptr) client_->close();
   }
 
-  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+  Status doStart(std::span<const float> initial,
+                 const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
     // Start from the average of the workers' initial models (exact: uncompressed), so the

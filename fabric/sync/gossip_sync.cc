@@ -23,7 +23,8 @@ class GossipSync final : public AlgorithmBase {
   GossipSync(const SyncOptions& options, const SyncEnv& env)
       : AlgorithmBase("gossip", options, env, 1) {}
 
-  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+  Status doStart(std::span<const float> initial,
+                 const std::vector<size_t>& tensorCounts) override {
     if (env_.comm == nullptr) return InvalidArgument("sync gossip needs env.comm (a Communicator)");
     if (options_.gossipPeers != "ring" && options_.gossipPeers != "random") {
       return InvalidArgument("sync gossip: gossipPeers '" + options_.gossipPeers +

@@ -50,7 +50,8 @@ class GradcodeSync final : public AlgorithmBase {
     if (client_ != nullptr) client_->close();
   }
 
-  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+  Status doStart(std::span<const float> initial,
+                 const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (uint64_t(options_.gradcodeWindow) * counts_.size() >= kInitialKeys) {
       return InvalidArgument("sync gradcode: gradcodeWindow x tensors must stay below 2^20");

@@ -23,7 +23,8 @@ class ModelStoreSync : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
 
-  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+  Status doStart(std::span<const float> initial,
+                 const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (env_.store == nullptr) return InvalidArgument("sync " + name_ + " needs env.store");
     COFAB_ASSIGN_OR_RETURN(

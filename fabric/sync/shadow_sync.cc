@@ -26,7 +26,8 @@ class ShadowSync final : public AlgorithmBase {
       : AlgorithmBase("shadowsync", options, env, 1, /*backgroundThread=*/true) {}
   ~ShadowSync() override { stopThread(); }
 
-  Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) override {
+  Status doStart(std::span<const float> initial,
+                 const std::vector<size_t>& tensorCounts) override {
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     snapshot_.assign(initial.begin(), initial.end());
     avg_.resize(total_);
@@ -51,7 +52,6 @@ class ShadowSync final : public AlgorithmBase {
                              "' is not 'average' or 'easgd'");
     }
     thread_ = std::thread([this] { shadowLoop(); });
-    startedOk_ = true;
     return OkStatus();
   }
 
@@ -76,7 +76,7 @@ class ShadowSync final : public AlgorithmBase {
   Status finish(std::span<float> out) override {
     // Without a model of the layout (or the clients) there is nothing to finish; the destructor
     // closes whatever a failed start() opened.
-    if (!startedOk_) return FailedPrecondition("sync shadowsync: start() not called or failed");
+    if (!startedOk()) return FailedPrecondition("sync shadowsync: start() not called or failed");
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
@@ -215,7 +215,6 @@ class ShadowSync final : public AlgorithmBase {
   double progress_[2] = {0, 0};
   std::atomic<uint64_t> samplesAtRound_{0};
   std::thread thread_;
-  bool startedOk_ = false;  // start() succeeded (its thread only, as finish())
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;   // under mu_

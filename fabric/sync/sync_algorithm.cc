@@ -18,6 +18,14 @@ AlgorithmBase::AlgorithmBase(std::string name, const SyncOptions& options, const
       model_(threads > 1 || backgroundThread ? SharedModel::Access::kConcurrent
                                              : SharedModel::Access::kSingleThread) {}
 
+Status AlgorithmBase::start(std::span<const float> initial,
+                            const std::vector<size_t>& tensorCounts) {
+  startedOk_.store(false, std::memory_order_release);
+  Status s = doStart(initial, tensorCounts);
+  startedOk_.store(s.ok(), std::memory_order_release);
+  return s;
+}
+
 Status AlgorithmBase::setUp(std::span<const float> initial,
                             const std::vector<size_t>& tensorCounts) {
   size_t total = 0;
@@ -53,10 +61,12 @@ Status AlgorithmBase::checkStep(int thread, std::span<const float> grad) const {
     return InvalidArgument("sync " + name_ + ": thread " + std::to_string(thread) +
                            " out of range (threads " + std::to_string(threads_) + ")");
   }
+  if (!startedOk()) {
+    return FailedPrecondition("sync " + name_ + ": start() not called or failed");
+  }
   if (grad.size() != total_) {
     return InvalidArgument("sync " + name_ + ": gradient has " + std::to_string(grad.size()) +
-                           " floats, the model " + std::to_string(total_) +
-                           " (start() not called?)");
+                           " floats, the model " + std::to_string(total_));
   }
   return OkStatus();
 }

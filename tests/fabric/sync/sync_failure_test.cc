@@ -5,7 +5,8 @@
 // takes part in start(), then does not push the first round, so worker 0's short operation
 // timeout certainly expires; it then pushes that round and the next, which would let a later
 // step() of worker 0 go through on buffers the first step's operations still targeted.
-// finish() after a start() that failed on its layout is FailedPrecondition, never an abort.
+// finish() after a start() that failed on its layout is FailedPrecondition, never an abort, and
+// so is step() after any failed start() (on its layout, or connecting after the layout was set).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -241,6 +242,49 @@ TEST(SyncFailureTest, FinishAfterAFailedStartIsFailedPrecondition) {
     ASSERT_TRUE(never.ok()) << never.status();
     Status unstarted = (*never)->finish(out);
     EXPECT_EQ(unstarted.code(), StatusCode::kFailedPrecondition) << unstarted;
+  }
+}
+
+// step() (and gradcode's needsGradient()) after a failed start() is FailedPrecondition for every
+// algorithm: after a start() that failed on its layout (it used to be InvalidArgument about the
+// gradient's size), and after one that set the layout up but could not connect (ssp, easgd and
+// eawild used to step on their null client and crash).
+TEST(SyncFailureTest, StepAfterAFailedStartIsFailedPrecondition) {
+  HashStore store;
+  SyncEnv env;
+  env.store = &store;
+  env.client.serverAddresses = {"127.0.0.1:1"};  // nobody listens: connecting fails
+  env.client.connectTimeoutMs = 1000;
+  struct Case {
+    std::string algorithm;
+    std::string shadowMode;
+  };
+  const Case cases[] = {{"sync", "average"},       {"int8", "average"},     {"onebit", "average"},
+                        {"ssp", "average"},        {"easgd", "average"},    {"eawild", "average"},
+                        {"shadowsync", "average"}, {"shadowsync", "easgd"}, {"gradcode", "average"},
+                        {"gossip", "average"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.algorithm + " " + c.shadowMode);
+    SyncOptions o;
+    o.algorithm = c.algorithm;
+    o.shadowMode = c.shadowMode;
+    o.gradientStragglers = 0;  // gradcode with one worker: a group of one
+    o.timeoutMs = kTimeoutMs;
+    const std::vector<float> model(3, 0.0f), grad(3, 1.0f);
+    const std::vector<std::vector<size_t>> layouts = {{2}, {3}};  // wrong; right (then connect)
+    for (const std::vector<size_t>& layout : layouts) {
+      SCOPED_TRACE("layout of " + std::to_string(layout[0]) + " floats");
+      auto algo = makeSyncAlgorithm(o, env);
+      ASSERT_TRUE(algo.ok()) << algo.status();
+      Status started = (*algo)->start(model, layout);
+      ASSERT_FALSE(started.ok());
+      Status stepped = (*algo)->step(0, grad, 0, 1);
+      EXPECT_EQ(stepped.code(), StatusCode::kFailedPrecondition) << stepped;
+      StatusOr<bool> needs = (*algo)->needsGradient(0, 0);
+      if (c.algorithm == "gradcode") {
+        EXPECT_EQ(needs.status().code(), StatusCode::kFailedPrecondition) << needs.status();
+      }
+    }
   }
 }
 
