@@ -1,7 +1,9 @@
 #include "fabric/sync/sync_algorithm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "fabric/sync/algorithm_base.h"
@@ -146,8 +148,26 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
     return InvalidArgument("sync " + a + ": rank " + std::to_string(env.rank) + " of " +
                            std::to_string(env.worldSize));
   }
+  // NaN passes every range check below (each comparison with it is false) and +inf passes lr's:
+  // refuse values that are not finite first, naming the option.
+  const std::pair<const char*, float> reals[] = {
+      {"lr", options.lr}, {"momentum", options.momentum}, {"elasticAlpha", options.elasticAlpha}};
+  for (const auto& [option, value] : reals) {
+    if (!std::isfinite(value)) {
+      return InvalidArgument("sync " + a + ": " + option + " must be a finite number, got " +
+                             std::to_string(value));
+    }
+  }
   if (!(options.lr > 0) || options.momentum < 0 || options.momentum >= 1) {
     return InvalidArgument("sync " + a + ": lr must be > 0 and momentum in [0, 1)");
+  }
+  if (options.timeoutMs < 1) {
+    return InvalidArgument("sync " + a + ": timeoutMs must be >= 1, got " +
+                           std::to_string(options.timeoutMs));
+  }
+  if (options.shadowIntervalMs < 0) {
+    return InvalidArgument("sync " + a + ": shadowIntervalMs must be >= 0 (0: back to back), got " +
+                           std::to_string(options.shadowIntervalMs));
   }
   if (options.syncEvery < 1 || options.threads < 1 || options.elasticAlpha < 0 ||
       options.elasticAlpha >= 1) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -382,6 +384,42 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   ASSERT_TRUE(g.ok());
   std::vector<float> init(3, 0.0f);
   EXPECT_EQ((*g)->start(init, {3}).code(), StatusCode::kInvalidArgument);  // no communicator
+}
+
+// Numeric options that are NaN or infinite (or negative where that means nothing) are refused
+// with InvalidArgument naming the option: a NaN momentum or elastic alpha used to pass the
+// range checks (every comparison with NaN is false) and silently turn the model into NaNs.
+TEST(SyncAlgorithmTest, RejectsNonFiniteAndNegativeNumericOptions) {
+  SyncEnv env;
+  HashStore store;
+  env.store = &store;
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string option;
+    std::function<void(SyncOptions&)> set;
+  };
+  const Case cases[] = {
+      {"lr", [&](SyncOptions& o) { o.lr = kNaN; }},
+      {"lr", [&](SyncOptions& o) { o.lr = kInf; }},
+      {"momentum", [&](SyncOptions& o) { o.momentum = kNaN; }},
+      {"momentum", [&](SyncOptions& o) { o.momentum = -kInf; }},
+      {"elasticAlpha", [&](SyncOptions& o) { o.elasticAlpha = kNaN; }},
+      {"elasticAlpha", [&](SyncOptions& o) { o.elasticAlpha = -0.5f; }},
+      {"shadowIntervalMs", [&](SyncOptions& o) { o.shadowIntervalMs = -1; }},
+      {"timeoutMs", [&](SyncOptions& o) { o.timeoutMs = -1; }},
+  };
+  for (const Case& c : cases) {
+    SyncOptions o;
+    o.algorithm = "easgd";
+    c.set(o);
+    SCOPED_TRACE(c.option + " lr=" + std::to_string(o.lr) + " momentum=" +
+                 std::to_string(o.momentum) + " elasticAlpha=" + std::to_string(o.elasticAlpha));
+    auto a = makeSyncAlgorithm(o, env);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << a.status();
+    EXPECT_NE(a.status().message().find(c.option), std::string::npos) << a.status();
+  }
 }
 
 // Atomics only where threads share the model: eawild with several Hogwild threads, shadowsync
