@@ -30,7 +30,7 @@ COFAB_PARAM_STRING(kTransferScheduler, "COFAB_TRANSFER_SCHEDULER", "none",
 COFAB_PARAM_INT(kTransferGrantTimeoutMs, "COFAB_TRANSFER_GRANT_TIMEOUT_MS", 30000, 1, 3600000,
                 "TransferManager with a central scheduler: how long a unit waits for its grant");
 COFAB_PARAM_INT(kTransferFuseBytes, "COFAB_TRANSFER_FUSE_BYTES", 64 << 10, 1, 1 << 30,
-                "TransferManager fuses updates smaller than this into buckets");
+                "TransferManager fuses updates smaller than this (and than a chunk) into buckets");
 
 namespace detail {
 
@@ -484,11 +484,21 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       completeLocked(up, OkStatus());
       return handle;
     }
-    if (!g.deadline.isNever()) withDeadline.push_back(up);
+    if (!g.deadline.isNever()) {
+      withDeadline.push_back(up);
+      // The dispatcher may be asleep with no deadline to wake for, and a fused update wakes it
+      // for nothing else (its bucket may never fill): it must still fail at its deadline.
+      cv.notify_all();
+    }
     if (bytes < options.fuseBelowBytes) {
       up->fused = true;
       up->unitsTotal = 1;
       if (openBucket && (openBucket->in.dtype != g.tensor.dtype || openBucket->op != g.op)) {
+        closeBucketLocked();
+      }
+      // A bucket is one wire chunk at most (bucketBytes <= chunkBytes, and every fused update is
+      // smaller than a chunk: see create()): close the open one if this update would overflow it.
+      if (openBucket && openBucket->fused.size() + bytes > options.bucketBytes) {
         closeBucketLocked();
       }
       if (!openBucket) {
@@ -686,6 +696,9 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
   core->chunkBytes =
       o.chunkBytes == 0 ? client.chunkBytes() : std::min(o.chunkBytes, client.chunkBytes());
   if (o.bucketBytes == 0 || o.bucketBytes > core->chunkBytes) o.bucketBytes = core->chunkBytes;
+  // A bucket is one wire chunk at most, so a fused update must fit in one: larger ones (from
+  // fuseBelowBytes or COFAB_TRANSFER_FUSE_BYTES above the chunk size) are chunked instead.
+  o.fuseBelowBytes = std::min(o.fuseBelowBytes, core->chunkBytes);
   if (o.maxRecords == 0) o.maxRecords = 1;
   if (o.scheduler == nullptr) {
     COFAB_ASSIGN_OR_RETURN(std::string mode, kTransferScheduler.get());

@@ -84,9 +84,10 @@ struct TransferOptions {
   // Chunk size of large updates; 0 or above the client's chunkBytes: the client's.
   size_t chunkBytes = 0;
   // Updates smaller than this are fused; 0: COFAB_TRANSFER_FUSE_BYTES (64 KiB); -1 would be
-  // nonsense, so fusion is turned off with fuseBelowBytes = 1.
+  // nonsense, so fusion is turned off with fuseBelowBytes = 1. At most the chunk size (clamped).
   size_t fuseBelowBytes = 0;
-  // A bucket is closed once it holds this many bytes; 0: the chunk size.
+  // A bucket is closed once it holds this many bytes, or before an update that would take it
+  // past them; 0 or above the chunk size: the chunk size (a bucket is one wire chunk at most).
   size_t bucketBytes = 0;
   // Start paused (nothing is sent until resume()): lets a caller queue a whole set first.
   bool startPaused = false;

@@ -357,6 +357,41 @@ TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
   EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded);  // fused: copied at enqueue
 }
 
+// A fused update's deadline fires while its bucket is still open (nothing else happens: no
+// flush, no other update): the dispatcher used to sleep without a deadline to wake for, so a
+// caller polling test() (or the stats) waited forever. Whether it had gone to sleep before the
+// update came is a race (it sees the deadline if it looks after), so the test repeats the case,
+// each time after an update there and back (the dispatcher then goes to sleep).
+TEST(TransferDeadline, FusedUpdateInAnOpenBucketFailsAtItsDeadline) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  auto mgr = makeManager(*client, {});
+  ASSERT_TRUE(mgr);
+  constexpr uint64_t kRounds = 20;
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    auto before = gradient(100 + i, 0, 10);
+    GradientUpdate g;
+    g.key = 100 + i;
+    g.tensor = TensorView::of(before.data(), before.size(), DType::kF32);
+    TransferHandle there = mgr->enqueue(g);
+    mgr->flush();
+    ASSERT_TRUE(there.wait(Deadline::afterMs(20000)).ok()) << there.status();
+    auto data = gradient(i, 0, 10);
+    g.key = i;
+    g.tensor = TensorView::of(data.data(), data.size(), DType::kF32);
+    g.deadline = Deadline::afterMs(20);
+    TransferHandle h = mgr->enqueue(g);  // fused, in a bucket closed only by the next round
+    const Deadline d = Deadline::afterMs(20000);
+    while (!h.test() && !d.expired()) std::this_thread::sleep_for(Millis(1));
+    ASSERT_TRUE(h.test()) << "the update still waits in its open bucket";
+    EXPECT_EQ(h.status().code(), StatusCode::kDeadlineExceeded) << h.status();
+  }
+  EXPECT_EQ(mgr->stats().deadlinesMissed, kRounds);
+}
+
 // Cancelling an update whose chunk the client already has: the status is decided, but the
 // handle completes only once that chunk is back (it reads the tensor and writes the result
 // until then), so the caller never gets the tensor back while the client still uses it.
@@ -449,6 +484,40 @@ TEST(TransferCancel, DestroyingTheManagerCancelsWhatIsQueued) {
   mgr.reset();
   EXPECT_EQ(ha.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
   EXPECT_EQ(hs.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+}
+
+// A fusion bucket is never larger than one wire chunk, with fuseBelowBytes above the chunk size
+// (clamped to it): two updates that together exceed a chunk go in separate buckets, and one
+// larger than a chunk is chunked, not fused. Buckets of up to bucketBytes + fuseBelowBytes used
+// to travel as several wire chunks, outside the manager's ordering and windows.
+TEST(TransferFusion, ABucketIsNeverLargerThanOneChunk) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;
+  o.fuseBelowBytes = 1 << 20;  // above the 4 KiB chunk
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  const std::vector<size_t> floats = {750, 750, 2500, 10};  // 3000, 3000, 10000, 40 bytes
+  std::vector<std::vector<float>> data, want;
+  for (size_t k = 0; k < floats.size(); ++k) data.push_back(gradient(k + 1, 0, floats[k]));
+  want = data;  // one worker: the sum is its own gradient
+  std::vector<TransferHandle> handles;
+  for (size_t k = 0; k < floats.size(); ++k) {
+    GradientUpdate g;
+    g.key = k + 1;
+    g.tensor = TensorView::of(data[k].data(), data[k].size(), DType::kF32);
+    handles.push_back(mgr->enqueue(g));
+  }
+  mgr->flush();
+  mgr->resume();
+  for (size_t k = 0; k < floats.size(); ++k) {
+    ASSERT_TRUE(handles[k].wait(Deadline::afterMs(20000)).ok()) << handles[k].status();
+    EXPECT_EQ(data[k], want[k]) << "key " << k + 1;
+  }
+  for (const auto& r : mgr->records()) EXPECT_LE(r.bytes, kChunk) << r.name;
 }
 
 TEST(TransferManagerArgs, BadInputCompletesTheHandleAtOnce) {
