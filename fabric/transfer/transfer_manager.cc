@@ -334,26 +334,32 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
   }
 
-  // Removes queue[i] and accounts it as handed to the transport (ack and result windows).
-  std::shared_ptr<Unit> takeLocked(size_t i) {
+  // Removes queue[i] and accounts it as handed to the transport (ack and result windows), and
+  // as sent in the stats and its record unless `sent` is false (its grant failed: it fails
+  // through onAcked/onDone like a sent unit, but never travelled).
+  std::shared_ptr<Unit> takeLocked(size_t i, bool sent = true) {
     std::shared_ptr<Unit> u = queue[i];
     outstanding.push_back(u);
     queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
     unqueuedLocked(*u);
     inFlight++;
+    if (u->isBucket()) {
+      for (auto& m : u->members) {
+        m.update->unitsQueued--;
+        m.update->unitsInFlight++;
+      }
+    } else {
+      u->update->unitsInFlight++;
+    }
+    if (!sent) return u;
     DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
     d.unitsSent++;
     d.bytesSent += u->in.bytes();
     stats.bytesSent += u->in.bytes();
     if (u->isBucket()) {
       stats.bucketsSent++;
-      for (auto& m : u->members) {
-        m.update->unitsQueued--;
-        m.update->unitsInFlight++;
-      }
     } else {
       stats.chunksSent++;
-      u->update->unitsInFlight++;
     }
     if (TransferRecord* r = record(u->recordId)) {
       r->sendIndex = sends;
@@ -396,7 +402,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (!grant.ok()) {  // fail the chosen unit if it is still queued
       auto it = std::find(queue.begin(), queue.end(), chosen);
       if (it == queue.end()) return;
-      std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()));
+      std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()),
+                                             /*sent=*/false);
       // The update fails with this unit: its other chunks would each wait for a grant in vain.
       if (up) dropQueuedLocked(up, "grant_failed");
       lock.unlock();

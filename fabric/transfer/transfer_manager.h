@@ -119,6 +119,7 @@ struct TransferStats {
   uint64_t updatesFailed = 0;     // any error other than the two below
   uint64_t updatesCancelled = 0;
   uint64_t deadlinesMissed = 0;
+  // Sent: handed to the transport (a unit whose central grant failed never was).
   uint64_t chunksSent = 0;   // units that were a chunk of a large update
   uint64_t bucketsSent = 0;  // units that were a bucket of fused updates
   uint64_t bytesSent = 0;

@@ -317,6 +317,45 @@ TEST(CentralScheduler, ARepeatedRequestIdIsRefused) {
   (*ctx)->join();
 }
 
+// A unit whose grant failed (here: timed out, another worker's grant holds the destination's
+// whole budget) never travelled: it is not counted as sent in the stats (units, bytes) nor given
+// a send index in its record. It used to be counted like a unit handed to the transport.
+TEST(CentralScheduler, AUnitWhoseGrantFailedIsNotCountedAsSent) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto sched = localScheduler(1, 100);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto holder = transfer::SchedClient::connect(1, reach(**sched));
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  auto held = (*holder)->acquire(0, 100, Deadline::afterMs(20000));  // never delivered
+  ASSERT_TRUE(held.ok()) << held.status();
+  ps::ClientOptions co;
+  co.chunkBytes = kChunk;
+  auto client = cluster.connect(0, co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  transfer::TransferOptions o;
+  o.scheduler = sc->get();
+  o.grantTimeoutMs = 200;  // no grant can come: any timeout expires
+  o.fuseBelowBytes = 1;
+  auto mgr = transfer::TransferManager::create(**client, o);
+  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  std::vector<float> g(2 * kChunk / sizeof(float), 1.0f);  // 2 chunks
+  transfer::GradientUpdate u;
+  u.key = 7;
+  u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
+  const Status st = (*mgr)->enqueue(u).wait(Deadline::afterMs(20000));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  const transfer::TransferStats s = (*mgr)->stats();
+  EXPECT_EQ(s.chunksSent, 0u);
+  EXPECT_EQ(s.bucketsSent, 0u);
+  EXPECT_EQ(s.bytesSent, 0u);
+  EXPECT_EQ(s.destinations[0].unitsSent, 0u);
+  EXPECT_EQ(s.destinations[0].bytesSent, 0u);
+  for (const auto& r : (*mgr)->records()) EXPECT_EQ(r.sendIndex, ~0ull) << r.name;
+}
+
 // COFAB_TRANSFER_SCHEDULER=central: an unchanged training loop (no TransferOptions::scheduler)
 // finds the scheduler through COFAB_STORE. Worker processes, so the environment is their own.
 TEST(CentralScheduler, EnvironmentSelectsCentralMode) {
