@@ -13,6 +13,19 @@ Reject parseReject(const std::vector<uint8_t>& payload) {
   return r;
 }
 
+std::optional<RejectReason> rejectReasonOf(const Status& status) {
+  const std::string& m = status.message();
+  const size_t at = m.find(" rejected ");
+  if (status.ok() || at == std::string::npos) return std::nullopt;
+  for (uint8_t code = 1; code <= kMaxRejectReason; ++code) {
+    const auto reason = static_cast<RejectReason>(code);
+    const std::string_view name = rejectReasonName(reason);
+    if (name == "unknown") continue;  // an unassigned code
+    if (m.find(": " + std::string(name) + ": ", at) != std::string::npos) return reason;
+  }
+  return std::nullopt;
+}
+
 std::string Reject::describe() const { return std::string(rejectReasonName(reason)) + ": " + text; }
 
 std::string_view rejectReasonName(RejectReason reason) {

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/status.h"
 #include "fabric/wire/header.h"
 
 namespace cofab::ps {
@@ -112,6 +114,13 @@ struct Reject {
   std::string describe() const;  // "<reason name>: <text>"
 };
 Reject parseReject(const std::vector<uint8_t>& payload);
+
+// The reason a daemon gave for rejecting a chunk of a failed push-pull, read back from the
+// operation's Status (the client's text: "<daemon> rejected <chunk>: <reason name>: <text>",
+// context around it allowed), so that callers can tell reasons that share a StatusCode apart
+// (FailedPrecondition: finished_iteration, beyond_window, draining). nullopt when `status` is
+// not such a reject.
+std::optional<RejectReason> rejectReasonOf(const Status& status);
 
 // The peer ids the transport handshake carries: "worker 3", "agg 1".
 std::string workerPeerId(int rank);

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "coding/gradient/fractional_repetition.h"
+#include "fabric/ps/ps_protocol.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/sync/algorithm_base.h"
 
@@ -130,6 +131,15 @@ class GradcodeSync final : public AlgorithmBase {
     }
     size_t t = 0;
     Status st = waitEveryHandle(*client_, handles, deadline(), &t);
+    // A draining daemon and one that no longer holds the round both reject with
+    // FailedPrecondition: only the reason tells them apart, and the remedies differ (restart the
+    // job once the daemons are back vs. a larger gradcodeWindow).
+    if (ps::rejectReasonOf(st) == ps::RejectReason::kDraining) {
+      failed_ = st.withContext("sync gradcode: step " + std::to_string(step) +
+                               ": an aggregator is shutting down (draining) and refused the "
+                               "round; restart the job once the daemons are back");
+      return failed_;
+    }
     if (st.code() == StatusCode::kFailedPrecondition) {
       failed_ = st.withContext("sync gradcode: rank " + std::to_string(env_.rank) + " step " +
                                std::to_string(step) + " fell more than gradcodeWindow (" +

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,11 +35,13 @@ constexpr int64_t kTimeoutMs = 3000;
 // The test's own bounded waits, for operations that complete without waiting on a timeout.
 constexpr int64_t kWaitMs = 20000;
 
-std::unique_ptr<aggregator::AggregatorServer> makeServer(int workers, int gradientStragglers) {
+// drainTimeoutMs 0: the peer's last round stays open, do not wait for it at shutdown.
+std::unique_ptr<aggregator::AggregatorServer> makeServer(int workers, int gradientStragglers,
+                                                         int64_t drainTimeoutMs = 0) {
   aggregator::ServerOptions so;
   so.numWorkers = workers;
   so.listenAddress = "127.0.0.1:0";
-  so.drainTimeoutMs = 0;  // the peer's last round stays open: do not wait for it at shutdown
+  so.drainTimeoutMs = drainTimeoutMs;
   so.engine.gradientStragglers = gradientStragglers;
   auto server = aggregator::AggregatorServer::create(so);
   EXPECT_TRUE(server.ok()) << server.status();
@@ -204,6 +207,57 @@ TEST(SyncFailureTest, GradcodeStepThatTimedOutFailsEveryLaterStep) {
   for (float v : out) {
     ASSERT_EQ(v, 1.0f) << "a failed step changed the model";
   }
+}
+
+// gradcode's step refused by a daemon that is shutting down says so (and what to do), not that
+// this worker fell more than gradcodeWindow rounds behind: both are FailedPrecondition rejects,
+// told apart by their reason (ps::rejectReasonOf). Same setup as above; the peer also opens a
+// round nobody completes, so that shutdown() stays draining (refusing every push) until its
+// drain timeout, while worker 0 steps.
+TEST(SyncFailureTest, GradcodeStepRefusedByADrainingDaemonSaysSo) {
+  constexpr int64_t kDrainMs = 10000;  // how long the daemon drains (the step is refused meanwhile)
+  auto server = makeServer(/*workers=*/4, /*gradientStragglers=*/1, kDrainMs);
+  ASSERT_TRUE(server != nullptr);
+  RawWorker peer;
+  Status connected = peer.connect(/*rank=*/2, /*worldSize=*/4, server->address());
+  ASSERT_TRUE(connected.ok()) << connected;
+  std::vector<ps::PushPullHandle> initial = peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kSum);
+  initial.push_back(peer.push(kCheckKey, 1, 1.0f, ps::ReduceOp::kSum));
+
+  HashStore store;
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 4;
+  env.store = &store;
+  env.client.serverAddresses = {server->address()};
+  SyncOptions o;
+  o.algorithm = "gradcode";
+  o.gradientStragglers = 1;
+  o.timeoutMs = kWaitMs;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  std::vector<float> model(kModel, 1.0f);
+  Status started = (*algo)->start(model, kLayout);
+  ASSERT_TRUE(started.ok()) << started;
+  Status initialDone = waitEvery(initial);
+  ASSERT_TRUE(initialDone.ok()) << initialDone;
+
+  // Group {0,1} never pushes this key: once the daemon has opened its round, shutdown() drains
+  // (refusing pushes) until kDrainMs.
+  peer.push(kCheckKey + 1, 1, 1.0f, ps::ReduceOp::kSum);
+  const Deadline d = Deadline::afterMs(kWaitMs);
+  while (server->metrics().openRounds.load() == 0 && !d.expired()) std::this_thread::yield();
+  ASSERT_EQ(server->metrics().openRounds.load(), 1u);
+  std::thread stopper([&] { server->shutdown("test: draining"); });
+  while (!server->draining() && !d.expired()) std::this_thread::yield();
+  ASSERT_TRUE(server->draining());
+
+  std::vector<float> grad(kModel, 2.0f);
+  const Status st = (*algo)->step(0, grad, 0, 1);
+  stopper.join();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("shutting down"), std::string::npos) << st;
+  EXPECT_EQ(st.message().find("behind"), std::string::npos) << st;
 }
 
 // start() with a layout that does not cover the model fails before connecting to anything;
