@@ -1,7 +1,8 @@
 // cofab-sched: the central scheduler of MLfabric's central mode (fabric/transfer/
 // central_scheduler.h, docs/TRANSFER.md). Registers its address under "<store-prefix>/address"
 // in the job's Store (like cofab-aggd), grants workers' units per destination daemon (least
-// loaded first, at most --dest-bytes undelivered, paced at --rate bytes/s), serves until
+// loaded first, at most --dest-bytes undelivered, paced at --rate bytes/s; a request for more
+// than 1 GiB, transfer::kMaxRequestBytes, is refused with the reason), serves until
 // SIGTERM/SIGINT and exits 0. Exit 1 on a configuration or startup error (printed on stderr):
 // an unknown option, a malformed or out-of-range number ("-1" included). A SIGTERM/SIGINT that
 // arrives during startup (connecting to the store, waiting for the daemons' count) stops it

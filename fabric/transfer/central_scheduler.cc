@@ -133,6 +133,14 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
                  " wanted, " + std::to_string(h.iteration) + " bytes)");
         return;
       }
+      if (h.iteration > kMaxRequestBytes) {
+        stats.protocolErrors++;
+        send(c, SchedOp::kRefuse, h.key, 0, 0,
+             "cofab-sched: request " + std::to_string(h.key) + " for " +
+                 std::to_string(h.iteration) + " bytes is above the limit of " +
+                 std::to_string(kMaxRequestBytes) + " bytes (1 GiB) per unit");
+        return;
+      }
       if (c->waiting.count(h.key) != 0 || grants.count({c.get(), h.key}) != 0) {
         // A second grant under one id would overwrite the first, whose bytes then never come
         // back (its delivery releases only one).

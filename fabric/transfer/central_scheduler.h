@@ -21,7 +21,8 @@
 //   kGrant     sched -> worker  key = request id, sequence = the destination chosen,
 //                               iteration = start delay in µs (pacing)
 //   kDelivered worker -> sched  key = request id (the unit was acknowledged by its daemon)
-//   kRefuse    sched -> worker  key = request id, payload = reason text (bad destination, ...)
+//   kRefuse    sched -> worker  key = request id, payload = reason text (bad destination, more
+//                               than kMaxRequestBytes, ...)
 // A worker whose connection ends releases the load of its undelivered grants.
 //
 // Ownership and threads: the scheduler owns its transport context; messages are handled on its
@@ -40,6 +41,11 @@ namespace cofab::transfer {
 
 // Opcodes on a scheduler connection (their own space: nothing else travels there). Wire format.
 enum class SchedOp : uint8_t { kRequest = 1, kGrant = 2, kDelivered = 3, kRefuse = 4 };
+
+// The largest unit a request may ask for (1 GiB, the wire's largest payload): the bytes are the
+// client's claim, added to a destination's load and paced, so larger ones are refused rather than
+// granted (an idle destination takes any size) and overflowing that arithmetic.
+inline constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 30;
 
 // Store key under which cofab-sched registers its address ("<prefix>/address").
 std::string schedulerAddressKey(const std::string& prefix);

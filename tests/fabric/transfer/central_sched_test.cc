@@ -356,6 +356,26 @@ TEST(CentralScheduler, AUnitWhoseGrantFailedIsNotCountedAsSent) {
   for (const auto& r : (*mgr)->records()) EXPECT_EQ(r.sendIndex, ~0ull) << r.name;
 }
 
+// A request for more than 1 GiB (transfer::kMaxRequestBytes) is refused with an error that says
+// so, whatever the destination's load: the scheduler used to grant any claimed size to an idle
+// destination, and its load and pacing arithmetic overflowed on absurd ones.
+TEST(CentralScheduler, ARequestAboveOneGibIsRefused) {
+  auto sched = localScheduler(1, 1 << 20);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  constexpr uint64_t kGib = uint64_t{1} << 30;
+  for (uint64_t bytes : {kGib + 1, ~uint64_t{0}}) {
+    auto g = (*sc)->acquire(0, bytes, Deadline::afterMs(20000));
+    EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << bytes << ": " << g.status();
+    EXPECT_NE(g.status().message().find(std::to_string(kGib)), std::string::npos) << g.status();
+  }
+  EXPECT_EQ((*sched)->stats().destinations[0].granted, 0u);
+  auto atLimit = (*sc)->acquire(0, kGib, Deadline::afterMs(20000));  // an idle destination
+  ASSERT_TRUE(atLimit.ok()) << atLimit.status();
+  (*sc)->delivered(*atLimit);
+}
+
 // COFAB_TRANSFER_SCHEDULER=central: an unchanged training loop (no TransferOptions::scheduler)
 // finds the scheduler through COFAB_STORE. Worker processes, so the environment is their own.
 TEST(CentralScheduler, EnvironmentSelectsCentralMode) {
