@@ -179,10 +179,14 @@ void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Stat
       std::lock_guard<std::mutex> lock(linksMu_);
       WorkerLinks& w = links_[static_cast<size_t>(peer->workerRank)];
       --w.open;
-      if (wasActive && --w.active == 0 && !orderly && !cancelled) {
+      if (wasActive) --w.active;
+      // A link that broke before its first push counts too (the worker died while starting):
+      // else its rounds would wait for the round timeout, naming it as connected. It does not
+      // replace the loss of a link that carried state.
+      if (w.active == 0 && !orderly && !cancelled && (wasActive || !w.broken)) {
         w.broken = true;
         w.link = peer->describe();
-        w.reason = st.toString();
+        w.reason = st.toString() + (wasActive ? "" : " (not yet pushed)");
       }
       // Lost once nothing of it is left; a connection still open (a reconnect, a second
       // client) may yet carry its state again (activateLink).
@@ -205,7 +209,7 @@ void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Stat
       // already acts on the loss.
       metrics_.workersLost.fetch_add(1, std::memory_order_relaxed);
     }
-    if (wasActive || cancelled) return;
+    if (wasActive || lost || cancelled) return;
   }
   if (!orderly && !cancelled) {
     COFAB_LOG(kInfo, "aggd") << peer->describe() << " closed: " << st.toString();

@@ -103,6 +103,29 @@ TEST(AggregatorFaults, AWorkerThatReconnectsIsNoLongerCountedAsLost) {
   }
 }
 
+// A worker whose only connection breaks before its first push (it died while starting up) is
+// lost too: the rounds waiting for it are released after the dead-worker deadline, naming it as
+// not yet pushed, not after the round timeout (an hour here) as if it were still connected.
+TEST(AggregatorFaults, AConnectionThatBreaksBeforeItsFirstPushIsALostWorker) {
+  DaemonCluster cluster(1, 2, {"--dead-worker-ms", "1", "--round-timeout-ms", "3600000"});
+  ASSERT_TRUE(cluster.start().ok());
+  {
+    auto gone = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(gone.ok()) << gone.status();
+  }  // broken without a goodbye, never pushed
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto failed = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
+  const std::string why(failed->payload.begin(), failed->payload.end());
+  EXPECT_NE(why.find("worker 1 (connection lost"), std::string::npos) << why;
+  EXPECT_NE(why.find("(not yet pushed)"), std::string::npos) << why;
+}
+
 // A worker is lost only once no connection of it is left: while a second one is open (a
 // reconnect the daemon accepted before it noticed the old link break, or a second client), the
 // broken link does not release its rounds; that connection carries its pushes instead.
