@@ -159,22 +159,26 @@ void Engine::handle(Event& e) {
   }
 }
 
+std::unique_ptr<Engine::Slot> Engine::newSlot(const wire::Header& h) const {
+  auto s = std::make_unique<Slot>();
+  s->key = h.key;
+  s->chunk = h.chunkIndex;
+  s->chunkCount = h.chunkCount;
+  s->dtype = h.dtype;
+  s->cur = options_.firstIteration;
+  const auto n = static_cast<size_t>(options_.numWorkers);
+  s->contribution.resize(n);
+  s->state.assign(n, 0);
+  s->pusher.resize(n);
+  return s;
+}
+
 Engine::Slot& Engine::slotFor(const wire::Header& h, bool* created) {
   auto& ptr = slots_[slotId(h.key, h.chunkIndex)];
   *created = ptr == nullptr;
   if (!ptr) {
-    ptr = std::make_unique<Slot>();
-    Slot& s = *ptr;
-    s.key = h.key;
-    s.chunk = h.chunkIndex;
-    s.chunkCount = h.chunkCount;
-    s.dtype = h.dtype;
-    s.cur = options_.firstIteration;
+    ptr = newSlot(h);
     metrics_.slots.fetch_add(1, std::memory_order_relaxed);
-    const auto n = static_cast<size_t>(options_.numWorkers);
-    s.contribution.resize(n);
-    s.state.assign(n, 0);
-    s.pusher.resize(n);
   }
   return *ptr;
 }
@@ -198,20 +202,36 @@ void Engine::onPush(Event& e) {
     e.peer->reject(metrics_, RejectReason::kWrongCompression, h, codec.status().message());
     return;
   }
-  bool created = false;
-  Slot& s = slotFor(h, &created);
-  // (A slot of another key under the same id is refused below.)
-  if (s.bytes == 0 && s.key == h.key && s.chunk == h.chunkIndex) {
-    if (!created) adoptPushShape(s, h);
+  // A refused push leaves no state behind: it is checked against the slot (or a new one, not
+  // yet kept), and creates the slot or defines its shape only once it is stored (define below).
+  const uint64_t id = slotId(h.key, h.chunkIndex);
+  auto found = slots_.find(id);
+  std::unique_ptr<Slot> fresh = found == slots_.end() ? newSlot(h) : nullptr;
+  Slot& s = fresh ? *fresh : *found->second;
+  const bool replyFeedback = (h.opcode & ps::kPushReplyFeedback) != 0;
+  // No push stored yet (a new slot, or one only pulls reached): this one will define the chunk.
+  const bool defines = s.bytes == 0;
+  auto define = [&] {
+    if (!defines) return;
+    if (fresh) {
+      slots_[id] = std::move(fresh);  // `s` stays valid: the Slot itself does not move
+      metrics_.slots.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      adoptPushShape(s, h);
+    }
     s.bytes = e.payload->size();
     s.codec = *codec;
     s.logicalCount = encoded.count;
     s.block = encoded.block;
-    s.replyFeedback = (h.opcode & ps::kPushReplyFeedback) != 0;
+    s.replyFeedback = replyFeedback;
+  };
+  if (s.key != h.key || s.chunk != h.chunkIndex) {
+    // Two (key, chunk) pairs with one slot id: astronomically unlikely; refuse rather than mix.
+    e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
+    return;
   }
-  const bool replyFeedback = (h.opcode & ps::kPushReplyFeedback) != 0;
-  if (*codec != s.codec || encoded.count != s.logicalCount || encoded.block != s.block ||
-      replyFeedback != s.replyFeedback) {
+  if (!defines && (*codec != s.codec || encoded.count != s.logicalCount ||
+                   encoded.block != s.block || replyFeedback != s.replyFeedback)) {
     auto describe = [](compress::Compression c, size_t count, size_t block, bool feedback) {
       return std::string(compress::compressionName(c)) + " (" + std::to_string(count) +
              " elements, block " + std::to_string(block) + (feedback ? ", reply feedback)" : ")");
@@ -221,18 +241,13 @@ void Engine::onPush(Event& e) {
                        ", got " + describe(*codec, encoded.count, encoded.block, replyFeedback));
     return;
   }
-  if (s.key != h.key || s.chunk != h.chunkIndex) {
-    // Two (key, chunk) pairs with one slot id: astronomically unlikely; refuse rather than mix.
-    e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
-    return;
-  }
-  if (h.dtype != s.dtype) {
+  if (!defines && h.dtype != s.dtype) {
     e.peer->reject(metrics_, RejectReason::kWrongDType, h,
                    "chunk has dtype " + std::string(dtypeName(s.dtype)) + ", got " +
                        std::string(dtypeName(h.dtype)));
     return;
   }
-  if (e.payload->size() != s.bytes || h.chunkCount != s.chunkCount) {
+  if (!defines && (e.payload->size() != s.bytes || h.chunkCount != s.chunkCount)) {
     e.peer->reject(metrics_, RejectReason::kWrongSize, h,
                    "chunk has " + std::to_string(s.bytes) + " bytes of " +
                        std::to_string(s.chunkCount) + " chunks, got " +
@@ -274,6 +289,7 @@ void Engine::onPush(Event& e) {
                      "a fan-out push into a round that already has contributions");
       return;
     }
+    define();
     metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
     s.fanOut = true;
     e.peer->sendControl(ps::ControlOp::kAck, h);
@@ -293,6 +309,7 @@ void Engine::onPush(Event& e) {
                    std::string("the round is a ") + (s.average ? "average" : "sum"));
     return;
   }
+  define();  // from here on the push is stored, or a duplicate of one stored
   const auto r = static_cast<size_t>(rank);
   if (!forwarded) {
     // A resend on the same connection must not get the result twice.

@@ -110,6 +110,8 @@ class Engine {
   void onBackupLost();
   void failOpenRounds(const std::string& why);
   void tick();
+  // A slot for h's (key, chunk), not yet kept in slots_.
+  std::unique_ptr<Slot> newSlot(const wire::Header& h) const;
   Slot& slotFor(const wire::Header& h, bool* created);
   void markDurable(Slot& slot, int rank);
   void maybeComplete(Slot& slot);

@@ -90,6 +90,55 @@ TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
   }
 }
 
+// A refused push leaves no state behind: no slot, no shape for the pushes that follow, and a
+// pull waiting on the chunk is neither refused nor answered by it.
+TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
+  DaemonCluster cluster(1, 2, {"--engines", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  // Beyond the window (a new chunk's open round is 0), 2 x f32, for a key nobody used yet.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 7, 3, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto refused = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kBeyondWindow)) << refused->text();
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_slots"), 0);
+  // Round 0 of key 7 holds 3 x f32: the refused push did not define the chunk.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 7, 0, DType::kF32), std::vector<float>{1, 2, 3}).ok());
+  ASSERT_TRUE((*w1)
+                  ->sendValues(RawPeer::push(1, 7, 0, DType::kF32), std::vector<float>{10, 20, 30})
+                  .ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22, 33}));
+  }
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_slots"), 1);
+  // Key 8: a pull waits; a refused push (f64, beyond the window) neither refuses the pull nor
+  // makes the chunk f64; the f32 pushes of round 0 then answer it.
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 0).ok());  // key 7's round is done
+  ASSERT_TRUE((*w1)->send(pullOf(1, 8, 0, DType::kF32), {}).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 8, 2, DType::kF64), std::vector<double>{1, 2}).ok());
+  refused = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kBeyondWindow)) << refused->text();
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 8, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 8, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  // Worker 1: its pull and its push are both answered with the sum.
+  for (auto* w : {&*w0, &*w1, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+}
+
 // Pulls for chunks nobody pushes cost the daemon a slot each: past COFAB_AGG_MAX_PULLED_ONLY
 // per engine they are refused with pull_backlog, and a push still gets through.
 TEST(AggregatorProtocol, PullsForChunksNobodyPushedAreBounded) {
