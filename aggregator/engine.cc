@@ -486,7 +486,9 @@ void Engine::onPull(Event& e) {
   bool created = false;  // == !known
   Slot& s = slotFor(h, &created);
   if (created) ++pulledOnly_;
-  if (!created && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {
+  // Only a push defines the chunk: before one (bytes 0) an earlier pull's dtype and chunk count
+  // are no rule for this pull; the first push refuses the waiting pulls that do not match it.
+  if (s.bytes != 0 && (h.dtype != s.dtype || h.chunkCount != s.chunkCount)) {
     e.peer->reject(metrics_, RejectReason::kWrongDType, h, "pull does not match the chunk");
     return;
   }

@@ -90,6 +90,33 @@ TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
   }
 }
 
+// A pull before any push does not fix the chunk for later pulls either: only the push does. A
+// second pull of the right dtype waits like the first, and only the wrong one is refused.
+TEST(AggregatorProtocol, AnEarlierPullDoesNotFixTheChunkForLaterPulls) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
+  ASSERT_TRUE((*w0)->send(pullOf(0, 5, 0, DType::kF32), {}).ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 5, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto refused = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kWrongDType))
+      << refused->header.describe() << " " << refused->text();
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  // Worker 0: its pull and its push are both answered with the sum.
+  for (auto* w : {&*w0, &*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+}
+
 // A refused push leaves no state behind: no slot, no shape for the pushes that follow, and a
 // pull waiting on the chunk is neither refused nor answered by it.
 TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
