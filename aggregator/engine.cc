@@ -34,6 +34,7 @@ struct Engine::Slot {
   int durable = 0;
   bool average = false;
   int64_t openedNs = 0;
+  bool counted = false;  // in open_rounds: kept equal to open() by Engine::noteOpen
 
   // The last finished round: answers duplicates and late pulls.
   bool hasLast = false;
@@ -328,14 +329,10 @@ void Engine::onPush(Event& e) {
     }
     return;
   }
-  if (!s.open()) {
-    s.openedNs = nowNs();
-    openRounds_.fetch_add(1, std::memory_order_relaxed);
-    metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
-  }
   s.average = average;
   s.contribution[r] = e.payload;
   s.present++;
+  noteOpen(s);
   metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
   if (s.codec != compress::Compression::kNone) {
     metrics_.sync.compressedChunksIn.fetch_add(1, std::memory_order_relaxed);
@@ -451,11 +448,20 @@ void Engine::finishRound(Slot& s, Payload result) {
   resetRound(s);
 }
 
-void Engine::resetRound(Slot& s) {
-  if (s.open()) {
+void Engine::noteOpen(Slot& s) {
+  if (s.open() == s.counted) return;
+  s.counted = s.open();
+  if (s.counted) {
+    s.openedNs = nowNs();
+    openRounds_.fetch_add(1, std::memory_order_relaxed);
+    metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
+  } else {
     openRounds_.fetch_sub(1, std::memory_order_relaxed);
     metrics_.openRounds.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+void Engine::resetRound(Slot& s) {
   for (auto& c : s.contribution) c.reset();
   for (auto& p : s.pusher) p.reset();
   std::fill(s.state.begin(), s.state.end(), 0);
@@ -464,6 +470,7 @@ void Engine::resetRound(Slot& s) {
   s.present = 0;
   s.durable = 0;
   s.cur++;
+  noteOpen(s);
 }
 
 void Engine::onPull(Event& e) {
@@ -507,12 +514,8 @@ void Engine::onPull(Event& e) {
         "the open round is iteration " + std::to_string(s.cur));
     return;
   }
-  if (!s.open()) {
-    s.openedNs = nowNs();
-    openRounds_.fetch_add(1, std::memory_order_relaxed);
-    metrics_.openRounds.fetch_add(1, std::memory_order_relaxed);
-  }
   s.pullers.emplace_back(e.peer, h);
+  noteOpen(s);
 }
 
 namespace {
@@ -568,6 +571,9 @@ void Engine::adoptPushShape(Slot& s, const wire::Header& h) {
     }
   }
   s.pullers.swap(kept);
+  // Refusing every puller may close the round the pull opened; the push that follows reopens
+  // it (noteOpen keeps the count right either way).
+  noteOpen(s);
 }
 
 void Engine::onWorkerBack(const Event& e) {

@@ -120,6 +120,9 @@ class Engine {
   void finishRound(Slot& slot, Payload result);
   void failRound(Slot& slot, const std::string& why);
   void resetRound(Slot& slot);
+  // Counts the slot's round in open_rounds exactly while it is open (contributions or pullers
+  // waiting), whichever way it opened or closed: call after either may have changed.
+  void noteOpen(Slot& slot);
   std::string missingWorkers(const Slot& slot, int64_t now, bool* anyGone) const;
 
   const int index_;

@@ -88,6 +88,9 @@ TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
     ASSERT_TRUE(sum.ok()) << sum.status();
     EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
   }
+  // The round was opened by the refused pull, then held by the pushes: counted once, and no
+  // longer open once answered.
+  EXPECT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 0).ok());
 }
 
 // A pull before any push does not fix the chunk for later pulls either: only the push does. A
