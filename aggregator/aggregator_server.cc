@@ -310,7 +310,6 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
                                  << options_.creditBytes << " bytes (counted in "
                                  << "cofab_agg_credit_violations_total)";
       }
-      metrics_.noteWorkerIteration(static_cast<int>(h.senderRank), h.iteration);
       if (peer->workerRank >= 0 && !peer->active.exchange(true)) {
         activateLink(peer->workerRank);
       }

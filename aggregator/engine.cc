@@ -292,6 +292,7 @@ void Engine::onPush(Event& e) {
     }
     define();
     metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+    metrics_.noteWorkerIteration(rank, h.iteration);
     s.fanOut = true;
     e.peer->sendControl(ps::ControlOp::kAck, h);
     if (deliver) s.deliverTo.push_back(e.peer);
@@ -334,6 +335,9 @@ void Engine::onPush(Event& e) {
   s.present++;
   noteOpen(s);
   metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
+  // The lag gauge counts stored pushes only: a refused one (say far beyond the window) says
+  // nothing about where its worker is.
+  metrics_.noteWorkerIteration(rank, h.iteration);
   if (s.codec != compress::Compression::kNone) {
     metrics_.sync.compressedChunksIn.fetch_add(1, std::memory_order_relaxed);
     metrics_.sync.compressedBytesIn.fetch_add(s.bytes, std::memory_order_relaxed);

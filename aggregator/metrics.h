@@ -48,7 +48,7 @@ struct Metrics {
   std::atomic<uint64_t> backlogMaxChunks{0};
   std::atomic<uint64_t> backlogChunks{0};
   std::array<std::atomic<uint64_t>, ps::kMaxRejectReason + 1> rejects{};
-  // Highest iteration each worker has pushed (+1; 0 = nothing yet): lag = max - this.
+  // Highest iteration of each worker's stored pushes (+1; 0 = nothing yet): lag = max - this.
   std::unique_ptr<std::atomic<uint64_t>[]> workerIteration;
   std::unique_ptr<std::atomic<uint64_t>[]> engineQueueDepth;
   int numWorkers;

@@ -169,6 +169,27 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
   }
 }
 
+// The lag gauge follows the pushes the daemon stored: one refused (beyond the window) says
+// nothing about how far its worker is.
+TEST(AggregatorProtocol, WorkerLagCountsOnlyStoredPushes) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 1, 1000, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto refused = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kBeyondWindow)) << refused->text();
+  // Worker 0 pushed the newest iteration stored; worker 1 has stored nothing (one behind).
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_worker_lag_iterations", "worker=\"0\""), 0);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_worker_lag_iterations", "worker=\"1\""), 1);
+}
+
 // Pulls for chunks nobody pushes cost the daemon a slot each: past COFAB_AGG_MAX_PULLED_ONLY
 // per engine they are refused with pull_backlog, and a push still gets through.
 TEST(AggregatorProtocol, PullsForChunksNobodyPushedAreBounded) {
