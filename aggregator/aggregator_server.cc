@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
   s->pool_ = PayloadPool::create(static_cast<size_t>(poolBytes));
   EngineOptions eo = options.engine;
   eo.numWorkers = options.numWorkers;
+  eo.maxChunkBytes = options.maxChunkBytes;
   COFAB_ASSIGN_OR_RETURN(int64_t pulledOnly, kMaxPulledOnly.get());
   eo.maxPulledOnly = static_cast<size_t>(pulledOnly);
   AggregatorServer* self = s.get();

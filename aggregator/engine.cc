@@ -203,6 +203,17 @@ void Engine::onPush(Event& e) {
     e.peer->reject(metrics_, RejectReason::kWrongCompression, h, codec.status().message());
     return;
   }
+  // --max-chunk-bytes bounds what the chunk decodes to as well: the reduction allocates that
+  // (per contribution), and a few KiB of 1-bit code may claim 32 times as many bytes.
+  if (encoded.count > options_.maxChunkBytes / sizeof(float)) {
+    e.peer->reject(metrics_, RejectReason::kOversized, h,
+                   std::string(compress::compressionName(*codec)) + " chunk decodes to " +
+                       std::to_string(encoded.count) + " f32 (" +
+                       std::to_string(encoded.count * sizeof(float)) +
+                       " bytes), beyond --max-chunk-bytes " +
+                       std::to_string(options_.maxChunkBytes));
+    return;
+  }
   // A refused push leaves no state behind: it is checked against the slot (or a new one, not
   // yet kept), and creates the slot or defines its shape only once it is stored (define below).
   const uint64_t id = slotId(h.key, h.chunkIndex);

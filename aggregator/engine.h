@@ -41,6 +41,9 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
+  // --max-chunk-bytes, which bounds a compressed chunk's decoded size too. Copied by
+  // AggregatorServer::create from ServerOptions::maxChunkBytes.
+  size_t maxChunkBytes = 64u << 20;
   // Slots a pull may create for chunks nobody has pushed yet, per engine (kPullBacklog beyond).
   size_t maxPulledOnly = 65536;
   int64_t staleness = 3;          // model store: SSP bound tau in clocks (model_store.h)

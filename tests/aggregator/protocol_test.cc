@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "fabric/compress/codec.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/raw_peer.h"
 #include "tests/support/thread_ranks.h"
@@ -188,6 +189,39 @@ TEST(AggregatorProtocol, WorkerLagCountsOnlyStoredPushes) {
   // Worker 0 pushed the newest iteration stored; worker 1 has stored nothing (one behind).
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_worker_lag_iterations", "worker=\"0\""), 0);
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_worker_lag_iterations", "worker=\"1\""), 1);
+}
+
+// --max-chunk-bytes bounds what a compressed chunk decodes to as well: a small 1-bit payload
+// claiming more elements than the limit holds is refused before the daemon allocates for it.
+TEST(AggregatorProtocol, ACompressedChunkIsBoundedByItsDecodedSize) {
+  DaemonCluster cluster(1, 1, {"--max-chunk-bytes", "4096"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok());
+  auto onebit = [](size_t count) {
+    std::vector<float> x(count, 1.0f);
+    std::vector<uint8_t> out(
+        compress::compressedBytes(compress::Compression::kOneBit, count, compress::kDefaultBlock));
+    compress::compress(compress::Compression::kOneBit, x.data(), count, compress::kDefaultBlock,
+                       nullptr, out.data());
+    return out;
+  };
+  const uint8_t bits = ps::kPushDeliver | ps::kPushOneBit;
+  // 8192 floats (32 KiB decoded) in about 1 KiB.
+  const std::vector<uint8_t> big = onebit(8192);
+  ASSERT_LE(big.size(), 4096u);
+  ASSERT_TRUE((*w0)->send(RawPeer::push(0, 1, 0, DType::kF32, 1, bits), big).ok());
+  auto refused = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(RejectReason::kOversized))
+      << refused->header.describe() << " " << refused->text();
+  EXPECT_NE(refused->text().find("decode"), std::string::npos) << refused->text();
+  // 1024 floats decode to exactly the limit: served.
+  ASSERT_TRUE((*w0)->send(RawPeer::push(0, 2, 0, DType::kF32, 1, bits), onebit(1024)).ok());
+  auto served = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->header.type, wire::MessageType::kPullReply)
+      << served->header.describe() << " " << served->text();
 }
 
 // Pulls for chunks nobody pushes cost the daemon a slot each: past COFAB_AGG_MAX_PULLED_ONLY
