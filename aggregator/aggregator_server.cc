@@ -115,12 +115,11 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   const int w = ps::parseWorkerPeerId(peer->conn->peerId());
   if (w >= 0 && w < options_.numWorkers) {
     peer->workerRank = w;
-    {
-      std::lock_guard<std::mutex> lock(linksMu_);
-      ++links_[static_cast<size_t>(w)].open;
-    }
+    std::lock_guard<std::mutex> lock(linksMu_);
+    ++links_[static_cast<size_t>(w)].open;
     // A worker that connects (again) is part of the job: rounds wait for it for the round
-    // timeout, not the dead-worker deadline of its lost connection.
+    // timeout, not the dead-worker deadline of its lost connection. Posted under linksMu_ like
+    // every Gone and Back, so the engines get them in the order the links changed.
     workerBack(w);
   }
   const int a = ps::parseAggregatorPeerId(peer->conn->peerId());
@@ -196,16 +195,18 @@ void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Stat
         w.broken = false;
         link = std::move(w.link);
         reason = std::move(w.reason);
+        // Posted under linksMu_: a connection of this worker accepted meanwhile posts its Back
+        // after this Gone, never before (the engines would think a connected worker lost).
+        Event e;
+        e.kind = Event::Kind::kWorkerGone;
+        e.rank = peer->workerRank;
+        e.reason = reason;
+        broadcast(e);
       }
     }
     if (lost) {
       COFAB_LOG(kWarn, "aggd") << "worker " << peer->workerRank << " lost: " << link << ": "
                                << reason;
-      Event e;
-      e.kind = Event::Kind::kWorkerGone;
-      e.rank = peer->workerRank;
-      e.reason = reason;
-      broadcast(e);
       // Counted after the engines have the event: whoever reads the count sees a daemon that
       // already acts on the loss.
       metrics_.workersLost.fetch_add(1, std::memory_order_relaxed);
@@ -229,16 +230,12 @@ void AggregatorServer::workerBack(int rank) {
 }
 
 void AggregatorServer::activateLink(int rank) {
-  bool back = false;
-  {
-    std::lock_guard<std::mutex> lock(linksMu_);
-    WorkerLinks& w = links_[static_cast<size_t>(rank)];
-    back = w.active++ == 0;
-    w.broken = false;  // a link carries its state again: not lost after all
-  }
+  std::lock_guard<std::mutex> lock(linksMu_);  // Gone and Back in link order (onPeerError)
+  WorkerLinks& w = links_[static_cast<size_t>(rank)];
+  w.broken = false;  // a link carries its state again: not lost after all
   // Its first live link again (say its old link's loss was noticed only after this connection
   // was accepted): back once more.
-  if (back) workerBack(rank);
+  if (w.active++ == 0) workerBack(rank);
 }
 
 bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, size_t size) {

@@ -87,6 +87,7 @@ class AggregatorServer {
   void postBackupRecv(std::shared_ptr<transport::Connection> link);
   void broadcast(const Event& e);
   // Worker `rank` connected again, or has a live link again: engines stop counting it as lost.
+  // Called with linksMu_ held.
   void workerBack(int rank);
   // A connection of worker `rank` starts carrying its state (its loss is a lost worker).
   void activateLink(int rank);
@@ -118,6 +119,8 @@ class AggregatorServer {
     std::string link;     // which connection that was
     std::string reason;   // why it ended
   };
+  // Also held while posting kWorkerGone / kWorkerBack, so that the engines get them in the order
+  // the links changed (lock order: linksMu_, then an engine's queue lock).
   std::mutex linksMu_;
   std::vector<WorkerLinks> links_;
 
