@@ -71,11 +71,22 @@ std::set<pid_t> otherThreads() {
 }
 
 // Best effort, bounded: a thread that blocks the mask signal never answers, and then takes
-// stop signals through onStopSignal as before (the pipe still says "stop", only later).
+// stop signals through onStopSignal as before (the pipe still says "stop", only later). The
+// signal interrupts what those threads wait in (a poll or sleep may return EINTR once); under
+// TSan, which runs handlers on a copy of the context, the mask change is lost (same fallback).
 void maskInEveryThread() {
+  // Someone else's signal (a profiler, an MPI library): leave it alone, and the older threads
+  // take stop signals through onStopSignal as before.
+  struct sigaction old {};
+  if (sigaction(maskSignal(), nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) != 0 ||
+      old.sa_handler != SIG_DFL) {
+    return;
+  }
   struct sigaction sa {};
   sa.sa_sigaction = onMaskSignal;
-  sigemptyset(&sa.sa_mask);
+  // Blocked from the handler's entry, not only once it returns: a thread counted as masked must
+  // not take a stop signal while it is still in the handler.
+  sa.sa_mask = stopSet();
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   // Left installed afterwards: a late delivery must find this handler, not the default action
   // (which ends the process).

@@ -22,11 +22,13 @@ class StopSignals {
  public:
   // Blocks SIGTERM and SIGINT in the calling thread (threads it starts later inherit that, so
   // their system calls are not interrupted) and in every thread already running (best effort,
-  // at most 1 s: uses SIGRTMIN+5, whose handler stays installed), and installs the handlers.
+  // at most 1 s: uses SIGRTMIN+5 unless something else handles it, and its handler stays
+  // installed; a wait in such a thread may see one EINTR), and installs the handlers.
   // Call it early in main, before starting threads; later calls do nothing more.
   static void install();
   // The number of a stop signal received so far (consumed), or 0; does not block. Once every
-  // thread blocks them, any signal sent before the call is seen.
+  // thread blocks them (install() could mask each older thread), any signal sent before the
+  // call is seen; otherwise one may show only a moment later.
   static int pending();
   // Blocks until a stop signal arrives (or one already did); its number.
   static int wait();
