@@ -34,6 +34,9 @@ class HandshakeHandler final : public EpollHandler {
   }
 
   void handleEvents(uint32_t) override {
+    // The sweep may have expired this handshake earlier in the same batch of events: the loop
+    // keeps the handler alive to the batch's end, but it is done.
+    if (finished_) return;
     while (true) {
       uint8_t* dst;
       size_t want;
@@ -85,6 +88,8 @@ class HandshakeHandler final : public EpollHandler {
 
  private:
   void finish(const std::string& error) {
+    if (finished_) return;
+    finished_ = true;
     // Leave this loop's epoll before the descriptor moves to a connection (perhaps on another
     // loop): no event may reach this handler afterwards. The loop keeps `this` alive until the
     // end of the iteration.
@@ -118,6 +123,7 @@ class HandshakeHandler final : public EpollHandler {
   std::string id_;
   StripeGroup group_;
   size_t got_ = 0;
+  bool finished_ = false;
   const int64_t startNs_ = nowNs();
 };
 
