@@ -1,5 +1,6 @@
 #include "coding/shuffle/xor_bytes.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -30,15 +31,7 @@ void xorInto(uint8_t* dst, const uint8_t* src, size_t bytes) {
 void xorOf(uint8_t* dst, std::span<const uint8_t* const> srcs, size_t bytes) {
   // dst may be one of the sources (an in-place fold). Copying srcs[0] into it first would then
   // overwrite a source before it is read; and a source listed twice cancels (x ^ x = 0).
-  std::vector<const uint8_t*> others;
-  size_t dstListed = 0;
-  for (const uint8_t* s : srcs) {
-    if (s == dst) {
-      ++dstListed;
-    } else {
-      others.push_back(s);
-    }
-  }
+  const size_t dstListed = static_cast<size_t>(std::count(srcs.begin(), srcs.end(), dst));
 #if COFAB_HAVE_ISAL
   // xor_gen wants >= 2 sources, 32-byte aligned pointers and, to stay on its fast path, a length
   // that is a multiple of 32 and fits an int. It is not documented to allow dst among them.
@@ -52,17 +45,19 @@ void xorOf(uint8_t* dst, std::span<const uint8_t* const> srcs, size_t bytes) {
     if (xor_gen(static_cast<int>(array.size()), static_cast<int>(bytes), array.data()) == 0) return;
   }
 #endif
-  size_t next = 0;
-  if (dstListed % 2 == 0) {
-    // dst's own value is not part of the result (absent, or cancelled): start from another.
-    if (others.empty()) {
-      std::memset(dst, 0, bytes);
-      return;
+  // An odd number of dst entries leaves dst's own value in the result: fold the others into it.
+  // An even number cancels it: the first other source overwrites it.
+  bool started = dstListed % 2 == 1;
+  for (const uint8_t* s : srcs) {
+    if (s == dst) continue;
+    if (started) {
+      xorInto(dst, s, bytes);
+    } else {
+      std::memmove(dst, s, bytes);
+      started = true;
     }
-    std::memmove(dst, others[0], bytes);
-    next = 1;
   }
-  for (; next < others.size(); ++next) xorInto(dst, others[next], bytes);
+  if (!started) std::memset(dst, 0, bytes);  // no sources, or dst listed an even number of times
 }
 
 }  // namespace cofab::coding
