@@ -83,8 +83,10 @@ TEST(ShuffleEndpoint, ADuplicatedReplyDoesNotStandInForAMissingRow) {
   d.reply(k0, {1, 2, 3, 4});  // duplicated; key 101 is never answered
   const Status s = pulling.get();
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
-  // The deadline names what never came, not only that the daemon was silent.
-  EXPECT_NE(s.message().find("no row for 1 of 2 (keys 101)"), std::string::npos) << s;
+  // The deadline names what never came, not only that the daemon was silent. (Key 100 too, if
+  // a loaded machine delivered its reply after the deadline.)
+  EXPECT_NE(s.message().find("no row for"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("101)"), std::string::npos) << s;
 }
 
 // The daemon acks one of two uploaded rows: the upload's deadline names the unacked key.
@@ -103,8 +105,9 @@ TEST(ShuffleEndpoint, AnUploadDeadlineNamesTheRowsNotAcked) {
   d.conn->send(ack, nullptr, 0, [](const Status&) {});
   const auto r = uploading.get();
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
-  EXPECT_NE(r.status().message().find("no ack for 1 of 2 (keys 501)"), std::string::npos)
-      << r.status();
+  // (Key 500 too, if a loaded machine delivered its ack after the deadline.)
+  EXPECT_NE(r.status().message().find("no ack for"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("501)"), std::string::npos) << r.status();
 }
 
 // The daemon stops reading while an upload is under way: the upload fails at its deadline, and

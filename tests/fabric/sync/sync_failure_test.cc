@@ -9,6 +9,7 @@
 // so is step() after any failed start() (on its layout, or connecting after the layout was set).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -246,15 +247,22 @@ TEST(SyncFailureTest, GradcodeStepRefusedByADrainingDaemonSaysSo) {
   // (refusing pushes) until kDrainMs.
   peer.push(kCheckKey + 1, 1, 1.0f, ps::ReduceOp::kSum);
   const Deadline d = Deadline::afterMs(kWaitMs);
-  while (server->metrics().openRounds.load() == 0 && !d.expired()) std::this_thread::yield();
+  while (server->metrics().openRounds.load() == 0 && !d.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_EQ(server->metrics().openRounds.load(), 1u);
   std::thread stopper([&] { server->shutdown("test: draining"); });
-  while (!server->draining() && !d.expired()) std::this_thread::yield();
+  struct JoinOnExit {  // a failed ASSERT below must report, not std::terminate on a joinable
+    std::thread& t;
+    ~JoinOnExit() { t.join(); }
+  } joinStopper{stopper};
+  while (!server->draining() && !d.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_TRUE(server->draining());
 
   std::vector<float> grad(kModel, 2.0f);
   const Status st = (*algo)->step(0, grad, 0, 1);
-  stopper.join();
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find("shutting down"), std::string::npos) << st;
   EXPECT_EQ(st.message().find("behind"), std::string::npos) << st;
