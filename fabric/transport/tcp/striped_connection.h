@@ -11,7 +11,8 @@
 // The first failure of any socket is sticky from its place in the stream: the operations posted
 // before it (on the other sockets) complete with their own outcome, so messages a closing peer
 // sent are still delivered; then it closes the others and every later operation, in either
-// direction, fails with it.
+// direction, fails with it. (So a failure stays invisible while an earlier operation on a
+// healthy socket waits: the caller's deadline bounds that, see docs/TRANSPORT.md.)
 //
 // Built by the tcp context: connect() opens the N sockets (each Hello carries a group token and
 // the socket's index), the listener waits for all N of a token before accept() returns one.
