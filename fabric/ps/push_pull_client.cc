@@ -327,13 +327,7 @@ class PushPullClient::Impl {
       // one in flight would), or another thread sending this (key, iteration) without 1-bit.
       if (finishedBeforeStartLocked(*op, key, iteration, layout.chunkCount)) return handle;
     }
-    ops_.erase(std::remove_if(ops_.begin(), ops_.end(),
-                              [](const std::shared_ptr<detail::OpState>& o) {
-                                std::lock_guard<std::mutex> l(o->mu);
-                                return o->done;
-                              }),
-               ops_.end());
-    ops_.push_back(op);
+    ops_.push_back(op);  // (finishedBeforeStartLocked dropped the done ones)
     const int m = static_cast<int>(servers_.size());
     for (uint32_t c = 0; c < layout.chunkCount; ++c) {
       const size_t first = static_cast<size_t>(c) * layout.elementsPerChunk;
@@ -523,16 +517,20 @@ class PushPullClient::Impl {
       return true;
     }
     // Any op of this (key, iteration) not done yet, whatever its chunk count: its chunks may
-    // still be pending or, after a failure, still being sent from its `in`.
-    for (const auto& other : ops_) {
+    // still be pending or, after a failure, still being sent from its `in`. One pass also drops
+    // the ops that are done (ops_ holds the unfinished ones, for this check and for close()).
+    bool inFlight = false;
+    std::erase_if(ops_, [&](const std::shared_ptr<detail::OpState>& other) {
       std::lock_guard<std::mutex> l(other->mu);
-      if (other->done || other->key != key || other->iteration != iteration) continue;
-      op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
-                                   " iteration=" + std::to_string(iteration) +
-                                   " is already in flight on this client"));
-      return true;
-    }
-    return false;
+      if (other->done) return true;
+      inFlight = inFlight || (other->key == key && other->iteration == iteration);
+      return false;
+    });
+    if (!inFlight) return false;
+    op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
+                                 " iteration=" + std::to_string(iteration) +
+                                 " is already in flight on this client"));
+    return true;
   }
 
   // The encoding of each chunk of `in`; 1-bit keeps a per-key residual (error feedback), which
