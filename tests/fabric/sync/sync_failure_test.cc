@@ -148,47 +148,59 @@ TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
   }
 }
 
-// gradcode with 4 workers, s = 1 (groups {0,1} and {2,3}): worker 0 is the algorithm, rank 2 the
-// peer that stands for group {2,3}. Its first step times out (group {2,3} has not pushed round 0;
+// A gradcode job of 4 workers, s = 1 (groups {0,1} and {2,3}), past start(): worker 0 is the
+// algorithm, rank 2 the peer that stands for group {2,3}. Members in destruction order: the
+// algorithm's client closes before the peer's, both before the daemon.
+struct GradcodeRig {
+  std::unique_ptr<aggregator::AggregatorServer> server;
+  RawWorker peer;
+  HashStore store;
+  std::unique_ptr<SyncAlgorithm> algo;
+};
+
+// Starts the daemon, the peer's part of start() (the configuration check, one per group: 1 + 1 =
+// 2 groups, and the initial model, its group's: ones; the sum over the groups divided by 2 is
+// ones again) and worker 0's start() with `o` (algorithm and stragglers are set here).
+Status startGradcode(GradcodeRig& rig, SyncOptions o, int64_t drainTimeoutMs) {
+  rig.server = makeServer(/*workers=*/4, /*gradientStragglers=*/1, drainTimeoutMs);
+  if (rig.server == nullptr) return Internal("no aggregator daemon");
+  COFAB_RETURN_IF_ERROR(rig.peer.connect(/*rank=*/2, /*worldSize=*/4, rig.server->address()));
+  std::vector<ps::PushPullHandle> initial =
+      rig.peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kSum);
+  initial.push_back(rig.peer.push(kCheckKey, 1, 1.0f, ps::ReduceOp::kSum));
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 4;
+  env.store = &rig.store;
+  env.client.serverAddresses = {rig.server->address()};
+  o.algorithm = "gradcode";
+  o.gradientStragglers = 1;
+  COFAB_ASSIGN_OR_RETURN(rig.algo, makeSyncAlgorithm(o, env));
+  const std::vector<float> model(kModel, 1.0f);
+  COFAB_RETURN_IF_ERROR(rig.algo->start(model, kLayout).withContext("worker 0's start()"));
+  return waitEvery(initial).withContext("the peer's part of start()");
+}
+
+// gradcode (GradcodeRig): worker 0's first step times out (group {2,3} has not pushed round 0;
 // before the fix its second tensor's operation kept reading the caller's gradient and writing
 // result_ after step() returned); the peer then pushes rounds 0 and 1, and the later
 // needsGradient() and step() must return the first step's error.
 TEST(SyncFailureTest, GradcodeStepThatTimedOutFailsEveryLaterStep) {
-  auto server = makeServer(/*workers=*/4, /*gradientStragglers=*/1);
-  ASSERT_TRUE(server != nullptr);
-  RawWorker peer;
-  Status connected = peer.connect(/*rank=*/2, /*worldSize=*/4, server->address());
-  ASSERT_TRUE(connected.ok()) << connected;
-  // The peer's part of start(): the configuration check (one per group: 1 + 1 = 2 groups) and
-  // the initial model (its group's: ones; the sum over the groups divided by 2 is ones again).
-  std::vector<ps::PushPullHandle> initial = peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kSum);
-  initial.push_back(peer.push(kCheckKey, 1, 1.0f, ps::ReduceOp::kSum));
-
-  HashStore store;
-  SyncEnv env;
-  env.rank = 0;
-  env.worldSize = 4;
-  env.store = &store;
-  env.client.serverAddresses = {server->address()};
+  GradcodeRig rig;
   SyncOptions o;
-  o.algorithm = "gradcode";
   o.lr = 1.0f;
   o.momentum = 0.0f;
-  o.gradientStragglers = 1;
   o.timeoutMs = kTimeoutMs;
-  auto algo = makeSyncAlgorithm(o, env);
-  ASSERT_TRUE(algo.ok()) << algo.status();
-  std::vector<float> model(kModel, 1.0f);
-  Status started = (*algo)->start(model, kLayout);
+  Status started = startGradcode(rig, o, /*drainTimeoutMs=*/0);
   ASSERT_TRUE(started.ok()) << started;
-  Status initialDone = waitEvery(initial);
-  ASSERT_TRUE(initialDone.ok()) << initialDone;
+  SyncAlgorithm* algo = rig.algo.get();
+  RawWorker& peer = rig.peer;
 
-  StatusOr<bool> need = (*algo)->needsGradient(0, 0);
+  StatusOr<bool> need = algo->needsGradient(0, 0);
   ASSERT_TRUE(need.ok()) << need.status();
   EXPECT_TRUE(*need);
   std::vector<float> grad(kModel, 2.0f);
-  const Status first = (*algo)->step(0, grad, 0, 1);
+  const Status first = algo->step(0, grad, 0, 1);
   ASSERT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first;
 
   // Round r travels on keys (r mod window) x tensors + t at iteration r / window: round 0 on
@@ -198,12 +210,12 @@ TEST(SyncFailureTest, GradcodeStepThatTimedOutFailsEveryLaterStep) {
   }
   peer.pushLayout(kLayout.size(), 4.0f, ps::ReduceOp::kSum);  // round 1, never waited for
 
-  StatusOr<bool> needLater = (*algo)->needsGradient(0, 1);
+  StatusOr<bool> needLater = algo->needsGradient(0, 1);
   EXPECT_EQ(needLater.status(), first) << "needsGradient: " << needLater.status();
-  const Status second = (*algo)->step(0, grad, 1, 1);
+  const Status second = algo->step(0, grad, 1, 1);
   EXPECT_EQ(second, first) << "second step: " << second;
   std::vector<float> out(kModel, 0.0f);
-  const Status finished = (*algo)->finish(out);
+  const Status finished = algo->finish(out);
   EXPECT_EQ(finished, first) << "finish: " << finished;
   for (float v : out) {
     ASSERT_EQ(v, 1.0f) << "a failed step changed the model";
@@ -217,31 +229,13 @@ TEST(SyncFailureTest, GradcodeStepThatTimedOutFailsEveryLaterStep) {
 // drain timeout, while worker 0 steps.
 TEST(SyncFailureTest, GradcodeStepRefusedByADrainingDaemonSaysSo) {
   constexpr int64_t kDrainMs = 10000;  // how long the daemon drains (the step is refused meanwhile)
-  auto server = makeServer(/*workers=*/4, /*gradientStragglers=*/1, kDrainMs);
-  ASSERT_TRUE(server != nullptr);
-  RawWorker peer;
-  Status connected = peer.connect(/*rank=*/2, /*worldSize=*/4, server->address());
-  ASSERT_TRUE(connected.ok()) << connected;
-  std::vector<ps::PushPullHandle> initial = peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kSum);
-  initial.push_back(peer.push(kCheckKey, 1, 1.0f, ps::ReduceOp::kSum));
-
-  HashStore store;
-  SyncEnv env;
-  env.rank = 0;
-  env.worldSize = 4;
-  env.store = &store;
-  env.client.serverAddresses = {server->address()};
+  GradcodeRig rig;
   SyncOptions o;
-  o.algorithm = "gradcode";
-  o.gradientStragglers = 1;
   o.timeoutMs = kWaitMs;
-  auto algo = makeSyncAlgorithm(o, env);
-  ASSERT_TRUE(algo.ok()) << algo.status();
-  std::vector<float> model(kModel, 1.0f);
-  Status started = (*algo)->start(model, kLayout);
+  Status started = startGradcode(rig, o, kDrainMs);
   ASSERT_TRUE(started.ok()) << started;
-  Status initialDone = waitEvery(initial);
-  ASSERT_TRUE(initialDone.ok()) << initialDone;
+  aggregator::AggregatorServer* server = rig.server.get();
+  RawWorker& peer = rig.peer;
 
   // Group {0,1} never pushes this key: once the daemon has opened its round, shutdown() drains
   // (refusing pushes) until kDrainMs.
@@ -262,7 +256,7 @@ TEST(SyncFailureTest, GradcodeStepRefusedByADrainingDaemonSaysSo) {
   ASSERT_TRUE(server->draining());
 
   std::vector<float> grad(kModel, 2.0f);
-  const Status st = (*algo)->step(0, grad, 0, 1);
+  const Status st = rig.algo->step(0, grad, 0, 1);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find("shutting down"), std::string::npos) << st;
   EXPECT_EQ(st.message().find("behind"), std::string::npos) << st;
