@@ -201,8 +201,7 @@ StatusOr<int64_t> FileStore::add(std::string_view key, int64_t delta) {
   return withLock([&]() -> StatusOr<int64_t> {
     bool found = false;
     COFAB_ASSIGN_OR_RETURN(Bytes cur, readKey(key, &found));
-    COFAB_ASSIGN_OR_RETURN(int64_t value, parseCounter(key, cur));
-    value += delta;
+    COFAB_ASSIGN_OR_RETURN(int64_t value, addToCounter(key, found ? &cur : nullptr, delta));
     COFAB_RETURN_IF_ERROR(writeKey(key, toBytes(std::to_string(value))));
     return value;
   });

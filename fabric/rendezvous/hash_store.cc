@@ -59,11 +59,8 @@ StatusOr<int64_t> HashStore::add(std::string_view key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = data_.find(key);
-    int64_t cur = 0;
-    if (it != data_.end()) {
-      COFAB_ASSIGN_OR_RETURN(cur, parseCounter(key, it->second));
-    }
-    result = cur + delta;
+    COFAB_ASSIGN_OR_RETURN(result,
+                           addToCounter(key, it == data_.end() ? nullptr : &it->second, delta));
     data_.insert_or_assign(std::string(key), toBytes(std::to_string(result)));
   }
   cv_.notify_all();

@@ -44,6 +44,19 @@ StatusOr<int64_t> parseCounter(std::string_view key, const Bytes& value) {
   return static_cast<int64_t>(v);
 }
 
+StatusOr<int64_t> addToCounter(std::string_view key, const Bytes* current, int64_t delta) {
+  int64_t cur = 0;
+  if (current) {
+    COFAB_ASSIGN_OR_RETURN(cur, parseCounter(key, *current));
+  }
+  int64_t sum = 0;
+  if (__builtin_add_overflow(cur, delta, &sum)) {
+    return InvalidArgument("add(" + std::to_string(delta) + ") on key '" + std::string(key) +
+                           "' holding " + std::to_string(cur) + " would overflow int64");
+  }
+  return sum;
+}
+
 StatusOr<std::unique_ptr<Store>> openStore(std::string_view url, Deadline connectDeadline) {
   constexpr std::string_view kTcp = "tcp://";
   constexpr std::string_view kFile = "file://";

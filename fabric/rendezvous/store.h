@@ -58,6 +58,10 @@ Status validateStoreValue(const Bytes& value);
 StatusOr<int64_t> storeCallTimeoutMs();
 // Parses the decimal text an add() keeps; InvalidArgument if the key holds something else.
 StatusOr<int64_t> parseCounter(std::string_view key, const Bytes& value);
+// What add(key, delta) stores: the counter in `current` (null: the key is absent, 0) plus delta.
+// InvalidArgument, naming the key, when the value is not a counter or the sum leaves int64 (the
+// stored value is then left as it was): every store's add() shares this rule.
+StatusOr<int64_t> addToCounter(std::string_view key, const Bytes* current, int64_t delta);
 
 // Creates a store from a URL: "tcp://host:port" (a TcpStore client), "file:///abs/dir"
 // (a FileStore), "hash://" is rejected here (in-process only: construct HashStore directly).

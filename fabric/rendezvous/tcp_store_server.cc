@@ -85,14 +85,6 @@ namespace {
 constexpr uint64_t kListenTag = ~0ull;
 constexpr uint64_t kWakeTag = ~0ull - 1;
 
-int64_t parseI64(const Bytes& v, bool* ok) {
-  std::string s(v.begin(), v.end());
-  char* end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(s.c_str(), &end, 10);
-  *ok = v.empty() || (*end == '\0' && errno != ERANGE);
-  return v.empty() ? 0 : x;
-}
 }  // namespace
 
 TcpStoreServer::Loop::~Loop() {
@@ -399,17 +391,14 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
       if (!delta.ok() || !r.done()) return false;
       if (!validKeys({*key})) return true;
       auto it = data_.find(*key);
-      bool ok = true;
-      int64_t cur = it == data_.end() ? 0 : parseI64(it->second, &ok);
-      if (!ok) {
-        replyError(
-            c, InvalidArgument("add() on key '" + *key + "' whose value is not a decimal integer"));
+      auto result = addToCounter(*key, it == data_.end() ? nullptr : &it->second, *delta);
+      if (!result.ok()) {
+        replyError(c, result.status());
         return true;
       }
-      int64_t result = cur + *delta;
-      data_.insert_or_assign(std::move(*key), toBytes(std::to_string(result)));
+      data_.insert_or_assign(std::move(*key), toBytes(std::to_string(*result)));
       w.u8(static_cast<uint8_t>(Reply::kOk));
-      w.i64(result);
+      w.i64(*result);
       reply(c, w);
       return true;
     }

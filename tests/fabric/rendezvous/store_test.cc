@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -153,6 +154,20 @@ TEST_P(StoreContractTest, AddOnANonCounterIsInvalidArgument) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("'text'"), std::string::npos);
+}
+
+TEST_P(StoreContractTest, AddThatWouldOverflowIsRefusedAndKeepsTheValue) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(*store_->add("big", kMax - 1), kMax - 1);
+  auto r = store_->add("big", 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'big'"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("overflow"), std::string::npos) << r.status();
+  EXPECT_EQ(*store_->add("big", 1), kMax);  // the refused add changed nothing
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  ASSERT_EQ(*store_->add("small", kMin), kMin);
+  EXPECT_EQ(store_->add("small", -1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_P(StoreContractTest, CompareSetSwapsOnlyOnMatch) {
