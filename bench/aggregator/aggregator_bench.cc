@@ -1,7 +1,8 @@
 // cofab_aggregator_bench: what the aggregator costs and how it compares, in one run.
 //
-//   cofab_aggregator_bench [--workers 2,4] [--bytes 64M] [--iters 5] [--skip-failover]
+//   cofab_aggregator_bench [--workers 2,4] [--bytes 64M] [--iters 5] [--blocks 4]
 //                          [--modes dedicated,colocated,colocated_tcp] [--skip-reduce]
+//                          [--skip-failover]
 //
 // 1. Reduction throughput of one engine thread (aggregator/reducer.h) against a STREAM-like
 //    add c = a + b measured in the same process on the same buffer sizes (GB/s of memory
@@ -12,8 +13,10 @@
 //    through loopback tcp like the other workers, the layout before the pipe existed), against
 //    cofab's ring allreduce (fabric/comm) in the same processes and Gloo's allreduce (bench/comm's
 //    gloo_allreduce_bench, run as is) when built. Time per op = the slowest rank's mean over
-//    --iters back-to-back ops after one warm-up; cpu = user + system ms per op of the worker
-//    processes (all ranks together, shard threads included; dedicated daemons not counted).
+//    --iters back-to-back ops after one warm-up each, push-pull and ring taking turns in
+//    --blocks blocks (iters/blocks ops each), so that the VM's drift in speed hits both;
+//    cpu = user + system ms per op of the worker processes (all ranks together, shard threads
+//    included; dedicated daemons not counted).
 // 3. Failover pause: 2 daemons with replication, 2 workers pushing 1 MiB tensors back to back;
 //    SIGKILL the primary; pause = first completion after the kill - the kill.
 // Ends with RESULT lines (DESIGN.md §7).
@@ -163,7 +166,7 @@ Status barrier(Store& store, const std::string& name, int ranks) {
 
 // One worker process: push-pull (dedicated or colocated) then ring allreduce on the same data.
 int workerMain(int rank, int ranks, const std::string& storeUrl, const std::string& tag, Mode mode,
-               size_t bytes, int iters) {
+               size_t bytes, int iters, int blocks) {
   const bool colocated = mode != Mode::kDedicated;
   auto storeOr = openStore(storeUrl, Deadline::afterMs(30000));
   if (!storeOr.ok()) return 2;
@@ -204,40 +207,57 @@ int workerMain(int rank, int ranks, const std::string& storeUrl, const std::stri
     std::fprintf(stderr, "rank %d: %s\n", rank, client.status().toString().c_str());
     return 5;
   }
-  Times t;
   Status s = (*client)->pushPull(1, view, view).wait(Deadline::afterMs(120000));  // warm-up
   if (!s.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, s.toString().c_str());
     return 6;
   }
-  if (!barrier(store, tag + "/b1", ranks).ok()) return 7;
-  double t0 = nowMs();
-  double c0 = cpuMs();
-  for (int i = 0; i < iters; ++i) {
-    s = (*client)->pushPull(1, view, view).wait(Deadline::afterMs(120000));
-    if (!s.ok()) return 8;
-  }
-  t.pushPullMs = (nowMs() - t0) / iters;
-  t.pushPullCpuMs = (cpuMs() - c0) / iters;
-  (*client)->close();
-
   comm::CommOptions cc;
   cc.name = tag + "/ring";
   auto commOr = comm::Communicator::create(rank, ranks, &store, cc);
-  if (commOr.ok()) {
-    comm::AllreduceOptions ao;
-    ao.algorithm = comm::AllreduceAlgorithm::kRing;
-    ao.timeout = std::chrono::seconds(120);
-    if (comm::allreduce(**commOr, view, ao).ok() && barrier(store, tag + "/b2", ranks).ok()) {
-      t0 = nowMs();
-      const double c1 = cpuMs();
-      bool ok = true;
-      for (int i = 0; i < iters && ok; ++i) ok = comm::allreduce(**commOr, view, ao).ok();
-      if (ok) t.ringMs = (nowMs() - t0) / iters;
-      if (ok) t.ringCpuMs = (cpuMs() - c1) / iters;
+  comm::AllreduceOptions ao;
+  ao.algorithm = comm::AllreduceAlgorithm::kRing;
+  ao.timeout = std::chrono::seconds(120);
+  bool ringOk = commOr.ok() && comm::allreduce(**commOr, view, ao).ok();  // warm-up
+  if (!ringOk) {
+    std::fprintf(stderr, "rank %d: ring skipped: %s\n", rank,
+                 commOr.ok() ? "warm-up failed" : commOr.status().toString().c_str());
+  }
+  // The two methods take turns in blocks of a few ops, so that a drift of the VM's speed over
+  // the run (seen here: 20% within a minute) weighs on both alike instead of on whichever ran
+  // second.
+  Times t{0, 0, 0, 0};
+  int ppDone = 0, ringDone = 0;
+  for (int block = 0; block < blocks; ++block) {
+    const int n = iters / blocks + (block < iters % blocks ? 1 : 0);
+    const std::string b = tag + "/b" + std::to_string(block);
+    if (!barrier(store, b + "p", ranks).ok()) return 7;
+    double t0 = nowMs();
+    double c0 = cpuMs();
+    for (int i = 0; i < n; ++i) {
+      s = (*client)->pushPull(1, view, view).wait(Deadline::afterMs(120000));
+      if (!s.ok()) return 8;
     }
+    t.pushPullMs += nowMs() - t0;
+    t.pushPullCpuMs += cpuMs() - c0;
+    ppDone += n;
+    if (!ringOk) continue;
+    if (!barrier(store, b + "r", ranks).ok()) return 7;
+    t0 = nowMs();
+    c0 = cpuMs();
+    for (int i = 0; i < n && ringOk; ++i) ringOk = comm::allreduce(**commOr, view, ao).ok();
+    t.ringMs += nowMs() - t0;
+    t.ringCpuMs += cpuMs() - c0;
+    ringDone += n;
+  }
+  (*client)->close();
+  t.pushPullMs /= ppDone;
+  t.pushPullCpuMs /= ppDone;
+  if (ringOk && ringDone > 0) {
+    t.ringMs /= ringDone;
+    t.ringCpuMs /= ringDone;
   } else {
-    std::fprintf(stderr, "rank %d: ring skipped: %s\n", rank, commOr.status().toString().c_str());
+    t.ringMs = t.ringCpuMs = -1;
   }
   char buf[128];
   std::snprintf(buf, sizeof(buf), "%.3f %.3f %.3f %.3f", t.pushPullMs, t.ringMs, t.pushPullCpuMs,
@@ -268,8 +288,8 @@ double glooMs(int ranks, size_t bytes) {
   return ms;
 }
 
-void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, Mode benchMode,
-                   double gloo) {
+void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, int blocks,
+                   Mode benchMode, double gloo) {
   const bool colocated = benchMode != Mode::kDedicated;
   static int run = 0;
   const std::string tag = "run" + std::to_string(run++);
@@ -281,7 +301,7 @@ void benchPushPull(const std::string& dir, int ranks, size_t bytes, int iters, M
     const pid_t pid = fork();
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      _exit(workerMain(r, ranks, storeUrl, tag, benchMode, bytes, iters));
+      _exit(workerMain(r, ranks, storeUrl, tag, benchMode, bytes, iters, blocks));
     }
     workers.push_back(pid);
   }
@@ -390,7 +410,10 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   const auto workerCounts = parseInts(arg(argc, argv, "--workers", "2,4"));
   const size_t bytes = bench::parseSize(arg(argc, argv, "--bytes", "64M"));
-  const int iters = std::atoi(arg(argc, argv, "--iters", "5").c_str());
+  const int iters = std::max(1, std::atoi(arg(argc, argv, "--iters", "5").c_str()));
+  // Push-pull and ring alternate in this many blocks of iters/blocks ops each (at least 1 op).
+  const int blocks = std::clamp(std::atoi(arg(argc, argv, "--blocks", "4").c_str()), 1,
+                                std::max(iters, 1));
   const std::string dir = bench::makeTempDir("cofab-aggbench");
   if (dir.empty()) return 1;
   const std::string modes = arg(argc, argv, "--modes", "dedicated,colocated");
@@ -402,7 +425,7 @@ int main(int argc, char** argv) {
       if (("," + modes + ",").find(std::string(",") + modeName(m) + ",") == std::string::npos) {
         continue;
       }
-      benchPushPull(dir + "/" + modeName(m) + std::to_string(n), n, bytes, iters, m, gloo);
+      benchPushPull(dir + "/" + modeName(m) + std::to_string(n), n, bytes, iters, blocks, m, gloo);
     }
   }
   if (!flag(argc, argv, "--skip-failover")) benchFailover(dir + "/f");
