@@ -23,7 +23,8 @@ StatusOr<compress::Compression> compressionOfPush(uint8_t opcode);
 // Decompress each contribution (already checked with compress::inspect: `count` elements in
 // blocks of `block`), sum (or average) in rank order in f32, recompress into a new buffer.
 // `residual`: `count` floats of error feedback, or null. A block whose f32 result is not finite
-// (a contribution carried an Inf or a NaN) goes back as a NaN block, as the f32 sum would, and
+// (a contribution carried an Inf or a NaN, or finite ones summed past FLT_MAX) goes back as a
+// NaN block, as the f32 sum would, and
 // its residual is reset to 0 rather than poisoning the slot's later rounds (compress::compress).
 std::shared_ptr<std::vector<uint8_t>> compressedReduce(
     compress::Compression codec, bool average,

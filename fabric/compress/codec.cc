@@ -40,6 +40,15 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kMinInt8Scale = std::numeric_limits<float>::min();
 constexpr float kMaxInt8Scale = 0x1p120f;
 
+// An int8 element's value: lo + q * scale, at most FLT_MAX. With the block's max at or just below
+// FLT_MAX, lo + 255 * scale can round past it to +Inf (e.g. {1.3e37, FLT_MAX}): a finite block
+// would decode to Inf and leave a -Inf residual. Encoder and decoder both use this, so what the
+// encoder feeds back is what every decoder sees. A NaN (an invalid block) stays NaN.
+inline float int8Value(float lo, float q, float scale) {
+  const float v = lo + q * scale;
+  return std::numeric_limits<float>::max() < v ? std::numeric_limits<float>::max() : v;
+}
+
 // Whether every x[j] is finite: an integer test of the exponent field, which vectorises and,
 // unlike the min/max comparisons, also sees a NaN.
 bool allFinite(const float* x, size_t n) {
@@ -84,7 +93,7 @@ bool encodeInt8(float* x, size_t n, uint8_t*& p) {
       // rounds to nearest (and vectorises, unlike nearbyint on the baseline x86-64 ISA).
       const int q = std::min(static_cast<int>((x[j] - lo) * inv + 0.5f), 255);
       p[j] = static_cast<uint8_t>(q);
-      x[j] = lo + static_cast<float>(q) * scale;
+      x[j] = int8Value(lo, static_cast<float>(q), scale);
     }
   } else {
     // A saturated block (range up to 2^129): x - lo may overflow, x * inv - lo * inv cannot
@@ -93,7 +102,7 @@ bool encodeInt8(float* x, size_t n, uint8_t*& p) {
     for (size_t j = 0; j < n; ++j) {
       const int q = std::min(static_cast<int>(x[j] * inv - loInv + 0.5f), 255);
       p[j] = static_cast<uint8_t>(q);
-      x[j] = lo + static_cast<float>(q) * scale;
+      x[j] = int8Value(lo, static_cast<float>(q), scale);
     }
   }
   p += n;
@@ -175,7 +184,8 @@ size_t compressedBytes(Compression c, size_t count, size_t block) {
 size_t compress(Compression c, const float* in, size_t count, size_t block, float* residual,
                 uint8_t* out) {
   COFAB_CHECK(c == Compression::kInt8 || c == Compression::kOneBit) << "compress: no codec";
-  COFAB_CHECK(count <= UINT32_MAX && block > 0 && block <= kMaxBlock) << "compress: bad sizes";
+  COFAB_CHECK(count > 0 && count <= UINT32_MAX && block > 0 && block <= kMaxBlock)
+      << "compress: bad sizes (count " << count << ", block " << block << ")";
   const size_t total = compressedBytes(c, count, block);
   uint8_t* p = out;
   put(p, static_cast<uint32_t>(count));
@@ -201,7 +211,12 @@ size_t compress(Compression c, const float* in, size_t count, size_t block, floa
     if (!finite) ++nonFinite;
     if (residual) {
       if (finite) {
-        for (size_t j = 0; j < n; ++j) residual[base + j] -= decoded[j];
+        // x - decoded overflows when a saturated int8 block spans more than FLT_MAX + 255 * 2^120
+        // ({-FLT_MAX, FLT_MAX}): the excess beyond +-FLT_MAX is dropped, never carried as Inf.
+        constexpr float kMax = std::numeric_limits<float>::max();
+        for (size_t j = 0; j < n; ++j) {
+          residual[base + j] = std::clamp(residual[base + j] - decoded[j], -kMax, kMax);
+        }
       } else {
         // Nothing non-finite is carried into later encodings.
         std::fill_n(residual + base, n, 0.0f);
@@ -253,7 +268,7 @@ Status decompress(Compression c, const uint8_t* in, size_t bytes, size_t expecte
     if (c == Compression::kInt8) {
       const float lo = get<float>(p);
       const float scale = get<float>(p);
-      for (size_t j = 0; j < n; ++j) out[base + j] = lo + static_cast<float>(p[j]) * scale;
+      for (size_t j = 0; j < n; ++j) out[base + j] = int8Value(lo, static_cast<float>(p[j]), scale);
       p += n;
     } else {
       // +scale or -scale by setting the sign bit of scale's pattern: branch-free, vectorisable.
@@ -269,7 +284,11 @@ Status decompress(Compression c, const uint8_t* in, size_t bytes, size_t expecte
         for (uint32_t k = 0; k < 8; ++k) bits[k] = pattern | ((~byte >> k) & 1u) << 31;
         std::memcpy(o + j, bits, sizeof(bits));
       }
-      for (; j < n; ++j) o[j] = (p[j / 8] >> (j % 8)) & 1u ? scale : -scale;
+      // The tail the same way: a negative scale from a peer must not decode differently here.
+      for (; j < n; ++j) {
+        const uint32_t byte = p[j / 8];
+        o[j] = std::bit_cast<float>(pattern | ((~byte >> (j % 8)) & 1u) << 31);
+      }
       p += (n + 7) / 8;
     }
   }

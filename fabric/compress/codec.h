@@ -39,7 +39,8 @@ std::string_view compressionName(Compression c);  // "none", "int8", "onebit"
 // Bytes of the encoding of `count` elements in blocks of `block` (kNone: 4 * count).
 size_t compressedBytes(Compression c, size_t count, size_t block);
 
-// Encodes `count` floats of `in` into `out` (compressedBytes(c, count, block) bytes).
+// Encodes `count` floats of `in` into `out` (compressedBytes(c, count, block) bytes); count > 0
+// (inspect() refuses a zero-element encoding, so none is ever made).
 // `residual` (count floats, or null for none) is the error feedback: it is added to the input
 // before encoding and replaced by (input + old residual - decoded). c must be kInt8 or kOneBit.
 //
@@ -48,8 +49,9 @@ size_t compressedBytes(Compression c, size_t count, size_t block);
 // of the block decodes to NaN (the overflow stays visible to whoever checks the result), and its
 // residual is reset to 0 (never carried into later encodings: the next finite input encodes as
 // if the block had no history). Returns the number of such blocks. A finite block never becomes
-// NaN: an int8 block whose range exceeds 255 * 2^120 (about FLT_MAX) saturates at
-// min + 255 * 2^120, and a 1-bit block whose sum of |x| overflows still gets its mean |x|.
+// NaN or Inf: int8 values decode to at most FLT_MAX, a block whose range exceeds 255 * 2^120
+// (about FLT_MAX) saturates at min + 255 * 2^120 and its residual at +-FLT_MAX, and a 1-bit block
+// whose sum of |x| overflows still gets its mean |x|.
 size_t compress(Compression c, const float* in, size_t count, size_t block, float* residual,
                 uint8_t* out);
 

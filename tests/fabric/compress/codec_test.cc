@@ -283,6 +283,50 @@ TEST(Codec, Int8BlockWiderThanTheFloatRangeStaysFinite) {
   }
 }
 
+// The block's max at FLT_MAX: lo + 255 * scale rounded past it to +Inf, so a finite block decoded
+// to Inf and left a -Inf residual, which turned the next finite step into a NaN block.
+TEST(Codec, Int8BlockReachingFloatMaxDecodesFinite) {
+  const float kMax = std::numeric_limits<float>::max();
+  const std::vector<float> x = {1.3e37f, kMax};
+  const auto y = decode(Compression::kInt8, encode(Compression::kInt8, x, 2), 2);
+  EXPECT_TRUE(std::isfinite(y[0]));
+  EXPECT_EQ(y[1], kMax);
+  std::vector<float> residual(2, 0.0f);
+  std::vector<uint8_t> out(compressedBytes(Compression::kInt8, 2, 2));
+  EXPECT_EQ(compress(Compression::kInt8, x.data(), 2, 2, residual.data(), out.data()), 0u);
+  EXPECT_TRUE(std::isfinite(residual[0]) && std::isfinite(residual[1]));
+  const std::vector<float> zero = {0.0f, 0.0f};
+  EXPECT_EQ(compress(Compression::kInt8, zero.data(), 2, 2, residual.data(), out.data()), 0u)
+      << "the next finite step must not be an invalid block";
+}
+
+// A saturated block spanning [-FLT_MAX, FLT_MAX]: x - decoded overflowed, an Inf residual.
+TEST(Codec, Int8ResidualOfABlockSpanningTheWholeFloatRangeStaysFinite) {
+  const float kMax = std::numeric_limits<float>::max();
+  const std::vector<float> x = {-kMax, kMax};
+  std::vector<float> residual(2, 0.0f);
+  std::vector<uint8_t> out(compressedBytes(Compression::kInt8, 2, 2));
+  EXPECT_EQ(compress(Compression::kInt8, x.data(), 2, 2, residual.data(), out.data()), 0u);
+  EXPECT_TRUE(std::isfinite(residual[0])) << residual[0];
+  EXPECT_TRUE(std::isfinite(residual[1])) << residual[1];
+  EXPECT_GT(residual[1], 0.0f) << "the excess, clamped, not dropped altogether";
+}
+
+// Bytes from a peer may carry a negative 1-bit scale: groups of 8 used |scale| with the sign from
+// the bit and the tail used scale as it was, so one block decoded two ways.
+TEST(Codec, OneBitNegativeScaleDecodesTheSameInEveryPartOfTheBlock) {
+  std::vector<uint8_t> enc(compressedBytes(Compression::kOneBit, 9, 9));
+  const uint32_t count = 9, block = 9;
+  const float scale = -1.0f;
+  std::memcpy(enc.data(), &count, 4);
+  std::memcpy(enc.data() + 4, &block, 4);
+  std::memcpy(enc.data() + 8, &scale, 4);
+  enc[12] = 0xff;
+  enc[13] = 0x01;
+  const auto y = decode(Compression::kOneBit, enc, 9);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(y[i], y[0]) << "element " << i;
+}
+
 // A tiny but non-constant int8 block: the scale would be subnormal with an infinite inverse
 // ((x - min) * inv = 0 * Inf = NaN for the minimum); it is kept at FLT_MIN.
 TEST(Codec, Int8TinyRangeBlockDecodesNearTheInput) {
