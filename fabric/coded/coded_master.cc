@@ -342,6 +342,11 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   if (a.rows <= 0 || a.cols <= 0) return InvalidArgument("coded load: A is empty");
   const int n = options_.n;
   const int m = needed();
+  // A block has ceil(rows / m) rows in every mode (the coded split pads like the others). A
+  // block that cannot travel is refused before anything changes here or on the workers.
+  COFAB_RETURN_IF_ERROR(
+      checkMatrixMessage("coded load: a block of A", (a.rows + m - 1) / m, a.cols,
+                         sizeof(LoadRecord)));
   // blocks[w] = the floats worker w holds.
   std::vector<const float*> blockOf(n);
   std::vector<float> split;
@@ -416,6 +421,12 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
                            std::to_string(b.cols) + ", C " + std::to_string(c.rows) + "x" +
                            std::to_string(c.cols));
   }
+  // B goes to every worker and each answers blockRows x bCols: both must fit a message, or the
+  // receiving side's connection fails (a worker lost for good, or a result never accepted).
+  COFAB_RETURN_IF_ERROR(
+      checkMatrixMessage("coded multiply: B", b.rows, b.cols, sizeof(ComputeRecord)));
+  COFAB_RETURN_IF_ERROR(
+      checkMatrixMessage("coded multiply: a worker's result", blockRows_, b.cols, 0));
   const int n = options_.n;
   const int need = needed();
   const int groups = options_.mode == CodedMode::kReplicated ? need : n;

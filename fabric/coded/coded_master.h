@@ -10,8 +10,11 @@
 //
 // A worker whose connection fails (killed, crashed) is dead for good: a permanent straggler.
 // multiply() fails fast with FailedPrecondition naming the dead workers when the live ones
-// cannot suffice, and with DeadlineExceeded naming the workers that did not answer when the
-// request deadline passes (a stopped worker). Transport: fabric/transport directly (not the
+// cannot suffice before it starts, with Unavailable when workers die or report task errors
+// during the request until the rest cannot suffice, and with DeadlineExceeded naming the workers
+// that did not answer when the request deadline passes (a stopped worker). A block of A, a B or
+// a result too big for one message (coded_protocol.h: checkMatrixMessage) is InvalidArgument
+// before anything is sent. Transport: fabric/transport directly (not the
 // Communicator, whose first failure is sticky for the whole group), one connection per worker.
 //
 // Threads: create(), load(), multiply() and the accessors from one thread at a time (the

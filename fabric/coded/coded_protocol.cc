@@ -55,6 +55,20 @@ Status checkData(const char* what, std::span<const uint8_t> payload, size_t reco
 
 }  // namespace
 
+Status checkMatrixMessage(const char* what, int64_t rows, int64_t cols, size_t recordBytes) {
+  COFAB_RETURN_IF_ERROR(checkShape(what, rows, cols));
+  // rows, cols <= 2^24: the product of the three fits in 64 bits.
+  const uint64_t bytes =
+      static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * sizeof(float) + recordBytes;
+  if (bytes > wire::kDefaultMaxPayload) {
+    return InvalidArgument(std::string(what) + ": " + std::to_string(rows) + "x" +
+                           std::to_string(cols) + " f32 is a " + std::to_string(bytes) +
+                           "-byte message, over the transports' limit of " +
+                           std::to_string(wire::kDefaultMaxPayload) + " bytes");
+  }
+  return OkStatus();
+}
+
 const char* codedOpName(uint8_t op) {
   switch (static_cast<CodedOp>(op)) {
     case CodedOp::kRegister:

@@ -86,6 +86,14 @@ wire::Header codedHeader(CodedOp op, uint32_t sender, uint64_t request, uint64_t
 template <typename Record>
 std::vector<uint8_t> packRecord(const Record& record, std::span<const float> data = {});
 
+// Whether a message carrying a rows x cols f32 matrix behind a `recordBytes` record can travel:
+// the shape within the protocol's bounds (each side at most 2^24) and the payload within
+// wire::kDefaultMaxPayload, the transports' message limit. InvalidArgument naming the shape and
+// the limit otherwise. The master checks every block, B and result before it sends anything (a
+// message past the limit would fail the receiver's connection: a dead worker instead of an
+// error), and a worker checks its result before allocating it.
+Status checkMatrixMessage(const char* what, int64_t rows, int64_t cols, size_t recordBytes);
+
 // Checks that `payload` holds a Record followed by exactly `dataFloats(record)` floats.
 StatusOr<LoadRecord> parseLoad(std::span<const uint8_t> payload, const float** data);
 StatusOr<ComputeRecord> parseCompute(std::span<const uint8_t> payload, const float** data);

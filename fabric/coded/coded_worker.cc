@@ -163,6 +163,9 @@ Status Worker::compute(const Job& job) {
     return fail(InvalidArgument("B has " + std::to_string(b.bRows) + " rows, the block has " +
                                 std::to_string(rec_.cols) + " columns"));
   }
+  // Before the allocation: rows x bCols may be up to 2^48 floats from a master that did not
+  // check (bad_alloc would end this process), and a result past the limit cannot be sent.
+  if (Status s = checkMatrixMessage("result", rec_.rows, b.bCols, 0); !s.ok()) return fail(s);
   if (delay_) {
     const Duration d = delay_->delay({.run = static_cast<int64_t>(req),
                                       .task = options_.index,

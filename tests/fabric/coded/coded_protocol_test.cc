@@ -32,6 +32,26 @@ TEST(CodedProtocol, LoadRoundTripsAndChecksTheBlockLength) {
       << bad.status();
 }
 
+TEST(CodedProtocol, MatrixMessagesMustFitTheShapeBoundsAndThePayloadLimit) {
+  const uint64_t limit = wire::kDefaultMaxPayload;
+  // 2^14 x 2^14 f32 is exactly 1 GiB: fits without a record, not with one.
+  EXPECT_TRUE(checkMatrixMessage("result", 1 << 14, 1 << 14, 0).ok());
+  Status over = checkMatrixMessage("B", 1 << 14, 1 << 14, sizeof(ComputeRecord));
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("B: 16384x16384 f32 is a " + std::to_string(limit + 16) +
+                                "-byte message, over the transports' limit of " +
+                                std::to_string(limit)),
+            std::string::npos)
+      << over;
+  // Sides past 2^24 are refused before any product (2^24 x 2^24 x 4 would not overflow; the
+  // bound keeps that true for what peers send).
+  EXPECT_EQ(checkMatrixMessage("A block", (int64_t{1} << 24) + 1, 1, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(checkMatrixMessage("A block", 1, 0, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(checkMatrixMessage("result", int64_t{1} << 24, int64_t{1} << 24, 0).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(CodedProtocol, RejectsShortRecordsAndBadParameters) {
   const float* data = nullptr;
   std::vector<uint8_t> tiny(3);

@@ -415,6 +415,31 @@ TEST(CodedService, KilledWorkersArePermanentStragglersUntilFewerThanKLive) {
   EXPECT_NE(r.status().message().find("dead workers: 0, 2"), std::string::npos) << r.status();
 }
 
+// A block of A past the protocol's bounds used to be sent anyway: the worker refused it and
+// quit, so load() failed with "dead workers" and the service had lost them for good. Now it is
+// InvalidArgument before anything is sent, and the same workers take the next load.
+TEST(CodedService, ABlockTooBigForAMessageIsRefusedAndCostsNoWorker) {
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 2};
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  {
+    const int64_t tallRows = (int64_t{1} << 25) + 2;  // two blocks of 2^24 + 1 rows: 128 MiB
+    const std::vector<float> tall(static_cast<size_t>(tallRows), 1.0f);
+    Status st = svc.master().load({tall.data(), tallRows, 1, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("a block of A"), std::string::npos) << st;
+  }
+  EXPECT_TRUE(svc.master().deadWorkers().empty());
+  const int64_t rows = 6, cols = 3;
+  const std::vector<float> a = randomMatrix(rows, cols, 21);
+  const std::vector<float> b = randomMatrix(cols, 2, 22);
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  std::vector<float> c(static_cast<size_t>(rows * 2));
+  auto r = svc.master().multiply({b.data(), cols, 2, 0}, {c.data(), rows, 2, 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  expectNear(c, localReference(o, a, rows, cols, b, 2, r->used, svc.master().needed()), 0);
+}
+
 TEST(CodedService, UncodedFailsNamingKilledWorker) {
   const int64_t rows = 12, cols = 4, bCols = 2;
   const std::vector<float> a = randomMatrix(rows, cols, 10);
