@@ -6,6 +6,10 @@
 #   RESULT allreduce bytes=67108864 ranks=4 cofab_ms=... gloo_ms=... mpi_tcp_ms=... mpi_shm_ms=...
 #
 # Usage: scripts/compare_collectives.sh [--sizes 4K,64K,1M,16M,64M,256M] [--ranks "2 4"]
+#                                       [--rounds N]
+# --rounds N (default 1) runs the whole set N times, the implementations taking turns (cofab,
+# gloo, mpi, cofab, ...), and reports each one's median: on a VM whose speed drifts within minutes
+# one round can favour whichever ran in the fast spell.
 # Environment: BUILD_DIR (default build-bench, RelWithDebInfo), PLOT (default
 # bench/collectives_allreduce.png). Peers missing from the build are reported as "n/a".
 set -euo pipefail
@@ -15,13 +19,20 @@ build="${BUILD_DIR:-$root/build-bench}"
 plot="${PLOT:-$root/bench/collectives_allreduce.png}"
 sizes="4K,64K,1M,16M,64M,256M"
 ranks="2 4"
+rounds=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
     --ranks) ranks="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "compare_collectives: --rounds must be a positive integer, got '$rounds'" >&2
+  exit 2
+fi
 
 echo "== building in $build"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
@@ -40,27 +51,31 @@ log="$(mktemp)"
 trap 'rm -f "$log" "$log.dat" "$log.table"' EXIT
 mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1)
 
-for n in $ranks; do
-  echo "== $n ranks: cofab (tcp)"
-  # The peers may be missing or fail (their figures then read n/a); cofab's own bench failing
-  # is an error of this script.
-  if ! "$bin/cofab_comm_bench" --ranks "$n" --ops allreduce,allgather,broadcast \
-      --sizes "$sizes" | tee -a "$log" | { grep -v '^RESULT' || true; }; then
-    echo "compare_collectives: cofab_comm_bench failed at $n ranks" >&2
-    exit 1
-  fi
-  if [[ -x "$bin/gloo_allreduce_bench" ]]; then
-    echo "== $n ranks: gloo (tcp)"
-    "$bin/gloo_allreduce_bench" --ranks "$n" --sizes "$sizes" | tee -a "$log" >/dev/null || true
-  fi
-  if [[ -x "$bin/mpi_allreduce_bench" ]] && command -v mpirun >/dev/null; then
-    echo "== $n ranks: open mpi (tcp)"
-    "${mpirun_base[@]}" -n "$n" --mca btl tcp,self "$bin/mpi_allreduce_bench" --sizes "$sizes" \
-      --label mpi_tcp 2>/dev/null | tee -a "$log" >/dev/null || true
-    echo "== $n ranks: open mpi (shared memory)"
-    "${mpirun_base[@]}" -n "$n" --mca btl vader,self "$bin/mpi_allreduce_bench" --sizes "$sizes" \
-      --label mpi_shm 2>/dev/null | tee -a "$log" >/dev/null || true
-  fi
+for ((round = 1; round <= rounds; round++)); do
+  for n in $ranks; do
+    of=""
+    ((rounds > 1)) && of=", round $round of $rounds"
+    echo "== $n ranks: cofab (tcp)$of"
+    # The peers may be missing or fail (their figures then read n/a); cofab's own bench failing
+    # is an error of this script.
+    if ! "$bin/cofab_comm_bench" --ranks "$n" --ops allreduce,allgather,broadcast \
+        --sizes "$sizes" | tee -a "$log" | { grep -v '^RESULT' || true; }; then
+      echo "compare_collectives: cofab_comm_bench failed at $n ranks" >&2
+      exit 1
+    fi
+    if [[ -x "$bin/gloo_allreduce_bench" ]]; then
+      echo "== $n ranks: gloo (tcp)"
+      "$bin/gloo_allreduce_bench" --ranks "$n" --sizes "$sizes" | tee -a "$log" >/dev/null || true
+    fi
+    if [[ -x "$bin/mpi_allreduce_bench" ]] && command -v mpirun >/dev/null; then
+      echo "== $n ranks: open mpi (tcp)"
+      "${mpirun_base[@]}" -n "$n" --mca btl tcp,self "$bin/mpi_allreduce_bench" --sizes "$sizes" \
+        --label mpi_tcp 2>/dev/null | tee -a "$log" >/dev/null || true
+      echo "== $n ranks: open mpi (shared memory)"
+      "${mpirun_base[@]}" -n "$n" --mca btl vader,self "$bin/mpi_allreduce_bench" --sizes "$sizes" \
+        --label mpi_shm 2>/dev/null | tee -a "$log" >/dev/null || true
+    fi
+  done
 done
 
 # key=value RESULT lines -> table, plot data and the summary RESULT lines. The *_cpu columns
@@ -72,12 +87,22 @@ awk -v datfile="$log.dat" '
   }
   /^RESULT (comm_allreduce|gloo_allreduce|mpi_tcp_allreduce|mpi_shm_allreduce) / {
     impl = $2; sub(/_allreduce$/, "", impl); if (impl == "comm") impl = "cofab"
-    b = field("bytes"); r = field("ranks"); ms[impl, r, b] = field("ms"); cpu[impl, r, b] = field("cpu_ms")
+    b = field("bytes"); r = field("ranks")
+    v = field("ms"); if (v != "") msv[impl, r, b] = msv[impl, r, b] " " v
+    v = field("cpu_ms"); if (v != "") cpuv[impl, r, b] = cpuv[impl, r, b] " " v
     if (!((r, b) in seen)) { seen[r, b] = 1; order[++count] = r SUBSEP b }
+  }
+  # The median of the space-separated values in s ("" when none): one value per round.
+  function median(s,   a, n, i, j, t) {
+    n = split(s, a, " "); if (n == 0) return ""
+    for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : sprintf("%.3f", (a[n / 2] + a[n / 2 + 1]) / 2)
   }
   function show(v) { return v == "" ? "n/a" : v }
   function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.2f", a / b) }
   END {
+    for (key in msv) ms[key] = median(msv[key])
+    for (key in cpuv) cpu[key] = median(cpuv[key])
     printf "\n%6s %11s %10s %10s %10s %10s %11s %13s %10s %10s %10s\n", "ranks", "bytes", "cofab_ms", "gloo_ms", \
       "mpi_tcp_ms", "mpi_shm_ms", "cofab/gloo", "cofab/mpi_tcp", "cofab_cpu", "gloo_cpu", "mpitcp_cpu"
     for (i = 1; i <= count; i++) {
