@@ -1,5 +1,8 @@
 #include "coding/matmul/straggler_executor.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/clock.h"
 
 namespace cofab::coding {
@@ -89,13 +92,23 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
   st->groupDone.assign(n, false);
   st->report.finishMs.assign(n, -1.0);
   st->report.delayMs.assign(n, 0.0);
-  const int64_t t0 = nowNs();
+  std::vector<Duration> delays(static_cast<size_t>(n), Duration{0});
   for (int i = 0; i < n; ++i) {
-    Duration delay{0};
     if (spec.delay != nullptr) {
-      delay = spec.delay->delay({.run = spec.run, .task = i, .tasks = n, .load = spec.load});
+      delays[i] = spec.delay->delay({.run = spec.run, .task = i, .tasks = n, .load = spec.load});
     }
-    st->report.delayMs[i] = std::chrono::duration<double, std::milli>(delay).count();
+    st->report.delayMs[i] = std::chrono::duration<double, std::milli>(delays[i]).count();
+  }
+  // The pool takes tasks in the order they become ready (earliest delay first, ties by index).
+  // In index order a long straggler at the head of the queue held a pool thread through its
+  // delay while tasks behind it, long ready, waited: with fewer threads than tasks a "never
+  // finishes" one hung a run that enough others could have finished.
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return delays[a] < delays[b]; });
+  const int64_t t0 = nowNs();
+  for (int i : order) {
+    const Duration delay = delays[i];
     auto job = [st, i, delay, t0, &fn, group = groups[i], needed = spec.neededGroups] {
       bool ran = false;
       Status result;

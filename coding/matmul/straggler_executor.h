@@ -6,9 +6,10 @@
 // computation (n groups, need k), uncoded (n groups, need n) and r-fold replication (n/r groups
 // of r replicas, need all groups).
 //
-// Each task first waits its delay (DelayModel; interrupted by cancellation), then runs the task
-// function unless cancelled meanwhile. Task functions may poll the CancelToken to stop early:
-// returning Cancelled then counts the task as cancelled, not failed.
+// Each task first waits its delay (DelayModel, counted from the start of the run; interrupted by
+// cancellation), then runs the task function unless cancelled meanwhile. Task functions may
+// poll the CancelToken to stop early: returning Cancelled then counts the task as cancelled,
+// not failed.
 // run() returns after every task of the run has stopped, so the function may borrow caller
 // memory; the time spent waiting for stragglers to stop is reported apart (drainMs), since a
 // real deployment would not wait for it.
@@ -69,7 +70,9 @@ struct StragglerReport {
 };
 
 struct StragglerExecutorOptions {
-  int threads = 16;  // tasks beyond this queue up, as on a cluster with fewer workers
+  // Tasks beyond this queue up, as on a cluster with fewer workers; a free thread takes the
+  // queued task whose delay ends first.
+  int threads = 16;
 };
 
 class StragglerExecutor {

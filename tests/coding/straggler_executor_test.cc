@@ -250,6 +250,26 @@ TEST(StragglerExecutorTest, ANeverFinishingStragglerWaitsForCancellation) {
   EXPECT_EQ(r->cancelled, 1);
 }
 
+// One pool thread, the never-finishing straggler first by index: the thread used to take it and
+// wait out its delay while the two tasks that suffice stayed queued behind it, until the deadline.
+TEST(StragglerExecutorTest, FewerThreadsThanTasksRunTheReadyTasksFirst) {
+  auto ex = StragglerExecutor::create({.threads = 1});
+  ASSERT_TRUE(ex.ok());
+  auto delay = TraceDelay::fromMillis({1e16, 0, 0});
+  ASSERT_TRUE(delay.ok()) << delay.status();
+  std::atomic<int> neverRan{0};
+  auto r = (*ex)->run(
+      {.tasks = 3, .neededGroups = 2, .delay = &*delay, .deadline = Deadline::afterMs(20000)},
+      [&](int task, const CancelToken&) {
+        if (task == 0) ++neverRan;
+        return OkStatus();
+      });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->used, (std::vector<int>{1, 2}));
+  EXPECT_EQ(neverRan.load(), 0);
+  EXPECT_EQ(r->cancelled, 1);
+}
+
 TEST(StragglerExecutorTest, BadSpecs) {
   auto ex = StragglerExecutor::create({.threads = 2});
   ASSERT_TRUE(ex.ok());
