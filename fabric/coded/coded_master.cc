@@ -60,6 +60,7 @@ struct CodedMaster::State {
   std::vector<std::string> dead;                              // "" while alive
   std::vector<bool> loaded;
   std::string registerError;  // a connection that registered badly
+  int badRegistrations = 0;   // connections that failed or registered badly (closed)
   // The running request.
   uint64_t current = 0;
   size_t expectBytes = 0;
@@ -229,11 +230,26 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
   COFAB_ASSIGN_OR_RETURN(m->listener_, m->ctx_->listen({.address = options.listenAddress}));
   COFAB_RETURN_IF_ERROR(store->set(options.name + "/master", toBytes(m->listener_->address())));
 
-  // Each accepted connection's first message says which worker it is.
+  // Each accepted connection's first message says which worker it is. Accepting stops when every
+  // worker registered, and waits while as many connections are still to say who they are as
+  // workers are missing; one that fails or registers badly (a port probe, a crashed worker's
+  // retry, a duplicate index) frees its place. A fixed n accepts let it take a worker's place.
   auto state = m->state_;
-  for (int accepted = 0; accepted < n; ++accepted) {
+  int accepted = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(s.mu);
+      const auto registered = [&] {
+        return static_cast<int>(std::count_if(s.conns.begin(), s.conns.end(),
+                                              [](const auto& c) { return c != nullptr; }));
+      };
+      const auto room = [&] { return accepted - s.badRegistrations < n; };
+      s.cv.wait_until(lock, deadline.when(), [&] { return registered() == n || room(); });
+      if (registered() == n || !room()) break;  // all in, or the deadline with no room
+    }
     StatusOr<std::shared_ptr<transport::Connection>> c = m->listener_->accept(deadline);
     if (!c.ok()) break;  // reported below, naming the workers that did not register
+    ++accepted;
     std::shared_ptr<transport::Connection> conn = *c;
     conn->recvOwned([state, conn](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
       bool ok = false;
@@ -251,6 +267,7 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
           state->conns[w] = conn;
           ok = true;
         }
+        if (!ok) ++state->badRegistrations;
         state->cv.notify_all();
       }
       if (ok) {

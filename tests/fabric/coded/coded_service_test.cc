@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coding/matmul/coded_matmul.h"
@@ -23,6 +25,7 @@
 #include "fabric/coded/coded_master.h"
 #include "fabric/coded/coded_worker.h"
 #include "fabric/rendezvous/file_store.h"
+#include "fabric/transport/registry.h"
 #include "gpu/device.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
@@ -438,6 +441,51 @@ TEST(CodedService, ABlockTooBigForAMessageIsRefusedAndCostsNoWorker) {
   auto r = svc.master().multiply({b.data(), cols, 2, 0}, {c.data(), rows, 2, 0});
   ASSERT_TRUE(r.ok()) << r.status();
   expectNear(c, localReference(o, a, rows, cols, b, 2, r->used, svc.master().needed()), 0);
+}
+
+// A connection that registers badly before the workers arrive (a port probe, a crashed worker's
+// retry) used to take one of the n accepts: a real worker was never accepted and create() ran
+// into its setup deadline. The workers here wait until the master has refused the intruder.
+TEST(CodedService, ABadRegistrationDoesNotTakeAWorkersPlace) {
+  TempDir dir;
+  const std::string path = dir.path(), name = "coded-badreg";
+  ProcessGroup procs;
+  procs.start(2, [path, name](int w) {
+    auto store = FileStore::open(path);
+    if (!store.ok()) return childFail(w, store.status().toString());
+    auto go = (*store)->get("go", Deadline::afterMs(60000));
+    if (!go.ok()) return childFail(w, go.status().toString());
+    Status s = runCodedWorker({.store = store->get(), .name = name, .index = w});
+    return s.ok() ? 0 : childFail(w, s.toString());
+  });
+  auto store = FileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 2};
+  o.name = name;
+  o.setupTimeout = Millis(30000);
+  StatusOr<std::unique_ptr<CodedMaster>> master = Unavailable("not created");
+  std::thread creator([&] { master = CodedMaster::create(store->get(), o); });
+  auto addr = (*store)->get(name + "/master", Deadline::afterMs(30000));
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  auto ctx = transport::Registry::create("tcp", {.localId = "intruder"});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto conn = (*ctx)->connect(toString(*addr), {.localId = "intruder"}, Deadline::afterMs(30000));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  // Registers as nobody (a kLoaded where kRegister belongs); the master closes the connection.
+  (*conn)->send(codedHeader(CodedOp::kLoaded, 0, 0), nullptr, 0, [](const Status&) {});
+  std::promise<Status> closed;
+  (*conn)->recvOwned([&closed](const Status& st, const wire::Header&, std::vector<uint8_t>&&) {
+    closed.set_value(st);
+  });
+  auto refused = closed.get_future();
+  ASSERT_EQ(refused.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_FALSE(refused.get().ok()) << "the master must close a bad registration";
+  ASSERT_TRUE((*store)->set("go", toBytes("1")).ok());
+  creator.join();
+  ASSERT_TRUE(master.ok()) << master.status();
+  master->reset();  // tells the workers to leave
+  EXPECT_EQ(cofab::testing::failures(procs.waitAll(Deadline::afterMs(20000))), "");
+  (*ctx)->join();
 }
 
 TEST(CodedService, UncodedFailsNamingKilledWorker) {
