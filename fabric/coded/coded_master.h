@@ -3,7 +3,10 @@
 // takes the first results that suffice, cancels the rest and assembles C = A x B.
 //
 //   kCoded       A encoded by coding::CodedMatmul into n blocks, any k of which suffice (decode
-//                as the local CodedMatmul does, so results equal the local ones)
+//                as the local CodedMatmul does, so results equal the local ones). For C(n, k)
+//                past RealMdsCode's exhaustiveLimit only a sample of patterns was checked: the
+//                first k results that arrive are decoded, and an ill-conditioned pattern the
+//                sample missed fails the request with DataLoss (not retried with other results)
 //   kUncoded     A split into n row blocks, every worker needed (k = n)
 //   kReplicated  A split into n / r row blocks, worker w holds block w mod (n / r): every block
 //                needs one of its r copies
