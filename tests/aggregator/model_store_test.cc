@@ -17,6 +17,7 @@
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/model_store_test_util.h"
+#include "tests/aggregator/raw_peer.h"
 #include "tests/support/process_group.h"
 #include "tests/support/thread_ranks.h"
 
@@ -290,6 +291,42 @@ TEST(ModelStore, TooStaleUpdatesAreDroppedWithAReason) {
   auto resync = (*b)->apply(8, view(one), 5, kLong());
   ASSERT_TRUE(resync.ok());
   EXPECT_EQ(resync->outcome, ApplyOutcome::kApplied);
+}
+
+// --max-chunk-bytes allows up to 1 GiB, but an apply-and-pull answers with the chunk behind a
+// kModelApplyReplyBytes record in one message: a model chunk whose answer could not be one
+// message is refused when it arrives, with a reason, instead of failing the worker's connection
+// at the answer. The daemon keeps serving that connection.
+TEST(ModelStore, AChunkWhoseAnswerCannotBeOneMessageIsOversized) {
+  DaemonCluster cluster(1, 1, {"--max-chunk-bytes", std::to_string(wire::kDefaultMaxPayload)});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w.ok()) << w.status();
+  wire::Header h;
+  h.type = wire::MessageType::kControl;
+  h.opcode = static_cast<uint8_t>(ps::ControlOp::kModelInit);
+  h.senderRank = 0;
+  h.key = 3;
+  h.dtype = DType::kF32;
+  h.chunkCount = 1;
+  // Within --max-chunk-bytes and the wire's limit, a whole number of f32, yet 4 bytes too many
+  // for the answer's record.
+  const size_t bytes = wire::kDefaultMaxPayload - ps::kModelApplyReplyBytes + sizeof(float);
+  ASSERT_TRUE((*w)->send(h, std::vector<uint8_t>(bytes)).ok());
+  auto m = (*w)->recvSkippingAcks();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->isReject(ps::RejectReason::kOversized)) << m->header.describe() << " " << m->text();
+  EXPECT_NE(m->text().find("at most"), std::string::npos) << m->text();
+  auto counted = cluster.metric(0, "cofab_agg_rejects_total", "reason=\"oversized\"");
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(*counted, 1);
+  // The same connection still works: a small init is taken and its value pulled back.
+  std::vector<float> x{1, 2};
+  h.key = 4;
+  ASSERT_TRUE((*w)->sendValues(h, x).ok());
+  auto ok = (*w)->recvSkippingAcks();
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_FALSE(ok->isControl(ps::ControlOp::kReject)) << ok->text();
 }
 
 // leave() without close(): a worker done applying (waiting at a barrier, say) stops holding the
