@@ -302,13 +302,7 @@ TEST(ModelStore, AChunkWhoseAnswerCannotBeOneMessageIsOversized) {
   ASSERT_TRUE(cluster.start().ok());
   auto w = RawPeer::connect(cluster.address(0), "worker 0");
   ASSERT_TRUE(w.ok()) << w.status();
-  wire::Header h;
-  h.type = wire::MessageType::kControl;
-  h.opcode = static_cast<uint8_t>(ps::ControlOp::kModelInit);
-  h.senderRank = 0;
-  h.key = 3;
-  h.dtype = DType::kF32;
-  h.chunkCount = 1;
+  wire::Header h = RawPeer::control(ps::ControlOp::kModelInit, 0, 3, DType::kF32);
   // Within --max-chunk-bytes and the wire's limit, a whole number of f32, yet 4 bytes too many
   // for the answer's record.
   const size_t bytes = wire::kDefaultMaxPayload - ps::kModelApplyReplyBytes + sizeof(float);

@@ -203,15 +203,7 @@ TEST(ModelStoreVersions, NeedsAPullFirstAndRefusesAVersionFromTheFuture) {
   // A hand-made request claiming version 7 of a chunk at version 2.
   auto raw = RawPeer::connect(cluster.address(0), ps::workerPeerId(1));
   ASSERT_TRUE(raw.ok()) << raw.status();
-  wire::Header h;
-  h.type = wire::MessageType::kControl;
-  h.opcode = static_cast<uint8_t>(ps::ControlOp::kModelApplyPull);
-  h.senderRank = 1;
-  h.key = 2;
-  h.chunkIndex = 0;
-  h.chunkCount = 1;
-  h.dtype = DType::kF32;
-  h.iteration = 7;
+  const wire::Header h = RawPeer::control(ps::ControlOp::kModelApplyPull, 1, 2, DType::kF32, 7);
   ASSERT_TRUE((*raw)->sendValues(h, std::vector<float>{1.0f}).ok());
   auto answer = (*raw)->recv();
   ASSERT_TRUE(answer.ok()) << answer.status();

@@ -62,6 +62,20 @@ class RawPeer {
     return h;
   }
 
+  // A control request (model store, fan-out release, ...) for chunk 0 of 1 of `key`.
+  static wire::Header control(ps::ControlOp op, uint32_t rank, uint64_t key, DType dtype,
+                              uint64_t iteration = 0) {
+    wire::Header h;
+    h.type = wire::MessageType::kControl;
+    h.opcode = static_cast<uint8_t>(op);
+    h.senderRank = rank;
+    h.key = key;
+    h.iteration = iteration;
+    h.dtype = dtype;
+    h.chunkCount = 1;
+    return h;
+  }
+
   Status send(const wire::Header& h, const std::vector<uint8_t>& payload) {
     auto done = std::make_shared<std::promise<Status>>();
     auto f = done->get_future();
