@@ -17,8 +17,12 @@ if [[ -n "$sanitize" ]]; then
   export BUILD_DIR=${BUILD_DIR:-$root/build-${sanitize%%,*}}
   [[ "$sanitize" == address* ]] && export BUILD_DIR=$root/build-asan
   [[ "$sanitize" == thread ]] && export BUILD_DIR=$root/build-tsan
-  # Sanitized builds skip benchmarks: their numbers would mean nothing.
-  bash "$root/scripts/build.sh" -DCOFAB_SANITIZE="$sanitize" -DCOFAB_BUILD_BENCH=OFF
+  # Sanitized builds skip benchmarks: their numbers would mean nothing. They compile at -O1 with
+  # line tables only (-g1), what the sanitizers' docs suggest and all their reports need: an ASan
+  # build at -O2 -g took 569 s on the 2-core CI machine, and this halves it (one test file: 13.7 s
+  # against 6.7 s).
+  bash "$root/scripts/build.sh" -DCOFAB_SANITIZE="$sanitize" -DCOFAB_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
