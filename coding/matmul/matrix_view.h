@@ -25,7 +25,7 @@ struct BasicMatrixView {
       return InvalidArgument(std::string(what) + ": bad shape " + std::to_string(rows) + "x" +
                              std::to_string(cols) + " ld=" + std::to_string(ld));
     }
-    if (data == nullptr && rows * cols > 0) {
+    if (data == nullptr && rows > 0 && cols > 0) {  // rows * cols could overflow
       return InvalidArgument(std::string(what) + ": data is null");
     }
     return OkStatus();

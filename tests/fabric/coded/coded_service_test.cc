@@ -432,6 +432,14 @@ TEST(CodedService, ABlockTooBigForAMessageIsRefusedAndCostsNoWorker) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("a block of A"), std::string::npos) << st;
   }
+  {
+    // Rows near INT64_MAX: the shape checks and the block size must not overflow on the way to
+    // saying so (signed overflow is undefined; the UBSan build of this suite checks).
+    const float one = 1.0f;
+    Status st = svc.master().load({&one, INT64_MAX, 2, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("a block of A"), std::string::npos) << st;
+  }
   EXPECT_TRUE(svc.master().deadWorkers().empty());
   const int64_t rows = 6, cols = 3;
   const std::vector<float> a = randomMatrix(rows, cols, 21);
@@ -464,7 +472,9 @@ TEST(CodedService, ABadRegistrationDoesNotTakeAWorkersPlace) {
   o.name = name;
   o.setupTimeout = Millis(30000);
   StatusOr<std::unique_ptr<CodedMaster>> master = Unavailable("not created");
-  std::thread creator([&] { master = CodedMaster::create(store->get(), o); });
+  // A jthread: an ASSERT that returns early still joins it (after create() gives up at the setup
+  // timeout) instead of destroying a joinable thread, which would abort the whole binary.
+  std::jthread creator([&] { master = CodedMaster::create(store->get(), o); });
   auto addr = (*store)->get(name + "/master", Deadline::afterMs(30000));
   ASSERT_TRUE(addr.ok()) << addr.status();
   auto ctx = transport::Registry::create("tcp", {.localId = "intruder"});
