@@ -34,7 +34,8 @@ class Store {
   // Returns the value once the key exists; DeadlineExceeded naming the key otherwise.
   virtual StatusOr<Bytes> get(std::string_view key, Deadline deadline) = 0;
   // Atomically adds delta to the integer stored at key (absent counts as 0) and returns the
-  // result. The value is kept as decimal text, so get() on it reads e.g. "42".
+  // result. The value is kept as decimal text, so get() on it reads e.g. "42". A sum that would
+  // overflow int64 is InvalidArgument naming the key, and the value stays as it was.
   virtual StatusOr<int64_t> add(std::string_view key, int64_t delta) = 0;
   // Waits until every key exists; DeadlineExceeded naming the missing keys otherwise.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
