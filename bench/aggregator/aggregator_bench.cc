@@ -164,7 +164,9 @@ Status barrier(Store& store, const std::string& name, int ranks) {
   }
 }
 
-// One worker process: push-pull (dedicated or colocated) then ring allreduce on the same data.
+// One worker process: push-pull (dedicated or colocated) and ring allreduce on the same data,
+// taking turns in blocks; both are measured with the push-pull client (and a colocated shard)
+// open, idle while the ring runs.
 int workerMain(int rank, int ranks, const std::string& storeUrl, const std::string& tag, Mode mode,
                size_t bytes, int iters, int blocks) {
   const bool colocated = mode != Mode::kDedicated;
@@ -241,8 +243,15 @@ int workerMain(int rank, int ranks, const std::string& storeUrl, const std::stri
     t.pushPullMs += nowMs() - t0;
     t.pushPullCpuMs += cpuMs() - c0;
     ppDone += n;
-    if (!ringOk) continue;
+    // The ring runs only while it has worked on every rank: each rank says how it went before
+    // the barrier and all read the same count after it, so no rank waits in an allreduce (or at
+    // a barrier) that another rank has given up on.
+    if (!store.add(b + "rf", ringOk ? 0 : 1).ok()) return 7;
     if (!barrier(store, b + "r", ranks).ok()) return 7;
+    auto ringFailures = store.get(b + "rf", Deadline::afterMs(60000));
+    if (!ringFailures.ok()) return 7;
+    ringOk = std::atoll(toString(*ringFailures).c_str()) == 0;
+    if (!ringOk) continue;
     t0 = nowMs();
     c0 = cpuMs();
     for (int i = 0; i < n && ringOk; ++i) ringOk = comm::allreduce(**commOr, view, ao).ok();
