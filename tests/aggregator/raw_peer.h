@@ -76,12 +76,19 @@ class RawPeer {
     return h;
   }
 
-  Status send(const wire::Header& h, const std::vector<uint8_t>& payload) {
+  // A send that has not completed by the deadline closes the connection and waits for the
+  // cancellation before returning: the transport may still be reading `payload`, which the
+  // caller frees when this returns.
+  Status send(const wire::Header& h, const std::vector<uint8_t>& payload,
+              int64_t timeoutMs = 10000) {
     auto done = std::make_shared<std::promise<Status>>();
     auto f = done->get_future();
     conn_->send(h, payload.data(), payload.size(), [done](const Status& s) { done->set_value(s); });
-    if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-      return DeadlineExceeded("send");
+    if (f.wait_for(std::chrono::milliseconds(timeoutMs)) != std::future_status::ready) {
+      conn_->close();
+      f.wait();
+      return DeadlineExceeded("send of " + std::to_string(payload.size()) + " bytes: not done in " +
+                              std::to_string(timeoutMs) + " ms; connection closed");
     }
     return f.get();
   }

@@ -28,6 +28,12 @@ int inChild(Fn body) {
 }
 
 TEST(StopSignals, ASignalTakenByAForeignThreadStillReachesWait) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP()
+      << "ThreadSanitizer defers a signal's handler to the thread's next safe point and "
+         "runs it on a copy of the context: a thread parked in read() may never run it, so wait() "
+         "cannot be tested here";
+#endif
   const int status = inChild([] {
     int ready[2], park[2];
     if (::pipe(ready) != 0 || ::pipe(park) != 0) return 100;
@@ -78,6 +84,12 @@ bool threadBlocks(pid_t tid, int sig) {
 // such a thread took it through the handler, pending() could miss one that thread had dequeued
 // but not yet reported, and a daemon whose startup wait ended then published its address.
 TEST(StopSignals, ThreadsFromBeforeInstallBlockThemAndPendingSeesASignalAtOnce) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP()
+      << "ThreadSanitizer defers a signal's handler to the thread's next safe point and "
+         "runs it on a copy of the context: the mask change install() makes in older threads is "
+         "lost (core/stop_signals.cc)";
+#endif
   const int status = inChild([] {
     int park[2];
     if (::pipe(park) != 0) return 100;
