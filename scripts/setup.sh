@@ -2,7 +2,8 @@
 # Installs the Debian packages cofab needs to build, test and benchmark. Idempotent: when every
 # package is present it only checks and returns (about a second). Not root: prints the command.
 #   scripts/setup.sh            build + test dependencies
-#   scripts/setup.sh --peers    also the benchmark peers (Gloo, Open MPI) and plotting
+#   scripts/setup.sh --peers    also the benchmark peers (Gloo, Open MPI), plotting and clang
+#   scripts/setup.sh --fuzz     also clang and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,8 @@ packages=(
 )
 if [[ "${1:-}" == "--peers" ]]; then
   packages+=(libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev)
+elif [[ "${1:-}" == "--fuzz" ]]; then
+  packages+=(clang libclang-rt-14-dev)
 fi
 
 missing=()
