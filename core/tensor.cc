@@ -29,4 +29,15 @@ Status checkSameShape(const TensorView& a, const TensorView& b, const char* what
   return OkStatus();
 }
 
+Status checkInPlaceOrDisjoint(const TensorView& in, const TensorView& out, const char* what) {
+  const auto* inBegin = static_cast<const uint8_t*>(in.data);
+  const auto* outBegin = static_cast<const uint8_t*>(out.data);
+  if (inBegin != outBegin && inBegin < outBegin + out.bytes() && outBegin < inBegin + in.bytes()) {
+    return InvalidArgument(std::string(what) +
+                           ": in and out partially overlap; pass the same buffer for an in-place "
+                           "operation, or disjoint ones");
+  }
+  return OkStatus();
+}
+
 }  // namespace cofab

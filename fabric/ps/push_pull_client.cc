@@ -450,13 +450,7 @@ class PushPullClient::Impl {
     // In place (in == out) is fine: each chunk's result replaces its own input. A partial
     // overlap is not: one chunk's result would overwrite another chunk's input before it is
     // sent (or resent after a failover).
-    const auto* inBegin = static_cast<const uint8_t*>(in.data);
-    const auto* outBegin = static_cast<const uint8_t*>(out.data);
-    if (inBegin != outBegin && inBegin < outBegin + out.bytes() &&
-        outBegin < inBegin + in.bytes()) {
-      return InvalidArgument("pushPull in and out partially overlap; pass the same buffer for "
-                             "an in-place operation, or disjoint ones");
-    }
+    COFAB_RETURN_IF_ERROR(checkInPlaceOrDisjoint(in, out, "pushPull"));
     if (!in.device.isCpu() || !out.device.isCpu()) {
       return InvalidArgument("pushPull takes host tensors; got " + in.toString());
     }

@@ -403,7 +403,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       auto it = std::find(queue.begin(), queue.end(), chosen);
       if (it == queue.end()) return;
       std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()),
-                                             /*sent=*/false);
+                                           /*sent=*/false);
       // The update fails with this unit: its other chunks would each wait for a grant in vain.
       if (up) dropQueuedLocked(up, "grant_failed");
       lock.unlock();
@@ -572,6 +572,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     COFAB_RETURN_IF_ERROR(g.tensor.validate("tensor"));
     COFAB_RETURN_IF_ERROR(out.validate("out"));
     COFAB_RETURN_IF_ERROR(checkSameShape(g.tensor, out, "GradientUpdate tensor/out"));
+    // Each chunk is its own pushPull, so the client's own check sees disjoint slices: a partial
+    // overlap has to be refused here, where the whole tensor is known.
+    COFAB_RETURN_IF_ERROR(checkInPlaceOrDisjoint(g.tensor, out, "GradientUpdate tensor/out"));
     if (!g.tensor.device.isCpu() || !out.device.isCpu()) {
       return InvalidArgument("the transfer manager takes host tensors; got " + g.tensor.toString());
     }

@@ -13,9 +13,10 @@
 //     credits, placement, failover and in-order reduction apply unchanged) and scatters results,
 //   - records per unit queued / sent / acknowledged / done times for stats and a Chrome trace.
 //
-//   transfer::TransferManager mgr(*client, {.policy = "priority"});
-//   for (layer = L-1 .. 0) { backward(layer); h[layer] = mgr.enqueue({key, grad, ..., layer}); }
-//   mgr.flush();
+//   COFAB_ASSIGN_OR_RETURN(auto mgr,
+//                          transfer::TransferManager::create(*client, {.policy = "priority"}));
+//   for (layer = L-1 .. 0) { backward(layer); h[layer] = mgr->enqueue({key, grad, ..., layer}); }
+//   mgr->flush();
 //   for (layer = 0 .. L-1) { COFAB_RETURN_IF_ERROR(h[layer].wait(Deadline::afterMs(30000)));
 //                            forward(layer); }
 //

@@ -436,24 +436,29 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
   ASSERT_TRUE(mgr);
   auto a = gradient(1, 0, 5000), b = gradient(2, 0, 5000);
   auto s1 = gradient(3, 0, 10), s2 = gradient(4, 0, 10);
-  auto enqueue = [&](uint64_t key, std::vector<float>& v) {
+  // Results go to separate buffers holding a sentinel: one worker's sum is its own gradient, so
+  // an in-place result would look like no result at all.
+  const std::vector<float> sentinel(10, -1234.0f);
+  std::vector<float> out1 = sentinel, out2 = sentinel;
+  auto enqueue = [&](uint64_t key, std::vector<float>& v, std::vector<float>* out = nullptr) {
     GradientUpdate g;
     g.key = key;
     g.tensor = TensorView::of(v.data(), v.size(), DType::kF32);
+    if (out != nullptr) g.out = TensorView::of(out->data(), out->size(), DType::kF32);
     return mgr->enqueue(g);
   };
   TransferHandle ha = enqueue(1, a), hb = enqueue(2, b);
-  TransferHandle hs1 = enqueue(3, s1), hs2 = enqueue(4, s2);  // one bucket
+  TransferHandle hs1 = enqueue(3, s1, &out1), hs2 = enqueue(4, s2, &out2);  // one bucket
   mgr->flush();
   ASSERT_TRUE(mgr->cancel(ha).ok());
   ASSERT_TRUE(mgr->cancel(hs1).ok());
   EXPECT_EQ(ha.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
   EXPECT_EQ(hs1.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
-  const std::vector<float> s1Before = s1;
   mgr->resume();
   ASSERT_TRUE(hb.wait(Deadline::afterMs(20000)).ok()) << hb.status();
   ASSERT_TRUE(hs2.wait(Deadline::afterMs(20000)).ok()) << hs2.status();
-  EXPECT_EQ(s1, s1Before) << "a cancelled fused update gets no result";
+  EXPECT_EQ(out1, sentinel) << "a cancelled fused update gets no result";
+  EXPECT_EQ(out2, s2) << "its bucket-mate does";
   EXPECT_EQ(mgr->cancel(hb).code(), StatusCode::kFailedPrecondition);
   for (const auto& r : mgr->records()) {
     if (r.keys[0] == 1) {
@@ -501,21 +506,25 @@ TEST(TransferFusion, ABucketIsNeverLargerThanOneChunk) {
   auto mgr = makeManager(*client, o);
   ASSERT_TRUE(mgr);
   const std::vector<size_t> floats = {750, 750, 2500, 10};  // 3000, 3000, 10000, 40 bytes
-  std::vector<std::vector<float>> data, want;
-  for (size_t k = 0; k < floats.size(); ++k) data.push_back(gradient(k + 1, 0, floats[k]));
-  want = data;  // one worker: the sum is its own gradient
+  std::vector<std::vector<float>> data, out;
+  for (size_t k = 0; k < floats.size(); ++k) {
+    data.push_back(gradient(k + 1, 0, floats[k]));
+    out.emplace_back(floats[k], -1234.0f);  // a sentinel: results must replace it
+  }
   std::vector<TransferHandle> handles;
   for (size_t k = 0; k < floats.size(); ++k) {
     GradientUpdate g;
     g.key = k + 1;
     g.tensor = TensorView::of(data[k].data(), data[k].size(), DType::kF32);
+    g.out = TensorView::of(out[k].data(), out[k].size(), DType::kF32);
     handles.push_back(mgr->enqueue(g));
   }
   mgr->flush();
   mgr->resume();
   for (size_t k = 0; k < floats.size(); ++k) {
     ASSERT_TRUE(handles[k].wait(Deadline::afterMs(20000)).ok()) << handles[k].status();
-    EXPECT_EQ(data[k], want[k]) << "key " << k + 1;
+    // One worker: the sum is its own gradient, scattered out of the bucket into out.
+    EXPECT_EQ(out[k], data[k]) << "key " << k + 1;
   }
   for (const auto& r : mgr->records()) EXPECT_LE(r.bytes, kChunk) << r.name;
 }
@@ -540,6 +549,18 @@ TEST(TransferManagerArgs, BadInputCompletesTheHandleAtOnce) {
   g.tensor = TensorView::of(f.data(), f.size(), DType::kF32);
   g.out = TensorView::of(out.data(), out.size(), DType::kF32);
   EXPECT_EQ(mgr->enqueue(g).wait(Deadline::afterMs(1000)).code(), StatusCode::kInvalidArgument);
+  // `out` one chunk (1024 f32) past `tensor`: every chunk is its own pushPull with disjoint
+  // slices, so the client's own check passed while chunk c's result overwrote chunk c + 1's
+  // input before it went out, and the update completed OK with a wrong sum.
+  const size_t perChunk = kChunk / sizeof(float);
+  std::vector<float> shared = gradient(9, 0, 4 * perChunk);
+  const std::vector<float> before = shared;
+  g.tensor = TensorView::of(shared.data(), 3 * perChunk, DType::kF32);
+  g.out = TensorView::of(shared.data() + perChunk, 3 * perChunk, DType::kF32);
+  const Status overlap = mgr->enqueue(g).wait(Deadline::afterMs(10000));
+  EXPECT_EQ(overlap.code(), StatusCode::kInvalidArgument) << overlap;
+  EXPECT_NE(overlap.message().find("overlap"), std::string::npos) << overlap;
+  EXPECT_EQ(shared, before) << "nothing was written";
 }
 
 }  // namespace
