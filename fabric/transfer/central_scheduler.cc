@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -115,22 +116,31 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       return;
     }
     if (op == SchedOp::kRequest) {
-      // Payload: the candidate destinations, u32 little-endian each (at least one).
-      std::vector<uint32_t> cands(payload.size() / 4);
-      for (size_t i = 0; i < cands.size(); ++i) {
-        cands[i] = static_cast<uint32_t>(payload[4 * i]) |
-                   static_cast<uint32_t>(payload[4 * i + 1]) << 8 |
-                   static_cast<uint32_t>(payload[4 * i + 2]) << 16 |
-                   static_cast<uint32_t>(payload[4 * i + 3]) << 24;
+      // Payload: the candidate destinations, u32 little-endian each (at least one, each at most
+      // once: a list longer than the destinations, or with repeats, would queue one request many
+      // times, and a peer could make that list as long as a message).
+      const size_t listed = payload.size() / 4;
+      bool bad = listed == 0 || payload.size() % 4 != 0 || h.iteration == 0 ||
+                 listed > static_cast<size_t>(options.numDestinations);
+      std::vector<uint32_t> cands;
+      if (!bad) {
+        std::vector<bool> seen(static_cast<size_t>(options.numDestinations), false);
+        for (size_t i = 0; i < listed && !bad; ++i) {
+          const uint32_t d = static_cast<uint32_t>(payload[4 * i]) |
+                             static_cast<uint32_t>(payload[4 * i + 1]) << 8 |
+                             static_cast<uint32_t>(payload[4 * i + 2]) << 16 |
+                             static_cast<uint32_t>(payload[4 * i + 3]) << 24;
+          bad = d >= static_cast<uint32_t>(options.numDestinations) || seen[d];
+          if (!bad) seen[d] = true;
+          cands.push_back(d);
+        }
       }
-      bool bad = cands.empty() || payload.size() % 4 != 0 || h.iteration == 0;
-      for (uint32_t d : cands) bad = bad || d >= static_cast<uint32_t>(options.numDestinations);
       if (bad) {
         stats.protocolErrors++;
         send(c, SchedOp::kRefuse, h.key, 0, 0,
-             "cofab-sched: bad request (" + std::to_string(cands.size()) +
+             "cofab-sched: bad request (" + std::to_string(listed) +
                  " candidate destinations, each below " + std::to_string(options.numDestinations) +
-                 " wanted, " + std::to_string(h.iteration) + " bytes)");
+                 " and listed once wanted, " + std::to_string(h.iteration) + " bytes)");
         return;
       }
       if (h.iteration > kMaxRequestBytes) {
@@ -208,8 +218,12 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       if (options.rateBytesPerSec > 0) {
         const int64_t now = nowNs();
         const int64_t start = std::max(now, nextFreeNs[d]);
-        nextFreeNs[d] =
-            start + static_cast<int64_t>(r.bytes * 1000000000ull / options.rateBytesPerSec);
+        // bytes <= 1 GiB (kMaxRequestBytes): the product fits; the sum saturates instead of
+        // overflowing after many large grants at a very low rate.
+        const auto busyNs = static_cast<int64_t>(r.bytes * 1000000000ull / options.rateBytesPerSec);
+        if (__builtin_add_overflow(start, busyNs, &nextFreeNs[d])) {
+          nextFreeNs[d] = std::numeric_limits<int64_t>::max();
+        }
         delayUs = static_cast<uint64_t>((start - now) / 1000);
       }
       grants[{r.from.get(), r.id}] = Grant{r.from, best, r.bytes};

@@ -2,6 +2,7 @@
 // receive loop runs on the client's transport I/O thread.
 #include "fabric/transfer/sched_client.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -12,6 +13,11 @@
 #include "fabric/transport/registry.h"
 
 namespace cofab::transfer {
+namespace {
+// A pacing delay longer than this (about 12 days) is taken as this: it keeps now + delay from
+// overflowing the clock, and is past any deadline a caller gives.
+constexpr uint64_t kMaxPaceUs = uint64_t{1} << 40;
+}  // namespace
 
 struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<transport::Context> ctx;
@@ -64,7 +70,10 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
         if (op == SchedOp::kGrant) {
           it->second.grant.id = h.key;
           it->second.grant.destination = static_cast<int>(h.sequence);
-          it->second.grant.delayUs = static_cast<int64_t>(h.iteration);
+          // The scheduler's word, bounded so that now + delay cannot overflow; a delay past
+          // the caller's deadline is refused by acquire() either way.
+          it->second.grant.delayUs =
+              static_cast<int64_t>(std::min<uint64_t>(h.iteration, kMaxPaceUs));
         } else {
           it->second.refused = InvalidArgument(std::string(p.begin(), p.end()));
         }
@@ -158,6 +167,11 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
     for (int b = 0; b < 4; ++b) payload->push_back(static_cast<uint8_t>(v >> (8 * b)));
     destination += (destination.empty() ? "" : "|") + std::to_string(d);
   }
+  if (deadline.isNever()) {
+    return InvalidArgument(
+        "SchedClient::acquire needs a deadline: a scheduler that never answers "
+        "would hold the caller forever");
+  }
   std::unique_lock<std::mutex> lock(s.mu);
   if (!s.error.ok()) return s.error;
   const uint64_t id = s.nextId++;
@@ -175,12 +189,13 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
       lock.unlock();
       if (p.grant.delayUs > 0) {
         const auto start = Clock::now() + std::chrono::microseconds(p.grant.delayUs);
-        if (!deadline.isNever() && deadline.when() < start) {
-          std::this_thread::sleep_until(deadline.when());
-          delivered(p.grant);  // give the bytes back: the unit will not be sent
-          return DeadlineExceeded("grant from " + s.who() + " for destination " +
-                                  std::to_string(p.grant.destination) +
-                                  " starts after the deadline");
+        if (deadline.when() < start) {
+          // Refused at once, not after sleeping to the deadline: the bytes go back to the
+          // scheduler now and the caller's dispatcher is not held for nothing.
+          delivered(p.grant);
+          return DeadlineExceeded(
+              "grant from " + s.who() + " for destination " + std::to_string(p.grant.destination) +
+              " starts in " + std::to_string(p.grant.delayUs / 1000) + " ms, after the deadline");
         }
         std::this_thread::sleep_until(start);
       }
@@ -190,9 +205,7 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
       s.pending.erase(it);
       return s.error;
     }
-    const bool timedOut = deadline.isNever()
-                              ? (s.cv.wait(lock), false)
-                              : s.cv.wait_until(lock, deadline.when()) == std::cv_status::timeout;
+    const bool timedOut = s.cv.wait_until(lock, deadline.when()) == std::cv_status::timeout;
     if (timedOut && !s.pending.at(id).answered && s.error.ok()) {
       s.pending.erase(id);
       s.abandoned.insert(id);

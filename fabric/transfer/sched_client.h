@@ -63,7 +63,8 @@ class SchedClient {
 
   // Requests a grant to send `bytes` to one of `candidates` (destination ids; the scheduler picks
   // the least loaded that has room, SchedGrant::destination) and waits for it until `deadline`;
-  // then waits out the grant's pacing delay (bounded by the deadline too).
+  // then waits out the grant's pacing delay. A grant whose pacing ends after the deadline is
+  // given back at once and DeadlineExceeded; Deadline::never() is InvalidArgument.
   StatusOr<SchedGrant> acquire(const std::vector<int>& candidates, uint64_t bytes,
                                Deadline deadline);
   StatusOr<SchedGrant> acquire(int destination, uint64_t bytes, Deadline deadline) {

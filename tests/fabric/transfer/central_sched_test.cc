@@ -172,6 +172,45 @@ TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
 }
 
+// A grant whose pacing ends after the caller's deadline is given back at once and fails: the
+// caller used to sleep until its deadline first, holding the scheduler's bytes all that time.
+// A request without a deadline is refused before anything is sent.
+TEST(CentralScheduler, AGrantPacedPastTheDeadlineIsGivenBackAtOnce) {
+  transfer::SchedulerOptions so;
+  so.numDestinations = 1;
+  so.destBytes = 1 << 20;
+  so.rateBytesPerSec = 1000;  // 100 kB take 100 s
+  so.listenAddress = "127.0.0.1:0";
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  transfer::SchedClientOptions co;
+  co.address = (*sched)->address();
+  auto sc = transfer::SchedClient::connect(0, co);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  auto first = (*sc)->acquire(0, 100000, Deadline::afterMs(30000));  // starts now
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*sc)->delivered(*first);
+  const Deadline deadline = Deadline::afterMs(30000);
+  auto second = (*sc)->acquire(0, 100000, deadline);  // would start 100 s from now
+  EXPECT_EQ(second.status().code(), StatusCode::kDeadlineExceeded) << second.status();
+  EXPECT_NE(second.status().message().find("after the deadline"), std::string::npos)
+      << second.status();
+  EXPECT_FALSE(deadline.expired()) << "refused without waiting the deadline out";
+  // Both grants came back: nothing stays counted as in flight at the scheduler.
+  for (int i = 0; i < 100; ++i) {
+    const auto ds = (*sched)->stats().destinations.at(0);
+    if (ds.delivered == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto ds = (*sched)->stats().destinations.at(0);
+  EXPECT_EQ(ds.granted, 2u);
+  EXPECT_EQ(ds.delivered, 2u);
+  EXPECT_EQ(ds.load, 0u);
+  auto never = (*sc)->acquire(0, 100, Deadline::never());
+  EXPECT_EQ(never.status().code(), StatusCode::kInvalidArgument) << never.status();
+  EXPECT_EQ((*sched)->stats().destinations.at(0).granted, 2u) << "nothing was requested";
+}
+
 // An in-process scheduler on loopback, and the options to reach it.
 StatusOr<std::unique_ptr<transfer::CentralScheduler>> localScheduler(int destinations,
                                                                      uint64_t destBytes) {
@@ -274,8 +313,9 @@ TEST(CentralScheduler, AGrantAfterItsAcquireGaveUpIsGivenBack) {
 }
 
 // A request id already waiting or granted on a connection is refused: a second grant under it
-// would overwrite the first, whose bytes would then never come back.
-TEST(CentralScheduler, ARepeatedRequestIdIsRefused) {
+// would overwrite the first, whose bytes would then never come back. So are candidate lists with
+// repeats or longer than the destinations.
+TEST(CentralScheduler, ARepeatedRequestIdOrCandidateIsRefused) {
   auto sched = localScheduler(1, 100);
   ASSERT_TRUE(sched.ok()) << sched.status();
   auto ctx = transport::Registry::create("tcp", {});
@@ -313,6 +353,19 @@ TEST(CentralScheduler, ARepeatedRequestIdIsRefused) {
     std::this_thread::sleep_for(Millis(2));
   }
   EXPECT_EQ((*sched)->stats().destinations[0].load, 0u);
+  // A candidate listed twice, and a list longer than the destinations (here 1), are refused:
+  // either would queue the request several times over (a peer could send millions).
+  const std::vector<uint8_t> dest0Twice(8, 0);
+  (*conn)->send(message(transfer::SchedOp::kRequest, 6, 10), dest0Twice.data(), dest0Twice.size(),
+                ignore);
+  EXPECT_EQ(answer().opcode, static_cast<uint8_t>(transfer::SchedOp::kRefuse));
+  std::vector<uint8_t> tooMany(4 * 1000, 0);
+  for (size_t i = 0; i < 1000; ++i) tooMany[4 * i] = static_cast<uint8_t>(i % 2);
+  (*conn)->send(message(transfer::SchedOp::kRequest, 7, 10), tooMany.data(), tooMany.size(),
+                ignore);
+  EXPECT_EQ(answer().opcode, static_cast<uint8_t>(transfer::SchedOp::kRefuse));
+  EXPECT_EQ((*sched)->stats().protocolErrors, 3u);
+  EXPECT_EQ((*sched)->stats().destinations[0].queued, 0u) << "nothing was queued";
   (*ctx)->close();
   (*ctx)->join();
 }
