@@ -128,7 +128,11 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   }
   uint64_t addRecord(TransferRecord r) {
     records.push_back(std::move(r));
-    while (records.size() > options.maxRecords && !records.front().outcome.empty()) {
+    // Finished records go first; past twice the bound an unfinished one goes too (a unit stuck
+    // in flight, a bucket never flushed), so the bound holds whatever happens. A dropped
+    // record's unit carries on: record() then finds nothing to update.
+    while (records.size() > options.maxRecords &&
+           (!records.front().outcome.empty() || records.size() > 2 * options.maxRecords)) {
       records.pop_front();
       ++recordBase;
     }
@@ -751,6 +755,10 @@ void TransferManager::flush() {
 Status TransferManager::cancel(const TransferHandle& handle) {
   if (!handle.state_) return FailedPrecondition("cancel() of an invalid TransferHandle");
   const auto& up = handle.state_;
+  if (up->core.lock() != core_) {
+    // Its state is guarded by its own manager's mutex, not this one's.
+    return InvalidArgument("cancel() of a TransferHandle from another TransferManager");
+  }
   std::lock_guard<std::mutex> lock(core_->mu);
   {
     std::lock_guard<std::mutex> l(up->mu);
@@ -758,6 +766,10 @@ Status TransferManager::cancel(const TransferHandle& handle) {
       return FailedPrecondition("transfer key=" + std::to_string(up->key) +
                                 " already finished: " + up->status.toString());
     }
+  }
+  if (up->decided) {  // failed or past its deadline, waiting for chunks the client still has
+    return FailedPrecondition("transfer key=" + std::to_string(up->key) +
+                              " already failed: " + up->decidedStatus.toString());
   }
   if (up->fused) {
     up->cancelled = true;  // the bucket still travels; nothing is delivered to this update

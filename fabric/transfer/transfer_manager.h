@@ -103,7 +103,8 @@ struct TransferOptions {
   SchedClient* scheduler = nullptr;
   // How long one unit waits for its grant; 0: COFAB_TRANSFER_GRANT_TIMEOUT_MS (30000).
   int64_t grantTimeoutMs = 0;
-  // Keep at most this many TransferRecords (the oldest finished ones are dropped first).
+  // Keep about this many TransferRecords: beyond it the oldest are dropped once finished, and
+  // past twice it the oldest go even unfinished (records are stats; the units carry on).
   size_t maxRecords = 1 << 16;
 };
 

@@ -468,6 +468,59 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
   EXPECT_EQ(mgr->stats().updatesCancelled, 2u);
 }
 
+// A handle is cancelled through its own manager only: another manager would touch its state
+// under the wrong mutex.
+TEST(TransferCancel, AHandleFromAnotherManagerIsRefused) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;
+  auto m0 = makeManager(*client, o);
+  auto m1 = makeManager(*client, o);
+  ASSERT_TRUE(m0 && m1);
+  auto a = gradient(1, 0, 5000);
+  GradientUpdate g;
+  g.key = 1;
+  g.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+  TransferHandle h = m0->enqueue(g);
+  EXPECT_EQ(m1->cancel(h).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.wait(Deadline::afterMs(20)).code(), StatusCode::kDeadlineExceeded) << "still queued";
+  EXPECT_TRUE(m0->cancel(h).ok());
+  EXPECT_EQ(h.wait(Deadline::afterMs(1000)).code(), StatusCode::kCancelled);
+}
+
+// maxRecords bounds the records even when none of them finishes (here: a paused manager);
+// they used to be dropped only from the front once finished, so they grew without limit.
+TEST(TransferRecords, TheBoundHoldsWhileNothingFinishes) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client = connectOrDie(cluster, 0);
+  ASSERT_TRUE(client);
+  TransferOptions o;
+  o.startPaused = true;
+  o.fuseBelowBytes = 1;  // every update is its own unit and record
+  o.maxRecords = 4;
+  auto mgr = makeManager(*client, o);
+  ASSERT_TRUE(mgr);
+  std::vector<std::vector<float>> data;
+  std::vector<TransferHandle> handles;
+  for (uint64_t k = 1; k <= 20; ++k) {
+    data.push_back(gradient(k, 0, 16));
+    GradientUpdate g;
+    g.key = k;
+    g.tensor = TensorView::of(data.back().data(), data.back().size(), DType::kF32);
+    handles.push_back(mgr->enqueue(g));
+  }
+  const auto recs = mgr->records();
+  EXPECT_LE(recs.size(), 2 * o.maxRecords);
+  ASSERT_FALSE(recs.empty());
+  EXPECT_EQ(recs.back().keys.at(0), 20u) << "the newest are kept";
+  mgr->resume();  // the units whose records went still travel and complete
+  for (auto& h : handles) EXPECT_TRUE(h.wait(Deadline::afterMs(20000)).ok()) << h.status();
+}
+
 TEST(TransferCancel, DestroyingTheManagerCancelsWhatIsQueued) {
   DaemonCluster cluster(1, 1);
   ASSERT_TRUE(cluster.start().ok());
