@@ -1,6 +1,8 @@
 #include "aggregator/metrics.h"
 
+#include <algorithm>
 #include <sstream>
+#include <vector>
 
 namespace cofab::aggregator {
 
@@ -131,15 +133,17 @@ std::string Metrics::render(int serverId, bool draining) const {
     os << "cofab_agg_engine_queue_depth{" << id << ",engine=\"" << e << "\"} "
        << ld(engineQueueDepth[static_cast<size_t>(e)]) << '\n';
   }
-  uint64_t newest = 0;
-  for (int w = 0; w < numWorkers; ++w) {
-    newest = std::max(newest, ld(workerIteration[static_cast<size_t>(w)]));
-  }
+  // One read of each worker's iteration: engines keep storing them, and a second read could be
+  // newer than the maximum taken from the first (the unsigned lag then wrapped to ~1.8e19).
+  std::vector<uint64_t> iteration(static_cast<size_t>(numWorkers));
+  for (size_t w = 0; w < iteration.size(); ++w) iteration[w] = ld(workerIteration[w]);
+  const uint64_t newest =
+      iteration.empty() ? 0 : *std::max_element(iteration.begin(), iteration.end());
   os << "# HELP cofab_agg_worker_lag_iterations newest iteration pushed by any worker minus this "
         "worker's\n# TYPE cofab_agg_worker_lag_iterations gauge\n";
-  for (int w = 0; w < numWorkers; ++w) {
+  for (size_t w = 0; w < iteration.size(); ++w) {
     os << "cofab_agg_worker_lag_iterations{" << id << ",worker=\"" << w << "\"} "
-       << newest - ld(workerIteration[static_cast<size_t>(w)]) << '\n';
+       << newest - iteration[w] << '\n';
   }
   sync.render(os, id);
   return os.str();
