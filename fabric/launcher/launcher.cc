@@ -39,7 +39,9 @@ struct Child {
   bool exited = false;
   bool groupLeftBehind = false;  // reaped with processes of its group still alive
   int status = 0;
-  bool terminatedByUs = false;
+  // The signals cofab-run sent this process's group (bit per signal): dying by one of them is
+  // the expected end of a stop; dying by any other (a crash while draining) is reported.
+  uint64_t signalsSent = 0;
 };
 
 std::string describeExit(int status) {
@@ -60,6 +62,22 @@ int exitCodeFor(int status) {
 void say(const std::string& msg) {
   std::string line = "cofab-run: " + msg + "\n";
   (void)!::write(2, line.data(), line.size());
+}
+
+// The shell command a role runs. Debian's /bin/sh (dash) does not exec the last command of
+// `sh -c`: the role's program would be a child of a shell that dies at once of the SIGTERM that
+// stops the job, and the program's own end (a crash while it drains) would never be seen. A
+// single simple command is therefore exec'd in place of the shell; a command with separators,
+// subshells or a leading variable assignment is left to the shell as written.
+std::string roleShellCommand(const std::string& command) {
+  const size_t first = command.find_first_not_of(" \t");
+  if (first == std::string::npos) return command;
+  const std::string word = command.substr(first, command.find_first_of(" \t", first) - first);
+  if (command.find_first_of(";&|\n()`{}") != std::string::npos || word == "exec" ||
+      word.find('=') != std::string::npos) {
+    return command;
+  }
+  return "exec " + command.substr(first);
 }
 
 // Signals cofab-run forwards to every process (and then reports as its own exit status).
@@ -138,8 +156,10 @@ std::string launchUsage() {
          "  Starts N local ranks of PROGRAM with COFAB_RANK, COFAB_WORLD_SIZE, COFAB_LOCAL_RANK\n"
          "  and COFAB_STORE set. Without --store it hosts a TcpStore on --store-bind\n"
          "  (default 127.0.0.1). --role starts COUNT extra processes running COMMAND through\n"
-         "  /bin/sh -c, with COFAB_ROLE, COFAB_ROLE_RANK, COFAB_ROLE_SIZE and COFAB_STORE set.\n"
-         "  When a process fails the others get SIGTERM, then SIGKILL after --grace-ms.\n"
+         "  /bin/sh -c (a single command exec'd), with COFAB_ROLE, COFAB_ROLE_RANK,\n"
+         "  COFAB_ROLE_SIZE and COFAB_STORE set. When a process fails, or dies of another\n"
+         "  signal than the one that stopped it, the others get SIGTERM, then SIGKILL after\n"
+         "  --grace-ms.\n"
          "  SIGINT, SIGTERM and SIGHUP are forwarded to every process; if cofab-run itself is\n"
          "  killed, its processes are killed with it.\n";
 }
@@ -240,7 +260,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
       Child& c = children.emplace_back();
       c.worker = false;
       c.label = role.name + "." + std::to_string(r);
-      auto pid = spawn(c, {"/bin/sh", "-c", role.command},
+      auto pid = spawn(c, {"/bin/sh", "-c", roleShellCommand(role.command)},
                        {{"COFAB_ROLE", role.name},
                         {"COFAB_ROLE_RANK", std::to_string(r)},
                         {"COFAB_ROLE_SIZE", std::to_string(role.count)},
@@ -281,7 +301,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   auto stopAll = [&](int sig) {
     for (auto& c : children) {
       if (signalable(c)) {
-        if (!c.exited) c.terminatedByUs = true;
+        if (!c.exited) c.signalsSent |= uint64_t{1} << sig;
         ::kill(-c.pid, sig);
       }
     }
@@ -357,7 +377,8 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         c.status = status;
         c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
         bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        bool expectedStop = c.terminatedByUs && WIFSIGNALED(status);
+        bool expectedStop = WIFSIGNALED(status) && WTERMSIG(status) < 64 &&
+                            (c.signalsSent & (uint64_t{1} << WTERMSIG(status))) != 0;
         if (!clean && !expectedStop && exitCode == 0) {
           say(c.label + " (pid " + std::to_string(pid) + ") " + describeExit(status) +
               "; stopping the other processes");
@@ -374,6 +395,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         if (!signalable(c)) continue;
         say(c.label + (c.exited ? "'s leftover processes" : "") + " still running " +
             std::to_string(options.killGraceMs) + " ms after SIGTERM; sending SIGKILL");
+        if (!c.exited) c.signalsSent |= uint64_t{1} << SIGKILL;
         ::kill(-c.pid, SIGKILL);
       }
       killAt = Deadline::never();

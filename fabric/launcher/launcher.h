@@ -14,7 +14,8 @@
 
 namespace cofab {
 
-// Extra processes of another role: `count` copies of `command` (run with /bin/sh -c), each with
+// Extra processes of another role: `count` copies of `command` (run with /bin/sh -c; a single
+// simple command is exec'd, so that its own exit status is the one cofab-run sees), each with
 // COFAB_ROLE=<name>, COFAB_ROLE_RANK=<i>, COFAB_ROLE_SIZE=<count> and COFAB_STORE set.
 struct RoleSpec {
   std::string name;

@@ -84,6 +84,26 @@ TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
   EXPECT_NE(r.out.find("[rank 1] worker-done"), std::string::npos) << r.out;
 }
 
+// A daemon that crashes while it stops (here: SIGSEGV from its SIGTERM handler) fails the job
+// and is named: any death by signal after cofab-run's SIGTERM used to count as the stop it asked
+// for, so a crash or sanitizer abort in a daemon's drain went unseen and the job exited 0.
+TEST(LauncherTest, ARoleThatCrashesWhileStoppingFailsTheJob) {
+  testing::TempDir dir;
+  const std::string role = dir.path() + "/role.sh";
+  const std::string ready = dir.path() + "/ready";
+  std::ofstream(role) << "#!/bin/sh\ntrap 'kill -SEGV $$' TERM\ntouch " << ready
+                      << "\nsleep 60 & wait\n";
+  ::chmod(role.c_str(), 0755);
+  // The worker ends only once the role's trap is in place, however slow the machine.
+  auto script = writeScript(dir, "i=0; while [ $i -lt 600 ] && [ ! -e " + ready +
+                                     " ]; do sleep 0.1; i=$((i+1)); done\necho worker-done\n");
+  auto r = runCofabRun("-n 1 --role 'aggd:1:" + role + "' " + script);
+  EXPECT_EQ(r.exitCode, 128 + SIGSEGV) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] worker-done"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("aggd.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("signal 11"), std::string::npos) << r.out;
+}
+
 // Starts 2 ranks that trap `sig`, sends it to cofab-run once both are ready, and returns
 // cofab-run's wait status and output.
 RunResult forwardSignal(const std::string& sig) {
@@ -213,8 +233,8 @@ TEST(LauncherTest, OtherLaunchersRankVariablesAreNotPassedOn) {
   EXPECT_EQ(r.exitCode, 0) << r.out;
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_NE(r.out.find("[rank " + std::to_string(rank) +
-                            "] slurm=none/none torch=none/none ompi=none job=42 cofab=" +
-                            std::to_string(rank) + "/2"),
+                         "] slurm=none/none torch=none/none ompi=none job=42 cofab=" +
+                         std::to_string(rank) + "/2"),
               std::string::npos)
         << r.out;
   }
