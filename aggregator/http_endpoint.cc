@@ -37,6 +37,10 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // An idle keep-alive connection (Prometheus keeps its scrape connection open) holds stop()
+  // for up to this long: cpp-httplib's default of 5 s, added to the daemon's drain, outlasted
+  // cofab-run's grace and got the daemon SIGKILLed before its last log line.
+  impl->server.set_keep_alive_timeout(1);
   if (options.port == 0) {
     impl->port = impl->server.bind_to_any_port(options.host);
     if (impl->port <= 0) {
