@@ -1,5 +1,6 @@
 #include "aggregator/daemon_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -84,8 +85,14 @@ StatusOr<bool> parseBool(const std::string& name, const std::string& v) {
 }
 
 Status readConfigFile(const std::string& path, std::map<std::string, std::string>* out) {
+  // A directory opens as an empty stream: it would read as a file with nothing in it.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return IoError("config file '" + path + "' is not a readable regular file");
+  }
   std::ifstream in(path);
   if (!in) return IoError("cannot read config file '" + path + "'");
+  std::map<std::string, int> lineOf;  // where each name was set
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
@@ -102,8 +109,15 @@ Status readConfigFile(const std::string& path, std::map<std::string, std::string
     if (eq == std::string::npos) {
       return InvalidArgument(path + ":" + std::to_string(n) + ": expected 'name = value'");
     }
-    (*out)[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+    const std::string name = trim(line.substr(0, eq));
+    if (auto [it, fresh] = lineOf.emplace(name, n); !fresh) {
+      // Which of the two was meant is a guess the daemon should not make.
+      return InvalidArgument(path + ":" + std::to_string(n) + ": '" + name +
+                             "' is set again (first at line " + std::to_string(it->second) + ")");
+    }
+    (*out)[name] = trim(line.substr(eq + 1));
   }
+  if (in.bad()) return IoError("error reading config file '" + path + "'");
   return OkStatus();
 }
 
@@ -232,15 +246,26 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
       flags.emplace_back(name, value);
     }
   }
+  bool serversGiven = false;  // by a flag or the config file, not only by cofab-run's role size
   if (!configFile.empty()) {
     std::map<std::string, std::string> file;
     COFAB_RETURN_IF_ERROR(readConfigFile(configFile, &file));
     for (const auto& [k, v] : file) {
       COFAB_RETURN_IF_ERROR(apply(c, k, v).withContext("config file '" + configFile + "'"));
+      serversGiven |= k == "servers";
     }
   }
-  for (const auto& [k, v] : flags) COFAB_RETURN_IF_ERROR(apply(c, k, v));
+  for (const auto& [k, v] : flags) {
+    COFAB_RETURN_IF_ERROR(apply(c, k, v));
+    serversGiven |= k == "servers";
+  }
   if (!c.peers.empty()) {
+    // --peers names every daemon: a --servers that counts differently was silently replaced.
+    if (serversGiven && c.server.numServers != static_cast<int>(c.peers.size())) {
+      return InvalidArgument("--servers " + std::to_string(c.server.numServers) +
+                             " disagrees with the " + std::to_string(c.peers.size()) +
+                             " addresses of --peers (leave --servers out)");
+    }
     c.server.numServers = static_cast<int>(c.peers.size());
     if (c.server.id < 0 || c.server.id >= c.server.numServers) {
       return InvalidArgument("--id " + std::to_string(c.server.id) + " outside --peers");

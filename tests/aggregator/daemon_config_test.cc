@@ -71,6 +71,37 @@ TEST(DaemonConfigTest, AConfigFileLineOutOfRangeIsRefusedNamingTheFile) {
   EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status();
 }
 
+// A name set twice is refused with both lines (which one was meant is a guess), and a
+// directory is not an empty config file.
+TEST(DaemonConfigTest, AConfigFileThatSetsANameTwiceOrIsADirectoryIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/aggd.conf";
+  std::ofstream(path) << "workers = 4\n# comment\nengines = 2\nworkers = 8\n";
+  auto twice = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--config", path});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument) << twice.status();
+  EXPECT_NE(twice.status().message().find(path + ":4"), std::string::npos) << twice.status();
+  EXPECT_NE(twice.status().message().find("first at line 1"), std::string::npos)
+      << twice.status();
+  auto directory = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--config", dir.path()});
+  ASSERT_FALSE(directory.ok());
+  EXPECT_NE(directory.status().message().find("regular file"), std::string::npos)
+      << directory.status();
+}
+
+// --peers names every daemon: a --servers that counts otherwise is an error, not replaced.
+TEST(DaemonConfigTest, ServersThatDisagreeWithPeersAreRefused) {
+  auto bad = parse({"--peers", "127.0.0.1:7001,127.0.0.1:7002", "--servers", "3", "--id", "0"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--servers 3"), std::string::npos) << bad.status();
+  auto agree = parse({"--peers", "127.0.0.1:7001,127.0.0.1:7002", "--servers", "2", "--id", "1"});
+  ASSERT_TRUE(agree.ok()) << agree.status();
+  EXPECT_EQ(agree->server.numServers, 2);
+  auto implied = parse({"--peers", "127.0.0.1:7001,127.0.0.1:7002", "--id", "1"});
+  ASSERT_TRUE(implied.ok()) << implied.status();
+  EXPECT_EQ(implied->server.numServers, 2);
+}
+
 TEST(DaemonConfigTest, AWorldSizeFromTheEnvironmentIsCheckedToo) {
   ScopedParamOverride world("COFAB_WORLD_SIZE", "-3");
   auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1"});
