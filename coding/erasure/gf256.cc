@@ -47,7 +47,7 @@ uint8_t inv(uint8_t a) {
 }
 
 std::vector<uint8_t> cauchyGenerator(int k, int m) {
-  COFAB_CHECK(k > 0 && m >= 0 && k + m <= 256) << "k=" << k << " m=" << m;
+  COFAB_CHECK(k > 0 && m >= 0 && k <= 256 && m <= 256 - k) << "k=" << k << " m=" << m;
   const int rows = k + m;
   std::vector<uint8_t> g(static_cast<size_t>(rows) * k, 0);
   for (int i = 0; i < k; ++i) g[static_cast<size_t>(i) * k + i] = 1;

@@ -64,7 +64,7 @@ ReedSolomon::~ReedSolomon() = default;
 StatusOr<ReedSolomon> ReedSolomon::create(const ReedSolomonOptions& options) {
   const int k = options.dataShards;
   const int m = options.parityShards;
-  if (k < 1 || m < 1 || k + m > 256) {
+  if (k < 1 || m < 1 || k > 256 || m > 256 - k) {  // k + m could overflow
     return InvalidArgument(
         "ReedSolomon needs dataShards >= 1, parityShards >= 1 and "
         "dataShards + parityShards <= 256 (GF(2^8) Cauchy code); got k=" +

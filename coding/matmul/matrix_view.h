@@ -28,6 +28,15 @@ struct BasicMatrixView {
     if (data == nullptr && rows > 0 && cols > 0) {  // rows * cols could overflow
       return InvalidArgument(std::string(what) + ": data is null");
     }
+    // No memory holds more elements than this, and every size computed from the view (blocks,
+    // encodings, messages) may then multiply and round up without overflowing.
+    int64_t elems = 0;
+    if (__builtin_mul_overflow(rows, stride(), &elems) ||
+        elems > INT64_MAX / static_cast<int64_t>(sizeof(T)) / 16) {
+      return InvalidArgument(std::string(what) + ": " + std::to_string(rows) + "x" +
+                             std::to_string(cols) + " ld=" + std::to_string(ld) +
+                             " is larger than any memory");
+    }
     return OkStatus();
   }
 };

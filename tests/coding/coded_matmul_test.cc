@@ -144,6 +144,10 @@ TEST(CodedMatmulTest, BadArguments) {
   b.randomise(4);
   EXPECT_EQ(cm->encode({nullptr, 3, 3, 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(cm->encode({a.v.data(), 0, 4, 0}).status().code(), StatusCode::kInvalidArgument);
+  // Rows near INT64_MAX: the block size used to overflow into a tiny encoding, then a memcpy of
+  // every row wrote past it.
+  EXPECT_EQ(cm->encode({a.v.data(), INT64_MAX, 2, 0}).status().code(),
+            StatusCode::kInvalidArgument);
   auto enc = cm->encode(a.view());
   ASSERT_TRUE(enc.ok());
   std::vector<float> out(enc->blockRows() * 2);

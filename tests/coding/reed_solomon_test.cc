@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -199,7 +201,13 @@ INSTANTIATE_TEST_SUITE_P(Backends, RsBackendTest,
 
 TEST(ReedSolomonTest, RejectsBadShapes) {
   for (auto [k, m] :
-       std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {-1, 2}, {250, 7}, {1, 256}}) {
+       std::vector<std::pair<int, int>>{{0, 1},
+                                        {1, 0},
+                                        {-1, 2},
+                                        {250, 7},
+                                        {1, 256},
+                                        {200, INT_MAX},  // k + m overflowed past the bound
+                                        {INT_MAX, 1}}) {
     auto rs = ReedSolomon::create({.dataShards = k, .parityShards = m});
     EXPECT_EQ(rs.status().code(), StatusCode::kInvalidArgument) << k << "+" << m;
   }

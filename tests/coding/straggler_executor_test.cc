@@ -145,6 +145,10 @@ TEST_F(StragglerMatmulTest, ShapeAndViewErrorsAreRejectedBeforeAnythingIsWritten
   expectRejected("B is null", a(), {nullptr, 32, 20, 0}, fullC);
   expectRejected("C is null", a(), b(), {nullptr, 96, 20, 0});
   expectRejected("C's ld is below its columns", a(), b(), {buffer.data(), 96, 20, 10});
+  // Views no memory could hold: the block sizes computed from them used to overflow int64
+  // (undefined; the UBSan build of this suite checks) before any size check.
+  expectRejected("A and C have INT64_MAX rows", {a_.data(), INT64_MAX, 32, 0}, b(),
+                 {buffer.data(), INT64_MAX, 20, 0});
 
   // Coded: decode checked C already, but only after the tasks; now before them.
   auto cm = CodedMatmul::create({.n = 6, .k = 4});
