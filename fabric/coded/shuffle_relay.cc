@@ -204,14 +204,21 @@ Status ShuffleEndpoint::release(uint64_t keyBase, uint64_t count, Deadline deadl
   h.key = keyBase;
   h.chunkCount = 1;
   h.dtype = DType::kU8;
+  h.sequence = (uint64_t{1} << 63) | ++releases_;
   conn_->send(h, payload->data(), payload->size(), [payload](const Status&) {});
   for (;;) {
-    COFAB_ASSIGN_OR_RETURN(Reply r, next(deadline));
-    COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
-    if (r.header.type == wire::MessageType::kControl &&
-        r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck) && r.header.key == keyBase) {
-      return OkStatus();
+    StatusOr<Reply> reply = next(deadline);
+    if (!reply.ok()) {
+      return namingMissing(reply.status(), "no answer to the release of keys " +
+                                               std::to_string(keyBase) + " + " +
+                                               std::to_string(count));
     }
+    const Reply& r = *reply;
+    // A late ack or reject for an earlier upload (its key may be keyBase too) is not this
+    // release's answer: only a reply echoing the release's sequence is.
+    if (r.header.type != wire::MessageType::kControl || r.header.sequence != h.sequence) continue;
+    COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
+    if (r.header.opcode == static_cast<uint8_t>(ps::ControlOp::kAck)) return OkStatus();
   }
 }
 
@@ -241,12 +248,10 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
   for (size_t got = 0; got < offsets.size();) {
     StatusOr<Reply> reply = next(deadline);
     if (!reply.ok()) {
-      return namingMissing(
-          reply.status(),
-          "epoch " + std::to_string(epoch) + " pull: no row for " +
-              missingKeys(offsets.size(), filled, [&](size_t i) {
-                return keyBase + static_cast<uint64_t>(offsets[i]);
-              }));
+      return namingMissing(reply.status(), "epoch " + std::to_string(epoch) + " pull: no row for " +
+                                               missingKeys(offsets.size(), filled, [&](size_t i) {
+                                                 return keyBase + static_cast<uint64_t>(offsets[i]);
+                                               }));
     }
     Reply& r = *reply;
     if (slot.count(r.header.key) == 0 || r.header.iteration != epoch) continue;
@@ -307,9 +312,9 @@ StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& 
   } else {
     // The same checks encode() makes for the coded path: the plain rows are read from `data`.
     if (rowBytes == 0 || data.size() != static_cast<size_t>(shuffle.rows()) * rowBytes) {
-      return InvalidArgument("shuffle upload: data must be rows x rowBytes = " +
-                             std::to_string(shuffle.rows()) + " x " + std::to_string(rowBytes) +
-                             " bytes, got " + std::to_string(data.size()));
+      return InvalidArgument(
+          "shuffle upload: data must be rows x rowBytes = " + std::to_string(shuffle.rows()) +
+          " x " + std::to_string(rowBytes) + " bytes, got " + std::to_string(data.size()));
     }
     if (plan.source.size() != plan.batch.size()) {
       return InvalidArgument("shuffle upload: the plan's batch and source lists differ in size");

@@ -75,6 +75,9 @@ class ShuffleEndpoint {
   std::condition_variable cv_;
   std::deque<Reply> replies_;  // under mu_
   Status error_;               // under mu_
+  // release() tags its request with a sequence no upload or pull uses (those send 0), so that
+  // only the daemon's answer to that release (which echoes it) ends the wait.
+  uint64_t releases_ = 0;
 };
 
 struct ShuffleEpochStats {

@@ -45,18 +45,25 @@ struct FakeDaemon {
     }
   }
   // One message from the endpoint, and its payload.
+  // The payload travels in the promise and is copied out only once it arrived: a callback that
+  // fires after a timeout here must not write into the caller's (gone) vector.
   StatusOr<wire::Header> recv(std::vector<uint8_t>* payload = nullptr) {
-    auto got = std::make_shared<std::promise<StatusOr<wire::Header>>>();
+    using Got = std::pair<StatusOr<wire::Header>, std::vector<uint8_t>>;
+    auto got = std::make_shared<std::promise<Got>>();
     auto f = got->get_future();
-    conn->recvOwned(
-        [got, payload](const Status& s, const wire::Header& h, std::vector<uint8_t>&& p) {
-          if (payload != nullptr) *payload = std::move(p);
-          got->set_value(s.ok() ? StatusOr<wire::Header>(h) : StatusOr<wire::Header>(s));
-        });
+    conn->recvOwned([got](const Status& s, const wire::Header& h, std::vector<uint8_t>&& p) {
+      got->set_value(
+          Got(s.ok() ? StatusOr<wire::Header>(h) : StatusOr<wire::Header>(s), std::move(p)));
+    });
     if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
       return DeadlineExceeded("nothing from the endpoint");
     }
-    return f.get();
+    Got g = f.get();
+    if (payload != nullptr) *payload = std::move(g.second);
+    return g.first;
+  }
+  void control(ps::ControlOp op, const wire::Header& about) {
+    conn->send(ps::controlHeader(op, about), nullptr, 0, [](const Status&) {});
   }
   void reply(const wire::Header& about, const std::vector<uint8_t>& payload) {
     wire::Header h = about;
@@ -174,8 +181,8 @@ TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
   ASSERT_TRUE(
       shuffleBuildBatch(*shuffle, *plan, false, *cache, kRowBytes, offsets, received, batch).ok());
   for (size_t i = 0; i < plan->batch[0].size(); ++i) {
-    EXPECT_EQ(std::memcmp(batch.data() + i * kRowBytes,
-                          data.data() + plan->batch[0][i] * kRowBytes, kRowBytes),
+    EXPECT_EQ(std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[0][i] * kRowBytes,
+                          kRowBytes),
               0)
         << "row " << i;
   }
@@ -183,10 +190,10 @@ TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
 
   // Rows of another length than the cache's, and too few received rows: refused.
   std::vector<uint8_t> wide(received.size() * 2), wideBatch(batch.size() * 2);
-  EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, false, *cache, 2 * kRowBytes, offsets, wide,
-                              wideBatch)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      shuffleBuildBatch(*shuffle, *plan, false, *cache, 2 * kRowBytes, offsets, wide, wideBatch)
+          .code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, false, *cache, kRowBytes, {}, {}, batch).code(),
             StatusCode::kInvalidArgument);
   // A coded offset outside the epoch's messages: refused, not written out of bounds.
@@ -194,6 +201,33 @@ TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
   std::vector<uint8_t> one(kRowBytes);
   EXPECT_EQ(shuffleBuildBatch(*shuffle, *plan, true, *cache, kRowBytes, bad, one, batch).code(),
             StatusCode::kInvalidArgument);
+}
+
+// A late ack for an earlier upload of message 0 carries the release's key too: release() used to
+// take it as its own answer and return OK before the daemon had freed anything. Only the reply
+// that echoes the release request's sequence counts.
+TEST(ShuffleEndpoint, AStaleUploadAckIsNotTheReleasesAnswer) {
+  FakeDaemon d;
+  ASSERT_TRUE(d.start().ok());
+  wire::Header staleAbout;
+  staleAbout.key = 100;  // message 0 of an upload at keyBase 100: sequence 0
+  staleAbout.chunkCount = 1;
+  d.control(ps::ControlOp::kAck, staleAbout);
+  auto releasing = std::async(std::launch::async,
+                              [&] { return d.endpoint->release(100, 3, Deadline::afterMs(300)); });
+  auto request = d.recv();
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->opcode, static_cast<uint8_t>(ps::ControlOp::kFanOutRelease));
+  const Status unanswered = releasing.get();
+  EXPECT_EQ(unanswered.code(), StatusCode::kDeadlineExceeded) << unanswered;
+  EXPECT_NE(unanswered.message().find("release"), std::string::npos) << unanswered;
+  // Answered for real (the ack echoes the request), the next release completes.
+  auto again = std::async(std::launch::async,
+                          [&] { return d.endpoint->release(100, 3, Deadline::afterMs(10000)); });
+  auto second = d.recv();
+  ASSERT_TRUE(second.ok()) << second.status();
+  d.control(ps::ControlOp::kAck, *second);
+  EXPECT_TRUE(again.get().ok());
 }
 
 }  // namespace
