@@ -3,6 +3,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -123,6 +124,17 @@ size_t poll(Port* port, int64_t* ignored, Fn fn) {
   return n;
 }
 
+// A frame names its message (srcConn) and its offset in the row (seq) in 32 bits each: beyond
+// that they would wrap, and workers would wait out their deadline for pieces that never fit.
+Status checkBroadcastEpochSize(size_t rowBytes, int64_t messages) {
+  if (rowBytes > UINT32_MAX || messages > static_cast<int64_t>(UINT32_MAX)) {
+    return InvalidArgument("broadcast shuffle: rows of " + std::to_string(rowBytes) +
+                           " bytes and " + std::to_string(messages) +
+                           " messages per epoch; frames address at most 2^32 - 1 of each");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<BroadcastShuffleEndpoint>> BroadcastShuffleEndpoint::open(
@@ -153,10 +165,12 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
     std::span<const uint8_t> data, size_t rowBytes, Deadline deadline) {
   if (rank_ >= 0) return FailedPrecondition("broadcast shuffle: sendEpoch on a worker endpoint");
   COFAB_ASSIGN_OR_RETURN(int64_t roundMs, kRoundMs.get());
+  COFAB_RETURN_IF_ERROR(checkBroadcastEpochSize(rowBytes, 0));  // before the messages are built
   COFAB_ASSIGN_OR_RETURN(std::vector<uint8_t> messages,
                          shuffleEpochMessages(shuffle, plan, coded, data, rowBytes));
   const uint32_t tag = epochTag(plan.epoch, coded);
   const int64_t count = static_cast<int64_t>(rowBytes == 0 ? 0 : messages.size() / rowBytes);
+  COFAB_RETURN_IF_ERROR(checkBroadcastEpochSize(rowBytes, count));
   const size_t segBytes = port_->mtu() - transport::dpdk::kIpv4HeaderSize -
                           transport::dpdk::kUdpHeaderSize - transport::dpdk::kFrameHeaderSize;
   const uint32_t segments = shuffleSegmentCount(rowBytes, segBytes);
@@ -260,6 +274,7 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
     return FailedPrecondition("broadcast shuffle: receiveEpoch needs this worker's cache");
   }
   COFAB_ASSIGN_OR_RETURN(int64_t dropEvery, kDropEvery.get());
+  COFAB_RETURN_IF_ERROR(checkBroadcastEpochSize(rowBytes, 0));
   int64_t ownFrames = 0;
   const uint32_t tag = epochTag(plan.epoch, coded);
   const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, rank_, coded);
@@ -309,8 +324,8 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
       // Trusted only as a piece of the one cut of this row its other pieces agree on: then
       // counting distinct pieces means every byte of the row arrived.
       const size_t cut = shuffleSegmentSize(rowBytes, h.window, h.ack, h.seq, h.length);
-      if (cut == 0 || (!segs[slot].empty() && (segs[slot].size() != h.window ||
-                                               segSize[slot] != cut))) {
+      if (cut == 0 ||
+          (!segs[slot].empty() && (segs[slot].size() != h.window || segSize[slot] != cut))) {
         return false;  // inconsistent with the plan's row size: not ours to trust
       }
       if (segs[slot].empty()) {
