@@ -145,17 +145,28 @@ TEST(CentralScheduler, GrantsAreNeverExceededEveryUnitOnceResultsExact) {
   }
 }
 
-TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
+// An in-process scheduler on loopback (pacing at `rate` bytes/s, 0: none), and the options to
+// reach it.
+StatusOr<std::unique_ptr<transfer::CentralScheduler>> localScheduler(int destinations,
+                                                                     uint64_t destBytes,
+                                                                     uint64_t rate = 0) {
   transfer::SchedulerOptions so;
-  so.numDestinations = 1;
-  so.destBytes = 1 << 20;
-  so.rateBytesPerSec = 1000000;  // 100 kB take 100 ms
+  so.numDestinations = destinations;
+  so.destBytes = destBytes;
+  so.rateBytesPerSec = rate;
   so.listenAddress = "127.0.0.1:0";
-  auto sched = transfer::CentralScheduler::create(so);
-  ASSERT_TRUE(sched.ok()) << sched.status();
+  return transfer::CentralScheduler::create(so);
+}
+transfer::SchedClientOptions reach(const transfer::CentralScheduler& sched) {
   transfer::SchedClientOptions co;
-  co.address = (*sched)->address();
-  auto sc = transfer::SchedClient::connect(0, co);
+  co.address = sched.address();
+  return co;
+}
+
+TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
+  auto sched = localScheduler(1, 1 << 20, 1000000);  // 100 kB take 100 ms
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
   ASSERT_TRUE(sc.ok()) << sc.status();
   const auto start = Clock::now();
   for (int i = 0; i < 4; ++i) {
@@ -176,16 +187,9 @@ TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
 // caller used to sleep until its deadline first, holding the scheduler's bytes all that time.
 // A request without a deadline is refused before anything is sent.
 TEST(CentralScheduler, AGrantPacedPastTheDeadlineIsGivenBackAtOnce) {
-  transfer::SchedulerOptions so;
-  so.numDestinations = 1;
-  so.destBytes = 1 << 20;
-  so.rateBytesPerSec = 1000;  // 100 kB take 100 s
-  so.listenAddress = "127.0.0.1:0";
-  auto sched = transfer::CentralScheduler::create(so);
+  auto sched = localScheduler(1, 1 << 20, 1000);  // 100 kB take 100 s
   ASSERT_TRUE(sched.ok()) << sched.status();
-  transfer::SchedClientOptions co;
-  co.address = (*sched)->address();
-  auto sc = transfer::SchedClient::connect(0, co);
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
   ASSERT_TRUE(sc.ok()) << sc.status();
   auto first = (*sc)->acquire(0, 100000, Deadline::afterMs(30000));  // starts now
   ASSERT_TRUE(first.ok()) << first.status();
@@ -209,21 +213,6 @@ TEST(CentralScheduler, AGrantPacedPastTheDeadlineIsGivenBackAtOnce) {
   auto never = (*sc)->acquire(0, 100, Deadline::never());
   EXPECT_EQ(never.status().code(), StatusCode::kInvalidArgument) << never.status();
   EXPECT_EQ((*sched)->stats().destinations.at(0).granted, 2u) << "nothing was requested";
-}
-
-// An in-process scheduler on loopback, and the options to reach it.
-StatusOr<std::unique_ptr<transfer::CentralScheduler>> localScheduler(int destinations,
-                                                                     uint64_t destBytes) {
-  transfer::SchedulerOptions so;
-  so.numDestinations = destinations;
-  so.destBytes = destBytes;
-  so.listenAddress = "127.0.0.1:0";
-  return transfer::CentralScheduler::create(so);
-}
-transfer::SchedClientOptions reach(const transfer::CentralScheduler& sched) {
-  transfer::SchedClientOptions co;
-  co.address = sched.address();
-  return co;
 }
 
 TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {

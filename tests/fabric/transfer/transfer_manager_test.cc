@@ -31,6 +31,23 @@ std::unique_ptr<ps::PushPullClient> connectOrDie(DaemonCluster& c, int rank) {
   return client.ok() ? std::move(client).value() : nullptr;
 }
 
+// One daemon and one worker's client: what most tests here start from.
+struct OneWorker {
+  DaemonCluster cluster{1, 1};
+  std::unique_ptr<ps::PushPullClient> client;
+};
+// nullptr, with the failure recorded, when the daemon or the client cannot start.
+std::unique_ptr<OneWorker> startOneWorker() {
+  auto w = std::make_unique<OneWorker>();
+  const Status started = w->cluster.start();
+  if (!started.ok()) {
+    ADD_FAILURE() << started;
+    return nullptr;
+  }
+  w->client = connectOrDie(w->cluster, 0);
+  return w->client ? std::move(w) : nullptr;
+}
+
 std::unique_ptr<TransferManager> makeManager(ps::PushPullClient& client, TransferOptions o) {
   auto m = TransferManager::create(client, o);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -43,6 +60,14 @@ std::vector<float> gradient(uint64_t key, int rank, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     g[i] = static_cast<float>(static_cast<int64_t>((key * 31 + i * 7 + rank * 13) % 41) - 20);
   }
+  return g;
+}
+
+// An in-place f32 update of `key` over `v`.
+GradientUpdate f32Update(uint64_t key, std::vector<float>& v) {
+  GradientUpdate g;
+  g.key = key;
+  g.tensor = TensorView::of(v.data(), v.size(), DType::kF32);
   return g;
 }
 
@@ -70,10 +95,9 @@ struct Queued {
 // Queues `updates` on a paused manager with `policy`, releases them, and returns the send order.
 std::vector<std::pair<uint64_t, uint32_t>> runPaused(const std::string& policy,
                                                      const std::vector<Queued>& updates) {
-  DaemonCluster cluster(1, 1);
-  EXPECT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  if (!client) return {};
+  auto w = startOneWorker();
+  if (!w) return {};
+  auto& client = w->client;
   TransferOptions o;
   o.policy = policy;
   o.maxInFlight = 1;
@@ -122,10 +146,9 @@ TEST(TransferOrdering, DeadlineSendsEarliestDeadlineFirst) {
 class Preemption : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Preemption, UrgentUpdateOvertakesAtTheNextChunkBoundary) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.policy = GetParam();
   o.maxInFlight = 1;
@@ -300,19 +323,16 @@ TEST(TransferWindow, OppositeOrdersOnTwoWorkersDoNotDeadlock) {
 }
 
 TEST(TransferDeadline, QueuedUpdatePastItsDeadlineIsDroppedNotHung) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;  // nothing can be sent before the deadline
   o.fuseBelowBytes = 1;
   auto mgr = makeManager(*client, o);
   ASSERT_TRUE(mgr);
   auto data = gradient(1, 0, 3000);
-  GradientUpdate g;
-  g.key = 1;
-  g.tensor = TensorView::of(data.data(), data.size(), DType::kF32);
+  GradientUpdate g = f32Update(1, data);
   g.deadline = Deadline::afterMs(50);
   TransferHandle h = mgr->enqueue(g);
   const Status st = h.wait(Deadline::afterMs(20000));
@@ -342,9 +362,7 @@ TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
   auto mgr = makeManager(*client, {});
   ASSERT_TRUE(mgr);
   auto data = gradient(1, 0, 100);
-  GradientUpdate g;
-  g.key = 1;
-  g.tensor = TensorView::of(data.data(), data.size(), DType::kF32);
+  GradientUpdate g = f32Update(1, data);
   g.deadline = Deadline::afterMs(300);
   TransferHandle h = mgr->enqueue(g);
   mgr->flush();
@@ -363,19 +381,16 @@ TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
 // update came is a race (it sees the deadline if it looks after), so the test repeats the case,
 // each time after an update there and back (the dispatcher then goes to sleep).
 TEST(TransferDeadline, FusedUpdateInAnOpenBucketFailsAtItsDeadline) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   auto mgr = makeManager(*client, {});
   ASSERT_TRUE(mgr);
   constexpr uint64_t kRounds = 20;
   for (uint64_t i = 0; i < kRounds; ++i) {
     SCOPED_TRACE("round " + std::to_string(i));
     auto before = gradient(100 + i, 0, 10);
-    GradientUpdate g;
-    g.key = 100 + i;
-    g.tensor = TensorView::of(before.data(), before.size(), DType::kF32);
+    GradientUpdate g = f32Update(100 + i, before);
     TransferHandle there = mgr->enqueue(g);
     mgr->flush();
     ASSERT_TRUE(there.wait(Deadline::afterMs(20000)).ok()) << there.status();
@@ -405,9 +420,7 @@ TEST(TransferCancel, ACancelledUpdateCompletesOnlyOnceItsSentChunkIsBack) {
   auto m0 = makeManager(*c0, o), m1 = makeManager(*c1, o);
   ASSERT_TRUE(m0 && m1);
   auto d0 = gradient(7, 0, 1000), d1 = gradient(7, 1, 1000);
-  GradientUpdate g;
-  g.key = 7;
-  g.tensor = TensorView::of(d0.data(), d0.size(), DType::kF32);
+  GradientUpdate g = f32Update(7, d0);
   TransferHandle h0 = m0->enqueue(g);
   for (int i = 0; i < 20000 && m0->stats().chunksSent < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -425,10 +438,9 @@ TEST(TransferCancel, ACancelledUpdateCompletesOnlyOnceItsSentChunkIsBack) {
 }
 
 TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;
   o.fuseBelowBytes = 1024;
@@ -441,9 +453,7 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
   const std::vector<float> sentinel(10, -1234.0f);
   std::vector<float> out1 = sentinel, out2 = sentinel;
   auto enqueue = [&](uint64_t key, std::vector<float>& v, std::vector<float>* out = nullptr) {
-    GradientUpdate g;
-    g.key = key;
-    g.tensor = TensorView::of(v.data(), v.size(), DType::kF32);
+    GradientUpdate g = f32Update(key, v);
     if (out != nullptr) g.out = TensorView::of(out->data(), out->size(), DType::kF32);
     return mgr->enqueue(g);
   };
@@ -471,19 +481,16 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
 // A handle is cancelled through its own manager only: another manager would touch its state
 // under the wrong mutex.
 TEST(TransferCancel, AHandleFromAnotherManagerIsRefused) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;
   auto m0 = makeManager(*client, o);
   auto m1 = makeManager(*client, o);
   ASSERT_TRUE(m0 && m1);
   auto a = gradient(1, 0, 5000);
-  GradientUpdate g;
-  g.key = 1;
-  g.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+  GradientUpdate g = f32Update(1, a);
   TransferHandle h = m0->enqueue(g);
   EXPECT_EQ(m1->cancel(h).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(h.wait(Deadline::afterMs(20)).code(), StatusCode::kDeadlineExceeded) << "still queued";
@@ -494,10 +501,9 @@ TEST(TransferCancel, AHandleFromAnotherManagerIsRefused) {
 // maxRecords bounds the records even when none of them finishes (here: a paused manager);
 // they used to be dropped only from the front once finished, so they grew without limit.
 TEST(TransferRecords, TheBoundHoldsWhileNothingFinishes) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;
   o.fuseBelowBytes = 1;  // every update is its own unit and record
@@ -508,9 +514,7 @@ TEST(TransferRecords, TheBoundHoldsWhileNothingFinishes) {
   std::vector<TransferHandle> handles;
   for (uint64_t k = 1; k <= 20; ++k) {
     data.push_back(gradient(k, 0, 16));
-    GradientUpdate g;
-    g.key = k;
-    g.tensor = TensorView::of(data.back().data(), data.back().size(), DType::kF32);
+    GradientUpdate g = f32Update(k, data.back());
     handles.push_back(mgr->enqueue(g));
   }
   const auto recs = mgr->records();
@@ -522,18 +526,15 @@ TEST(TransferRecords, TheBoundHoldsWhileNothingFinishes) {
 }
 
 TEST(TransferCancel, DestroyingTheManagerCancelsWhatIsQueued) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;
   auto mgr = makeManager(*client, o);
   ASSERT_TRUE(mgr);
   auto a = gradient(1, 0, 5000), s = gradient(2, 0, 4);
-  GradientUpdate g;
-  g.key = 1;
-  g.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+  GradientUpdate g = f32Update(1, a);
   TransferHandle ha = mgr->enqueue(g);
   g.key = 2;
   g.tensor = TensorView::of(s.data(), s.size(), DType::kF32);
@@ -549,10 +550,9 @@ TEST(TransferCancel, DestroyingTheManagerCancelsWhatIsQueued) {
 // larger than a chunk is chunked, not fused. Buckets of up to bucketBytes + fuseBelowBytes used
 // to travel as several wire chunks, outside the manager's ordering and windows.
 TEST(TransferFusion, ABucketIsNeverLargerThanOneChunk) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions o;
   o.startPaused = true;
   o.fuseBelowBytes = 1 << 20;  // above the 4 KiB chunk
@@ -566,9 +566,7 @@ TEST(TransferFusion, ABucketIsNeverLargerThanOneChunk) {
   }
   std::vector<TransferHandle> handles;
   for (size_t k = 0; k < floats.size(); ++k) {
-    GradientUpdate g;
-    g.key = k + 1;
-    g.tensor = TensorView::of(data[k].data(), data[k].size(), DType::kF32);
+    GradientUpdate g = f32Update(k + 1, data[k]);
     g.out = TensorView::of(out[k].data(), out[k].size(), DType::kF32);
     handles.push_back(mgr->enqueue(g));
   }
@@ -583,10 +581,9 @@ TEST(TransferFusion, ABucketIsNeverLargerThanOneChunk) {
 }
 
 TEST(TransferManagerArgs, BadInputCompletesTheHandleAtOnce) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto client = connectOrDie(cluster, 0);
-  ASSERT_TRUE(client);
+  auto w = startOneWorker();
+  ASSERT_TRUE(w);
+  auto& client = w->client;
   TransferOptions bad;
   bad.policy = "random";
   EXPECT_EQ(TransferManager::create(*client, bad).status().code(), StatusCode::kInvalidArgument);
