@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 
 #include "core/clock.h"
@@ -73,7 +75,10 @@ std::string roleShellCommand(const std::string& command) {
   const size_t first = command.find_first_not_of(" \t");
   if (first == std::string::npos) return command;
   const std::string word = command.substr(first, command.find_first_of(" \t", first) - first);
-  if (command.find_first_of(";&|\n()`{}") != std::string::npos || word == "exec" ||
+  static const char* const kKeepAsWritten[] = {"exec", "!", "if", "case", "for", "while", "until"};
+  const bool reserved = std::any_of(std::begin(kKeepAsWritten), std::end(kKeepAsWritten),
+                                    [&](const char* w) { return word == w; });
+  if (command.find_first_of(";&|\n()`{}") != std::string::npos || reserved ||
       word.find('=') != std::string::npos) {
     return command;
   }
