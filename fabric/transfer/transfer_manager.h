@@ -168,7 +168,7 @@ class TransferManager {
   // Closes the open fusion bucket(s) so they can travel.
   void flush();
   // Drops the update's queued chunks and completes it with Cancelled. FailedPrecondition if it
-  // already finished.
+  // already finished or failed; InvalidArgument for a handle from another manager.
   Status cancel(const TransferHandle& handle);
   void pause();
   void resume();
