@@ -4,7 +4,6 @@
 #include "aggregator/aggregator_server.h"
 #include "aggregator/model_store.h"
 #include "fabric/ps/ps_protocol.h"
-#include "fabric/wire/header.h"
 
 namespace cofab::aggregator {
 
@@ -53,14 +52,13 @@ void AggregatorServer::onModelMessage(const std::shared_ptr<Peer>& peer, const w
                        std::to_string(options_.maxChunkBytes));
       return;
     }
-    // An apply-and-pull answers with the chunk behind a kModelApplyReplyBytes record: a chunk
-    // whose answer cannot be one message (--max-chunk-bytes allows up to 1 GiB) would fail the
-    // worker's connection at the answer, so it is refused here, saying why.
-    constexpr size_t kMaxModelChunk = wire::kDefaultMaxPayload - ps::kModelApplyReplyBytes;
-    if (payload.size() > kMaxModelChunk) {
+    // A chunk whose apply-and-pull answer cannot be one message (--max-chunk-bytes allows up to
+    // 1 GiB) would fail the worker's connection at the answer, so it is refused here, saying why.
+    if (payload.size() > ps::kMaxModelChunkBytes) {
       peer->reject(metrics_, RejectReason::kOversized, h,
                    std::to_string(payload.size()) + " bytes: a model chunk is at most " +
-                       std::to_string(kMaxModelChunk) + " (its apply-and-pull answer adds " +
+                       std::to_string(ps::kMaxModelChunkBytes) +
+                       " (its apply-and-pull answer adds " +
                        std::to_string(ps::kModelApplyReplyBytes) + " bytes to one message)");
       return;
     }

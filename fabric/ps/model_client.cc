@@ -22,13 +22,10 @@
 
 namespace cofab::ps {
 
-// The largest message this client receives is a ModelAppliedValue answer: kModelApplyReplyBytes
-// and then one chunk, within the transport's bound on a message (wire::kDefaultMaxPayload, which
-// this client's context keeps). A larger chunk would be refused by the receiving transport.
-constexpr int64_t kMaxModelChunkBytes =
-    static_cast<int64_t>(wire::kDefaultMaxPayload - kModelApplyReplyBytes);
-
-COFAB_PARAM_INT(kPsModelChunkBytes, "COFAB_PS_MODEL_CHUNK_BYTES", 4 << 20, 64, kMaxModelChunkBytes,
+// Bounded by kMaxModelChunkBytes (ps_protocol.h): the largest message this client receives is
+// a ModelAppliedValue answer, the reply record and then one chunk.
+COFAB_PARAM_INT(kPsModelChunkBytes, "COFAB_PS_MODEL_CHUNK_BYTES", 4 << 20, 64,
+                static_cast<int64_t>(kMaxModelChunkBytes),
                 "model store chunk size in bytes (same on every worker; at most 1 GiB - 24: "
                 "an apply-pull answer carries 24 bytes besides the chunk)");
 
@@ -598,7 +595,7 @@ StatusOr<std::unique_ptr<ModelClient::Impl>> makeImpl(int rank, int worldSize,
           "besides the chunk, within a message's 1 GiB)");
     }
     impl->chunkBytes_ = static_cast<size_t>(*v);
-  } else if (options.chunkBytes > static_cast<size_t>(kMaxModelChunkBytes)) {
+  } else if (options.chunkBytes > kMaxModelChunkBytes) {
     return InvalidArgument(
         "ModelClient: ClientOptions::chunkBytes=" + std::to_string(options.chunkBytes) +
         " exceeds " + std::to_string(kMaxModelChunkBytes) +

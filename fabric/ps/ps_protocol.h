@@ -103,6 +103,10 @@ struct ModelApplyReply {
   uint64_t staleness = 0;
 };
 inline constexpr size_t kModelApplyReplyBytes = 24;
+// The largest model store chunk: its apply-and-pull answer (the record, then the chunk) must be
+// one message within the transports' bound (wire::kDefaultMaxPayload). Clients cut tensors no
+// larger; daemons refuse a larger chunk as oversized.
+inline constexpr size_t kMaxModelChunkBytes = wire::kDefaultMaxPayload - kModelApplyReplyBytes;
 
 // "finished_iteration", "beyond_window", ... (metric label values); "unknown" otherwise.
 std::string_view rejectReasonName(RejectReason reason);
