@@ -28,11 +28,14 @@ struct BasicMatrixView {
     if (data == nullptr && rows > 0 && cols > 0) {  // rows * cols could overflow
       return InvalidArgument(std::string(what) + ": data is null");
     }
-    // No memory holds more elements than this, and every size computed from the view (blocks,
-    // encodings, messages) may then multiply and round up without overflowing.
+    // No memory holds more elements than this. The factor of 64 (the most blocks a code has,
+    // RealMdsCode's n <= 64) leaves room for the sizes callers derive from a valid view, such as
+    // (rows + k - 1) / k or the bytes of n blocks of that many rows, so they need no overflow
+    // checks of their own.
+    constexpr int64_t kHeadroom = 64;
     int64_t elems = 0;
     if (__builtin_mul_overflow(rows, stride(), &elems) ||
-        elems > INT64_MAX / static_cast<int64_t>(sizeof(T)) / 16) {
+        elems > INT64_MAX / static_cast<int64_t>(sizeof(T)) / kHeadroom) {
       return InvalidArgument(std::string(what) + ": " + std::to_string(rows) + "x" +
                              std::to_string(cols) + " ld=" + std::to_string(ld) +
                              " is larger than any memory");

@@ -359,11 +359,11 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   if (a.rows <= 0 || a.cols <= 0) return InvalidArgument("coded load: A is empty");
   const int n = options_.n;
   const int m = needed();
-  // A block has ceil(rows / m) rows in every mode (the coded split pads like the others), computed
-  // without rows + m - 1, which overflows for a user's rows near INT64_MAX. A block that cannot
-  // travel is refused before anything changes here or on the workers.
+  // A block has ceil(rows / m) rows in every mode (the coded split pads like the others; rows is
+  // bounded by validate(), so rows + m - 1 cannot overflow). A block that cannot travel is
+  // refused before anything changes here or on the workers.
   COFAB_RETURN_IF_ERROR(
-      checkMatrixMessage("coded load: a block of A", a.rows / m + (a.rows % m != 0), a.cols,
+      checkMatrixMessage("coded load: a block of A", (a.rows + m - 1) / m, a.cols,
                          sizeof(LoadRecord)));
   // blocks[w] = the floats worker w holds.
   std::vector<const float*> blockOf(n);
@@ -379,7 +379,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     blockRows_ = encoded_->blockRows();
     for (int w = 0; w < n; ++w) blockOf[w] = encoded_->block(w).data;
   } else {
-    blockRows_ = a.rows / m + (a.rows % m != 0);
+    blockRows_ = (a.rows + m - 1) / m;
     split.assign(static_cast<size_t>(blockRows_ * m * a.cols), 0.0f);  // padding rows stay 0
     for (int64_t r = 0; r < a.rows; ++r) {
       std::memcpy(split.data() + r * a.cols, a.row(r), sizeof(float) * a.cols);
