@@ -159,6 +159,11 @@ SchedClient::~SchedClient() {
 
 StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, uint64_t bytes,
                                           Deadline deadline) {
+  if (deadline.isNever()) {
+    return InvalidArgument(
+        "SchedClient::acquire needs a deadline: a scheduler that never answers "
+        "would hold the caller forever");
+  }
   Impl& s = *impl_;
   auto payload = std::make_shared<std::vector<uint8_t>>();
   std::string destination;
@@ -166,11 +171,6 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
     const auto v = static_cast<uint32_t>(d);
     for (int b = 0; b < 4; ++b) payload->push_back(static_cast<uint8_t>(v >> (8 * b)));
     destination += (destination.empty() ? "" : "|") + std::to_string(d);
-  }
-  if (deadline.isNever()) {
-    return InvalidArgument(
-        "SchedClient::acquire needs a deadline: a scheduler that never answers "
-        "would hold the caller forever");
   }
   std::unique_lock<std::mutex> lock(s.mu);
   if (!s.error.ok()) return s.error;
