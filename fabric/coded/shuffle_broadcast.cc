@@ -324,8 +324,8 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
       // Trusted only as a piece of the one cut of this row its other pieces agree on: then
       // counting distinct pieces means every byte of the row arrived.
       const size_t cut = shuffleSegmentSize(rowBytes, h.window, h.ack, h.seq, h.length);
-      if (cut == 0 ||
-          (!segs[slot].empty() && (segs[slot].size() != h.window || segSize[slot] != cut))) {
+      if (cut == 0 || (!segs[slot].empty() && (segs[slot].size() != h.window ||
+                                               segSize[slot] != cut))) {
         return false;  // inconsistent with the plan's row size: not ours to trust
       }
       if (segs[slot].empty()) {

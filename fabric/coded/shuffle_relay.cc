@@ -248,10 +248,12 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
   for (size_t got = 0; got < offsets.size();) {
     StatusOr<Reply> reply = next(deadline);
     if (!reply.ok()) {
-      return namingMissing(reply.status(), "epoch " + std::to_string(epoch) + " pull: no row for " +
-                                               missingKeys(offsets.size(), filled, [&](size_t i) {
-                                                 return keyBase + static_cast<uint64_t>(offsets[i]);
-                                               }));
+      return namingMissing(
+          reply.status(),
+          "epoch " + std::to_string(epoch) + " pull: no row for " +
+              missingKeys(offsets.size(), filled, [&](size_t i) {
+                return keyBase + static_cast<uint64_t>(offsets[i]);
+              }));
     }
     Reply& r = *reply;
     if (slot.count(r.header.key) == 0 || r.header.iteration != epoch) continue;
@@ -312,9 +314,9 @@ StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& 
   } else {
     // The same checks encode() makes for the coded path: the plain rows are read from `data`.
     if (rowBytes == 0 || data.size() != static_cast<size_t>(shuffle.rows()) * rowBytes) {
-      return InvalidArgument(
-          "shuffle upload: data must be rows x rowBytes = " + std::to_string(shuffle.rows()) +
-          " x " + std::to_string(rowBytes) + " bytes, got " + std::to_string(data.size()));
+      return InvalidArgument("shuffle upload: data must be rows x rowBytes = " +
+                             std::to_string(shuffle.rows()) + " x " + std::to_string(rowBytes) +
+                             " bytes, got " + std::to_string(data.size()));
     }
     if (plan.source.size() != plan.batch.size()) {
       return InvalidArgument("shuffle upload: the plan's batch and source lists differ in size");

@@ -407,7 +407,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       auto it = std::find(queue.begin(), queue.end(), chosen);
       if (it == queue.end()) return;
       std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()),
-                                           /*sent=*/false);
+                                             /*sent=*/false);
       // The update fails with this unit: its other chunks would each wait for a grant in vain.
       if (up) dropQueuedLocked(up, "grant_failed");
       lock.unlock();
