@@ -78,10 +78,11 @@ Status checkHttpAddress(const std::string& v) {
   return parseIntIn(v.substr(colon + 1), "--http's port", 0, 65535).status();
 }
 
+// The same words as the COFAB_* switches (core/param.h), so a flag and its variable agree.
 StatusOr<bool> parseBool(const std::string& name, const std::string& v) {
-  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
-  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
-  return InvalidArgument("--" + name + " expects on|off, got '" + v + "'");
+  if (const auto b = parseBoolText(v)) return *b;
+  return InvalidArgument("--" + name + " expects on|off (or 1/0, true/false, yes/no), got '" + v +
+                         "'");
 }
 
 Status readConfigFile(const std::string& path, std::map<std::string, std::string>* out) {

@@ -149,12 +149,17 @@ BoolParam::BoolParam(const char* name, bool def, const char* doc)
     : ParamBase(name, "bool", def ? "1" : "0", "1/0, true/false, yes/no or on/off", doc),
       def_(def) {}
 
+std::optional<bool> parseBoolText(std::string_view text) {
+  const std::string l = lower(std::string(text));
+  if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
+  if (l == "0" || l == "false" || l == "no" || l == "off") return false;
+  return std::nullopt;
+}
+
 StatusOr<bool> BoolParam::get() const {
   std::string v;
   if (!raw(&v)) return def_;
-  std::string l = lower(v);
-  if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
-  if (l == "0" || l == "false" || l == "no" || l == "off") return false;
+  if (const auto b = parseBoolText(v)) return *b;
   return malformed(v, "1/0, true/false, yes/no or on/off");
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,10 @@ class DoubleParam : public ParamBase {
  private:
   double def_, min_, max_;
 };
+
+// The on/off words every cofab switch takes, from the environment or a flag: 1/0, true/false,
+// yes/no, on/off, in any case. Empty when `text` is none of them.
+std::optional<bool> parseBoolText(std::string_view text);
 
 class BoolParam : public ParamBase {
  public:

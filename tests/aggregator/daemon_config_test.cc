@@ -102,6 +102,23 @@ TEST(DaemonConfigTest, ServersThatDisagreeWithPeersAreRefused) {
   EXPECT_EQ(implied->server.numServers, 2);
 }
 
+TEST(DaemonConfigTest, OnOffFlagsTakeWhatTheEnvironmentTakes) {
+  // COFAB_AGG_REPLICATION=ON works, so --replication ON must too (it used to be refused).
+  for (const char* on : {"ON", "True", "YES", "1"}) {
+    auto c = parse({"--replication", on});
+    ASSERT_TRUE(c.ok()) << on << ": " << c.status();
+    EXPECT_TRUE(c->server.replication) << on;
+  }
+  for (const char* off : {"Off", "FALSE", "no", "0"}) {
+    auto c = parse({"--replication", off});
+    ASSERT_TRUE(c.ok()) << off << ": " << c.status();
+    EXPECT_FALSE(c->server.replication) << off;
+  }
+  auto bad = parse({"--replication", "maybe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--replication"), std::string::npos) << bad.status();
+}
+
 TEST(DaemonConfigTest, AWorldSizeFromTheEnvironmentIsCheckedToo) {
   ScopedParamOverride world("COFAB_WORLD_SIZE", "-3");
   auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1"});
