@@ -46,13 +46,15 @@ void appendTs(std::ostringstream& os, int64_t ns) {
   os << buf;
 }
 
-// One async slice ("b" ... "e") of record `id`.
+// One async slice ("b" ... "e") of record `id`. The id is scoped to the process ("id2":
+// {"local": ...}): every worker numbers its records from 0, and a plain "id" is global to the
+// viewers, which would pair one worker's "b" with another's "e" in a merged trace.
 void appendSlice(std::ostringstream& os, bool& first, const TransferRecord& r, uint64_t id, int pid,
                  const char* phase, int64_t from, int64_t to) {
   if (from == 0 || to == 0 || to < from) return;
   for (int end = 0; end < 2; ++end) {
     os << (first ? "" : ",\n") << "{\"name\":\"" << phase << "\",\"cat\":\"transfer\",\"ph\":\""
-       << (end ? 'e' : 'b') << "\",\"id\":" << id << ",\"pid\":" << pid
+       << (end ? 'e' : 'b') << "\",\"id2\":{\"local\":" << id << "},\"pid\":" << pid
        << ",\"tid\":" << r.destination << ",\"ts\":";
     appendTs(os, end ? to : from);
     if (!end) {

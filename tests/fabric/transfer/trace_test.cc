@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "fabric/transfer/transfer_manager.h"
@@ -84,8 +85,10 @@ TEST(TransferTrace, ExportIsValidTraceEventJson) {
     if (ph->string == "M") continue;
     ASSERT_TRUE(ph->string == "b" || ph->string == "e") << ph->string;
     ASSERT_TRUE(e.get("ts") && e.get("ts")->kind == JsonValue::Kind::kNumber);
-    ASSERT_TRUE(e.get("id") && e.get("tid"));
-    open[e.get("id")->number] += ph->string == "b" ? 1 : -1;
+    ASSERT_TRUE(e.get("tid"));
+    const JsonValue* id2 = e.get("id2");
+    ASSERT_TRUE(id2 && id2->get("local")) << "async events carry a process-scoped id2.local";
+    open[id2->get("local")->number] += ph->string == "b" ? 1 : -1;
     if (ph->string == "b") {
       ++begins;
       const JsonValue* args = e.get("args");
@@ -112,6 +115,42 @@ TEST(TransferTrace, NamesAreEscaped) {
   const std::string json = transfer::chromeTraceJson({r}, 3, "worker \"3\"");
   ASSERT_TRUE(JsonParser::parse(json, &root, &err)) << err << "\n" << json;
   EXPECT_EQ(root.get("traceEvents")->array.size(), 1u + 1u + 6u);
+}
+
+// Workers' traces are merged by concatenating their traceEvents (docs/TRANSFER.md). Every
+// worker numbers its records from 0, so an async id the viewer takes as global (plain "id")
+// would pair worker 0's "b" with worker 1's "e"; ids must be scoped to the process.
+TEST(TransferTrace, AsyncIdsOfTwoWorkersDoNotCollideWhenMerged) {
+  transfer::TransferRecord r;
+  r.name = "key=1 chunk=1/1";
+  r.outcome = "ok";
+  r.queuedNs = 1000;
+  r.sentNs = 2000;
+  r.ackedNs = 3000;
+  r.doneNs = 4000;
+  std::map<std::string, std::set<int>> pidsOfKey;  // viewer's pairing key -> processes using it
+  for (int pid = 0; pid < 2; ++pid) {
+    JsonValue root;
+    std::string err;
+    const std::string json = transfer::chromeTraceJson({r, r}, pid, "worker");
+    ASSERT_TRUE(JsonParser::parse(json, &root, &err)) << err << "\n" << json;
+    for (const JsonValue& e : root.get("traceEvents")->array) {
+      if (e.get("ph")->string == "M") continue;
+      std::string key;
+      if (const JsonValue* id = e.get("id")) {
+        key = "global:" + std::to_string(id->number);
+      } else if (const JsonValue* id2 = e.get("id2"); id2 && id2->get("local")) {
+        key = "pid" + std::to_string(pid) + ":" + std::to_string(id2->get("local")->number);
+      } else if (id2 && id2->get("global")) {
+        key = "global:" + std::to_string(id2->get("global")->number);
+      }
+      ASSERT_FALSE(key.empty()) << "an async event without an id";
+      pidsOfKey[key].insert(pid);
+    }
+  }
+  for (const auto& [key, pids] : pidsOfKey) {
+    EXPECT_EQ(pids.size(), 1u) << "async id " << key << " is shared by two workers' traces";
+  }
 }
 
 }  // namespace
