@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "coding/shuffle/xor_bytes.h"
 
@@ -26,6 +28,18 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// rowBytes > 0 with rows x rowBytes within int64: every byte count and buffer size of the data set
+// (and of any plan, whose messages and needed rows are at most `rows`) is then exact; unchecked,
+// the size checks below compared against a wrapped product and passed for empty buffers.
+Status checkRowBytes(const char* what, int64_t rows, size_t rowBytes) {
+  if (rowBytes == 0) return InvalidArgument(std::string(what) + ": rowBytes must be > 0");
+  if (rowBytes > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(rows)) {
+    return InvalidArgument(std::string(what) + ": " + std::to_string(rows) + " rows of " +
+                           std::to_string(rowBytes) + " bytes exceed 2^63 - 1 bytes");
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -82,7 +96,7 @@ StatusOr<CodedShuffle> CodedShuffle::create(const CodedShuffleOptions& o) {
 }
 
 StatusOr<ShufflePlan> CodedShuffle::planEpoch(int64_t epoch, size_t rowBytes) const {
-  if (rowBytes == 0) return InvalidArgument("coded shuffle: rowBytes must be > 0");
+  COFAB_RETURN_IF_ERROR(checkRowBytes("coded shuffle", rows_, rowBytes));
   std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
   std::vector<int> label(n_);
   std::iota(label.begin(), label.end(), 0);
@@ -178,7 +192,8 @@ StatusOr<WorkerCache> CodedShuffle::buildCache(int worker, std::span<const uint8
     return InvalidArgument("coded shuffle: worker " + std::to_string(worker) + " outside [0, " +
                            std::to_string(n_) + ")");
   }
-  if (rowBytes == 0 || data.size() != static_cast<size_t>(rows_) * rowBytes) {
+  COFAB_RETURN_IF_ERROR(checkRowBytes("coded shuffle", rows_, rowBytes));
+  if (data.size() != static_cast<size_t>(rows_) * rowBytes) {
     return InvalidArgument("coded shuffle: data must be rows x rowBytes = " +
                            std::to_string(rows_) + " x " + std::to_string(rowBytes) + " bytes");
   }
@@ -200,7 +215,8 @@ StatusOr<WorkerCache> CodedShuffle::buildCache(int worker, std::span<const uint8
 
 Status CodedShuffle::encode(const ShufflePlan& plan, std::span<const uint8_t> data, size_t rowBytes,
                             std::span<uint8_t> out) const {
-  if (rowBytes == 0 || data.size() != static_cast<size_t>(rows_) * rowBytes) {
+  COFAB_RETURN_IF_ERROR(checkRowBytes("coded shuffle encode", rows_, rowBytes));
+  if (data.size() != static_cast<size_t>(rows_) * rowBytes) {
     return InvalidArgument("coded shuffle encode: data must be rows x rowBytes = " +
                            std::to_string(rows_) + " x " + std::to_string(rowBytes) + " bytes");
   }

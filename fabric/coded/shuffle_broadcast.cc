@@ -40,6 +40,7 @@ constexpr uint32_t kBroadcastIp = 0xFFFFFFFFu;
 constexpr uint32_t kMasterIp = (10u << 24) | (208u << 16) | 254u;  // 10.208.0.254
 constexpr size_t kBurst = 32;
 
+// Distinct for every epoch shuffleCheckPlan() admits ([0, 2^30), so epoch << 1 fits 31 bits).
 uint32_t epochTag(int64_t epoch, bool coded) {
   return (static_cast<uint32_t>(epoch) << 1) | (coded ? 1u : 0u);
 }
@@ -274,6 +275,7 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
     return FailedPrecondition("broadcast shuffle: receiveEpoch needs this worker's cache");
   }
   COFAB_ASSIGN_OR_RETURN(int64_t dropEvery, kDropEvery.get());
+  COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
   COFAB_RETURN_IF_ERROR(checkBroadcastEpochSize(rowBytes, 0));
   int64_t ownFrames = 0;
   const uint32_t tag = epochTag(plan.epoch, coded);

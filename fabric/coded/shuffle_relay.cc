@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -275,14 +276,34 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
 
 namespace {
 // Every epoch has its own keys (iteration 0): the number of messages varies between epochs, and
-// a key skipping an epoch would fall out of the daemon's one-round window.
+// a key skipping an epoch would fall out of the daemon's one-round window. The epoch is in range
+// (shuffleCheckPlan) and an epoch has fewer than 2^32 messages (shuffleUploadEpoch), so no two
+// epochs or modes share a key.
 uint64_t epochKeyBase(int64_t epoch, bool coded) {
   return (coded ? 0 : 1ull << 62) + (static_cast<uint64_t>(epoch) << 32);
 }
 }  // namespace
 
+Status shuffleCheckPlan(const coding::ShufflePlan& plan) {
+  if (plan.epoch < 0 || plan.epoch >= kShuffleEpochLimit) {
+    return InvalidArgument("shuffle: epoch " + std::to_string(plan.epoch) +
+                           " outside [0, 2^30): two epochs would share message keys");
+  }
+  if (plan.source.size() != plan.batch.size()) {
+    return InvalidArgument("shuffle: the plan's batch and source lists differ in size");
+  }
+  for (size_t w = 0; w < plan.batch.size(); ++w) {
+    if (plan.source[w].size() != plan.batch[w].size()) {
+      return InvalidArgument("shuffle: the plan's batch and source of worker " +
+                             std::to_string(w) + " differ in size");
+    }
+  }
+  return OkStatus();
+}
+
 std::vector<int64_t> shuffleOffsetsFor(const coding::ShufflePlan& plan, int worker, bool coded) {
   std::vector<int64_t> out;
+  if (!shuffleCheckPlan(plan).ok()) return out;
   if (coded) {
     for (size_t m = 0; m < plan.messages.size(); ++m) {
       const auto& ws = plan.messages[m].workers;
@@ -307,6 +328,7 @@ StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& 
                                                     const coding::ShufflePlan& plan, bool coded,
                                                     std::span<const uint8_t> data,
                                                     size_t rowBytes) {
+  COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
   std::vector<uint8_t> messages;
   if (coded) {
     messages.resize(plan.messages.size() * rowBytes);
@@ -318,14 +340,7 @@ StatusOr<std::vector<uint8_t>> shuffleEpochMessages(const coding::CodedShuffle& 
                              std::to_string(shuffle.rows()) + " x " + std::to_string(rowBytes) +
                              " bytes, got " + std::to_string(data.size()));
     }
-    if (plan.source.size() != plan.batch.size()) {
-      return InvalidArgument("shuffle upload: the plan's batch and source lists differ in size");
-    }
     for (size_t w = 0; w < plan.batch.size(); ++w) {
-      if (plan.source[w].size() != plan.batch[w].size()) {
-        return InvalidArgument("shuffle upload: the plan's batch and source of worker " +
-                               std::to_string(w) + " differ in size");
-      }
       for (size_t i = 0; i < plan.batch[w].size(); ++i) {
         if (plan.source[w][i] < 0) continue;
         const int64_t r = plan.batch[w][i];
@@ -352,6 +367,10 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
   stats.messages = static_cast<int64_t>(messages.size() / rowBytes);
   stats.payloadBytes = messages.size();
   if (messages.empty()) return stats;
+  if (stats.messages > static_cast<int64_t>(UINT32_MAX)) {
+    return InvalidArgument("shuffle upload: " + std::to_string(stats.messages) +
+                           " messages in one epoch; its keys hold at most 2^32 - 1");
+  }
   COFAB_ASSIGN_OR_RETURN(stats.masterEgressBytes, master.upload(0, epochKeyBase(plan.epoch, coded),
                                                                 messages, rowBytes, deadline));
   return stats;
@@ -359,6 +378,7 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
 
 Status shuffleReleaseEpoch(ShuffleEndpoint& master, const coding::ShufflePlan& plan, bool coded,
                            Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
   uint64_t count = 0;
   if (coded) {
     count = plan.messages.size();
@@ -375,6 +395,7 @@ Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& 
                            const coding::ShufflePlan& plan, bool coded,
                            const coding::WorkerCache& cache, size_t rowBytes,
                            std::span<uint8_t> batchOut, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
   const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, cache.worker(), coded);
   std::vector<uint8_t> pulled(offsets.size() * rowBytes);
   COFAB_RETURN_IF_ERROR(
@@ -395,9 +416,9 @@ Status shuffleBuildBatch(const coding::CodedShuffle& shuffle, const coding::Shuf
   if (received.size() != offsets.size() * rowBytes) {
     return InvalidArgument("shuffle receive: one received row per offset expected");
   }
-  if (w < 0 || w >= static_cast<int>(plan.batch.size()) ||
-      plan.source.size() != plan.batch.size() || plan.source[w].size() != plan.batch[w].size()) {
-    return InvalidArgument("shuffle receive: the plan has no (consistent) batch for worker " +
+  COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
+  if (w < 0 || w >= static_cast<int>(plan.batch.size())) {
+    return InvalidArgument("shuffle receive: the plan has no batch for worker " +
                            std::to_string(w));
   }
   // The plain path takes one received row per row the plan sends this worker, in order.

@@ -86,8 +86,19 @@ struct ShuffleEpochStats {
   int64_t messages = 0;            // uploads
 };
 
+// Epochs every multicast path can address: [0, kShuffleEpochLimit). The relay gives an epoch and
+// mode 2^32 keys (epoch in key bits 32..61, mode in bit 62); the broadcast path's frames carry
+// epoch << 1 | coded in 32 bits. Past the limit two epochs would share keys or tags, and a daemon
+// still holding the older one would take the newer upload for a resend.
+inline constexpr int64_t kShuffleEpochLimit = int64_t{1} << 30;
+
+// InvalidArgument unless plan.epoch is in [0, kShuffleEpochLimit) and the plan's batch and source
+// lists have one shape (ShufflePlan is a plain struct; every path below checks it first).
+Status shuffleCheckPlan(const coding::ShufflePlan& plan);
+
 // What each worker pulls in an epoch (message offsets), coded or uncoded, and how its batch is
-// rebuilt; the same functions on the master and the workers, so their numbering agrees.
+// rebuilt; the same functions on the master and the workers, so their numbering agrees. Empty for
+// a plan shuffleCheckPlan() refuses.
 //   coded:   the plan's messages; worker w pulls those naming w, decodes with its cache
 //   uncoded: one message per (worker, needed row), in worker-then-batch order
 std::vector<int64_t> shuffleOffsetsFor(const coding::ShufflePlan& plan, int worker, bool coded);

@@ -179,6 +179,36 @@ TEST(CodedShuffleTest, BadArguments) {
             StatusCode::kInvalidArgument);
 }
 
+// rows x rowBytes past what a size can hold: refused, not wrapped. encode() and buildCache() used
+// to compare buffer sizes against a product that wrapped to 0, then read and write far past the
+// (empty) buffers; planEpoch's byte counts overflowed int64.
+TEST(CodedShuffleTest, RowsTimesRowBytesThatOverflowAreRefused) {
+  auto s = CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = 48});
+  ASSERT_TRUE(s.ok());
+  for (const size_t rowBytes : {size_t{1} << 62, SIZE_MAX / 3, SIZE_MAX}) {
+    SCOPED_TRACE(rowBytes);
+    EXPECT_EQ(s->planEpoch(0, rowBytes).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->buildCache(0, {}, rowBytes).status().code(), StatusCode::kInvalidArgument);
+  }
+  auto plan = s->planEpoch(0, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 2 rows x 2^63 bytes wraps to 0 in 64 bits: an empty `data` passed the wrapped check.
+  auto two = CodedShuffle::create({.workers = 2, .cacheFraction = 0.5, .rows = 2});
+  ASSERT_TRUE(two.ok());
+  auto twoPlan = two->planEpoch(0, 8);
+  ASSERT_TRUE(twoPlan.ok());
+  std::vector<uint8_t> none;
+  std::vector<uint8_t> out(twoPlan->messages.size() * 8);
+  EXPECT_EQ(two->encode(*twoPlan, none, size_t{1} << 63, out).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(two->buildCache(0, none, size_t{1} << 63).status().code(),
+            StatusCode::kInvalidArgument);
+  auto ok = s->planEpoch(0, size_t{1} << 20);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->accounting.codedBytes,
+            static_cast<int64_t>(ok->messages.size()) * (int64_t{1} << 20));
+}
+
 TEST(XorBytesTest, MatchesBytewiseXorAlignedOrNot) {
   for (size_t bytes : {1, 7, 8, 31, 32, 64, 100, 4096}) {
     for (size_t offset : {0, 1, 5}) {

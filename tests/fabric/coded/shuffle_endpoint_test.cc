@@ -203,6 +203,70 @@ TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
             StatusCode::kInvalidArgument);
 }
 
+// An epoch's keys (relay) and tags (broadcast) give it 30 bits: past them two epochs share keys,
+// and a daemon still holding the older one takes the newer upload for a resend (acks it, keeps
+// the old rows), so workers would decode the wrong rows and report success. Refused instead.
+TEST(ShuffleMessages, EpochsOutsideTheAddressableRangeAreRefused) {
+  constexpr int64_t kRows = 48;
+  constexpr size_t kRowBytes = 8;
+  FakeDaemon d;
+  ASSERT_TRUE(d.start().ok());
+  auto shuffle = coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
+  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
+  const std::vector<uint8_t> data(kRows * kRowBytes, 5);
+  auto cache = shuffle->buildCache(0, data, kRowBytes);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  for (const int64_t epoch : {kShuffleEpochLimit, int64_t{-1}, INT64_MAX}) {
+    SCOPED_TRACE(epoch);
+    auto plan = shuffle->planEpoch(epoch, kRowBytes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<uint8_t> batch(plan->batch[0].size() * kRowBytes);
+    for (const bool coded : {false, true}) {
+      const auto up = shuffleUploadEpoch(*d.endpoint, *shuffle, *plan, coded, data, kRowBytes,
+                                         Deadline::afterMs(300));
+      EXPECT_EQ(up.status().code(), StatusCode::kInvalidArgument) << up.status();
+      EXPECT_NE(up.status().message().find("epoch"), std::string::npos) << up.status();
+      EXPECT_EQ(shuffleReleaseEpoch(*d.endpoint, *plan, coded, Deadline::afterMs(300)).code(),
+                StatusCode::kInvalidArgument);
+      EXPECT_EQ(shuffleReceiveEpoch(*d.endpoint, *shuffle, *plan, coded, *cache, kRowBytes, batch,
+                                    Deadline::afterMs(300))
+                    .code(),
+                StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+// ShufflePlan is a plain struct: one whose source and batch lists differ in shape is refused
+// before anything indexes one by the other (shuffleOffsetsFor read past source's end).
+TEST(ShuffleMessages, APlanWithMismatchedListsIsRefusedBeforeItIsRead) {
+  constexpr int64_t kRows = 48;
+  constexpr size_t kRowBytes = 8;
+  FakeDaemon d;
+  ASSERT_TRUE(d.start().ok());
+  auto shuffle = coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
+  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
+  const std::vector<uint8_t> data(kRows * kRowBytes, 5);
+  auto cache = shuffle->buildCache(0, data, kRowBytes);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  for (int variant = 0; variant < 2; ++variant) {
+    auto plan = shuffle->planEpoch(1, kRowBytes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    if (variant == 0) {
+      plan->source.clear();
+    } else {
+      plan->source[0].pop_back();
+    }
+    std::vector<uint8_t> batch(plan->batch[0].size() * kRowBytes);
+    EXPECT_TRUE(shuffleOffsetsFor(*plan, 0, false).empty());
+    EXPECT_EQ(shuffleReceiveEpoch(*d.endpoint, *shuffle, *plan, false, *cache, kRowBytes, batch,
+                                  Deadline::afterMs(300))
+                  .code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(shuffleReleaseEpoch(*d.endpoint, *plan, false, Deadline::afterMs(300)).code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
 // A late ack for an earlier upload of message 0 carries the release's key too: release() used to
 // take it as its own answer and return OK before the daemon had freed anything. Only the reply
 // that echoes the release request's sequence counts.
