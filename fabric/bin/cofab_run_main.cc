@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cofab-run: %s\n", options.status().message().c_str());
     return 2;
   }
+  if (options->help) {
+    std::fputs(cofab::launchUsage().c_str(), stdout);
+    return 0;
+  }
   auto code = cofab::runLaunch(*options);
   if (!code.ok()) {
     std::fprintf(stderr, "cofab-run: %s\n", code.status().toString().c_str());

@@ -216,7 +216,8 @@ StatusOr<LaunchOptions> parseLaunchArgs(const std::vector<std::string>& args) {
       r.command = v.substr(c2 + 1);
       o.roles.push_back(std::move(r));
     } else if (a == "-h" || a == "--help") {
-      return bad("");
+      o.help = true;
+      return o;
     } else if (!a.empty() && a[0] == '-') {
       return bad("unknown option '" + a + "'");
     } else {

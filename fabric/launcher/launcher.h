@@ -31,6 +31,7 @@ struct LaunchOptions {
   std::vector<RoleSpec> roles;
   int killGraceMs = 5000;  // SIGTERM, then SIGKILL after this long
   bool prefixOutput = true;
+  bool help = false;  // -h/--help: print launchUsage() and exit 0; nothing else is checked
 };
 
 // Parses `cofab-run` arguments (see usage()). InvalidArgument with the usage on bad input.

@@ -274,6 +274,21 @@ TEST(LinePrefixerTest, ALineWithoutNewlineIsCutIntoBoundedPieces) {
   EXPECT_EQ(joined, input);
 }
 
+// --help is a request, not a mistake: the usage on stdout and exit 0 (it used to print a bare
+// "cofab-run:" line and the usage on stderr and exit 2, like a bad option).
+TEST(LauncherTest, HelpPrintsTheUsageAndExitsZero) {
+  for (const char* flag : {"--help", "-h"}) {
+    // stdout only: the subshell's stderr goes nowhere before runShell joins the two.
+    auto r = testing::runShell("(timeout -s KILL 60 " + std::string(COFAB_RUN_BINARY) + " " + flag +
+                               " 2>/dev/null)");
+    EXPECT_EQ(r.exitCode, 0) << flag << "\n" << r.out;
+    EXPECT_NE(r.out.find("usage: cofab-run"), std::string::npos) << flag << "\n" << r.out;
+  }
+  auto parsed = parseLaunchArgs({"-n", "2", "--help"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->help);
+}
+
 TEST(LauncherArgsTest, BadArgumentsAreExplained) {
   EXPECT_FALSE(parseLaunchArgs({}).ok());
   auto noN = parseLaunchArgs({"prog"});
