@@ -578,6 +578,12 @@ StatusOr<std::vector<CancelReport>> CodedMaster::waitCancelReports(uint64_t requ
                                                                    const std::vector<int>& workers,
                                                                    Deadline deadline) {
   State& s = *state_;
+  for (int w : workers) {
+    if (w < 0 || w >= options_.n) {
+      return InvalidArgument("cancel reports: worker " + std::to_string(w) + " outside [0, " +
+                             std::to_string(options_.n) + ")");
+    }
+  }
   std::unique_lock<std::mutex> lock(s.mu);
   auto missing = [&] {
     std::vector<int> out;
@@ -589,10 +595,19 @@ StatusOr<std::vector<CancelReport>> CodedMaster::waitCancelReports(uint64_t requ
     }
     return out;
   };
-  s.cv.wait_until(lock, deadline.when(), [&] { return missing().empty(); });
+  // A dead worker's report will never come (markDead wakes this wait).
+  auto allMissingDead = [&](const std::vector<int>& m) {
+    return std::all_of(m.begin(), m.end(), [&](int w) { return !s.dead[w].empty(); });
+  };
+  s.cv.wait_until(lock, deadline.when(), [&] { return allMissingDead(missing()); });
   if (std::vector<int> m = missing(); !m.empty()) {
-    return DeadlineExceeded("cancel reports for request " + std::to_string(request) +
-                            ": none from workers " + workerList(m));
+    const std::string what = "cancel reports for request " + std::to_string(request);
+    if (allMissingDead(m)) {
+      std::string reasons;
+      for (int w : m) reasons += "; " + s.dead[w];
+      return Unavailable(what + ": workers " + workerList(m) + " are dead" + reasons);
+    }
+    return DeadlineExceeded(what + ": none from workers " + workerList(m));
   }
   std::vector<CancelReport> out;
   for (const CancelReport& r : s.cancels) {

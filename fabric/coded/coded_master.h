@@ -117,7 +117,9 @@ class CodedMaster {
   StatusOr<RequestReport> multiply(coding::ConstMatrixView b, coding::MatrixView c);
 
   // Waits until cancel reports for `request` came from `workers`; returns what they said. The
-  // master keeps the most recent few thousand reports.
+  // master keeps the most recent few thousand reports. Unavailable naming them as soon as every
+  // worker still missing is dead (their reports cannot come); DeadlineExceeded naming the others
+  // at the deadline; InvalidArgument for a worker index outside [0, n).
   StatusOr<std::vector<CancelReport>> waitCancelReports(uint64_t request,
                                                         const std::vector<int>& workers,
                                                         Deadline deadline);
