@@ -66,6 +66,17 @@ void say(const std::string& msg) {
   (void)!::write(2, line.data(), line.size());
 }
 
+// True if `command` has more than one simple command or a subshell in it. The & of the
+// redirections >& and <& (`2>&1`) is not a separator.
+bool hasShellSeparator(const std::string& command) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    const char ch = command[i];
+    if (ch == '&' && i > 0 && (command[i - 1] == '>' || command[i - 1] == '<')) continue;
+    if (std::strchr(";&|\n()`{}", ch) != nullptr) return true;
+  }
+  return false;
+}
+
 // The shell command a role runs. Debian's /bin/sh (dash) does not exec the last command of
 // `sh -c`: the role's program would be a child of a shell that dies at once of the SIGTERM that
 // stops the job, and the program's own end (a crash while it drains) would never be seen. A
@@ -78,8 +89,7 @@ std::string roleShellCommand(const std::string& command) {
   static const char* const kKeepAsWritten[] = {"exec", "!", "if", "case", "for", "while", "until"};
   const bool reserved = std::any_of(std::begin(kKeepAsWritten), std::end(kKeepAsWritten),
                                     [&](const char* w) { return word == w; });
-  if (command.find_first_of(";&|\n()`{}") != std::string::npos || reserved ||
-      word.find('=') != std::string::npos) {
+  if (hasShellSeparator(command) || reserved || word.find('=') != std::string::npos) {
     return command;
   }
   return "exec " + command.substr(first);
@@ -246,6 +256,10 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     return errnoStatus(StatusCode::kIoError, "pipe2", errno);
   }
+  // Processes a child leaves behind when it dies (a role shell's program) become this process's
+  // children instead of init's, so the loop below reaps them when they end and their group
+  // empties (an unreaped zombie would keep it looking alive).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   struct sigaction sa {};
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
@@ -294,16 +308,15 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   int exitCode = 0;
   bool stopping = false;
   Deadline killAt = Deadline::never();
-  // A child that exited may have left processes of its group behind holding its output pipes
-  // (`sh -c 'server & exit 3'`): they are signalled too, or the wait for the pipes never ends.
-  // Only when the group still had members when the child was reaped: an empty group's id may
-  // be reused by an unrelated process.
+  // A child that exited may have left processes of its group behind (`sh -c 'server & exit
+  // 3'`, or a role's shell killed by the stop while its program ignores SIGTERM), holding its
+  // output pipes or not: they are the job's, so cofab-run stops them too and waits for them (up
+  // to SIGKILL and one more grace period). Only while the group has members: an empty group's
+  // id may be reused by an unrelated process, so groupLeftBehind, once false, stays false.
   auto lingers = [](const Child& c) {
-    return c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0);
+    return c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0 || c.groupLeftBehind);
   };
-  auto signalable = [](const Child& c) {
-    return c.pid > 0 && (!c.exited || (c.groupLeftBehind && (c.outFd >= 0 || c.errFd >= 0)));
-  };
+  auto signalable = [](const Child& c) { return c.pid > 0 && (!c.exited || c.groupLeftBehind); };
   auto stopAll = [&](int sig) {
     for (auto& c : children) {
       if (signalable(c)) {
@@ -374,6 +387,9 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         stopAll(sig);
       }
     }
+    for (auto& c : children) {
+      if (c.exited && c.groupLeftBehind) c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
+    }
     int status;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
@@ -419,6 +435,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
           ::close(*fd);
           *fd = -1;
         }
+      }
+      for (auto& c : children) {
+        if (!c.exited || !c.groupLeftBehind) continue;
+        say(c.label + "'s leftover processes did not end after SIGKILL; leaving them");
+        c.groupLeftBehind = false;
       }
       abandonAt = Deadline::never();
     }

@@ -88,20 +88,26 @@ TEST(LauncherTest, RoleProcessesRunBesideWorkersAndAreStoppedAtTheEnd) {
 // and is named: any death by signal after cofab-run's SIGTERM used to count as the stop it asked
 // for, so a crash or sanitizer abort in a daemon's drain went unseen and the job exited 0.
 TEST(LauncherTest, ARoleThatCrashesWhileStoppingFailsTheJob) {
-  testing::TempDir dir;
-  const std::string role = dir.path() + "/role.sh";
-  const std::string ready = dir.path() + "/ready";
-  std::ofstream(role) << "#!/bin/sh\ntrap 'kill -SEGV $$' TERM\ntouch " << ready
-                      << "\nsleep 60 & wait\n";
-  ::chmod(role.c_str(), 0755);
-  // The worker ends only once the role's trap is in place, however slow the machine.
-  auto script = writeScript(dir, "i=0; while [ $i -lt 600 ] && [ ! -e " + ready +
-                                     " ]; do sleep 0.1; i=$((i+1)); done\necho worker-done\n");
-  auto r = runCofabRun("-n 1 --role 'aggd:1:" + role + "' " + script);
-  EXPECT_EQ(r.exitCode, 128 + SIGSEGV) << r.out;
-  EXPECT_NE(r.out.find("[rank 0] worker-done"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("aggd.0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("signal 11"), std::string::npos) << r.out;
+  // Also with a redirection: the & of 2>&1 is not a separator, the command is still exec'd (it
+  // was left to a shell that died of the SIGTERM, and the crash went unseen).
+  for (const std::string redirect : {"", " 2>&1", " >/dev/null 2>&1"}) {
+    SCOPED_TRACE(redirect);
+    testing::TempDir dir;
+    const std::string role = dir.path() + "/role.sh";
+    const std::string ready = dir.path() + "/ready";
+    std::ofstream(role) << "#!/bin/sh\ntrap 'kill -SEGV $$' TERM\ntouch " << ready
+                        << "\nsleep 60 & wait\n";
+    ::chmod(role.c_str(), 0755);
+    // The worker ends only once the role's trap is in place, however slow the machine.
+    auto script = writeScript(dir, "i=0; while [ $i -lt 600 ] && [ ! -e " + ready +
+                                       " ]; do sleep 0.1; i=$((i+1)); done\necho worker-done\n");
+    // (The role's background sleep may start after the SIGTERM; the grace bounds its wait.)
+    auto r = runCofabRun("-n 1 --grace-ms 1000 --role 'aggd:1:" + role + redirect + "' " + script);
+    EXPECT_EQ(r.exitCode, 128 + SIGSEGV) << r.out;
+    EXPECT_NE(r.out.find("[rank 0] worker-done"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("aggd.0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("signal 11"), std::string::npos) << r.out;
+  }
 }
 
 // Starts 2 ranks that trap `sig`, sends it to cofab-run once both are ready, and returns
@@ -194,6 +200,31 @@ TEST(LauncherTest, LeftoverProcessesOfAnExitedRankAreStopped) {
   auto r = runCofabRun("-n 1 --grace-ms 5000 -- sh -c 'sleep 600 & exit 3'");
   EXPECT_EQ(r.exitCode, 3) << r.out;
   EXPECT_NE(r.out.find("exited with status 3"), std::string::npos) << r.out;
+}
+
+// A role's shell dies of the stop's SIGTERM, leaving a process of its group that ignores SIGTERM
+// and holds none of cofab-run's pipes (its output goes to a file). It is still the job's:
+// cofab-run used to exit at once and leave it running; it gets SIGKILL after the grace.
+TEST(LauncherTest, AGroupMemberWithoutPipesOutlivingItsRoleIsKilled) {
+  testing::TempDir dir;
+  const std::string role = dir.path() + "/role.sh";
+  const std::string pidFile = dir.path() + "/role.pid";
+  std::ofstream(role) << "#!/bin/sh\ntrap '' TERM\necho $$ > " << pidFile << ".tmp; mv "
+                      << pidFile << ".tmp " << pidFile << "\nexec sleep 600\n";
+  ::chmod(role.c_str(), 0755);
+  auto script = writeScript(dir, "i=0; while [ $i -lt 600 ] && [ ! -s " + pidFile +
+                                     " ]; do sleep 0.1; i=$((i+1)); done\necho worker-done\n");
+  // "; true" keeps the shell as the role's process (not exec'd), as any compound command does.
+  auto r = runCofabRun("-n 1 --grace-ms 300 --role 'aggd:1:" + role + " >/dev/null 2>&1; true' " +
+                       script);
+  const std::string left = readWhenPresent(pidFile);
+  ASSERT_FALSE(left.empty()) << r.out;
+  const pid_t pid = static_cast<pid_t>(std::stol(left));
+  const bool gone = processEnded(pid);
+  if (!gone) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(gone) << "the role's sleep outlived cofab-run\n" << r.out;
+  EXPECT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_NE(r.out.find("leftover processes"), std::string::npos) << r.out;
 }
 
 // One that escaped the rank's process group (setsid) is beyond cofab-run's signals: its output
