@@ -152,6 +152,15 @@ __attribute__((target("sse4.2"))) uint32_t crc32cSse42(uint32_t crc, uint8_t* d,
   return ~static_cast<uint32_t>(c);
 }
 
+__attribute__((target("sse4.2"))) uint32_t wordsSse42(uint64_t w0, uint64_t w1, uint64_t w2,
+                                                      uint64_t w3) {
+  uint64_t c = 0xFFFFFFFFu;  // ~0, the start of every CRC32C
+  c = _mm_crc32_u64(c, w0);
+  c = _mm_crc32_u64(c, w1);
+  c = _mm_crc32_u64(c, w2);
+  c = _mm_crc32_u64(c, w3);
+  return ~static_cast<uint32_t>(c);
+}
 bool detectSse42() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("sse4.2");
@@ -204,6 +213,17 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
   return crc32cPortable(crc, data, size);
 }
 
+uint32_t crc32cOfWords(uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3) {
+#if COFAB_CRC32C_X86
+  if (crc32cIsHardware()) return wordsSse42(w0, w1, w2, w3);
+#endif
+  uint8_t bytes[32];  // little-endian host assumed, as above
+  std::memcpy(bytes, &w0, 8);
+  std::memcpy(bytes + 8, &w1, 8);
+  std::memcpy(bytes + 16, &w2, 8);
+  std::memcpy(bytes + 24, &w3, 8);
+  return crc32cPortable(0, bytes, sizeof(bytes));
+}
 uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, size_t sizeB) {
   // A few sizes per thread, replaced round-robin: lock-free, and a poller asks for one size.
   constexpr size_t kSlots = 4;

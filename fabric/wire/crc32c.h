@@ -30,6 +30,12 @@ uint32_t crc32cCopy(uint32_t crc, void* dst, const void* src, size_t size);
 // for a few fixed sizes (a full frame's payload), not for arbitrary ones.
 uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, size_t sizeB);
 
+// crc32c(0, b, 32) for the 32 bytes b whose little-endian 64-bit words are w0..w3, computed from
+// registers: a dpdk frame header is checksummed without being stored first. (Reading back, in
+// 8-byte loads, bytes just written by stores of another size or offset defeats the CPU's store
+// forwarding: it cost crc32c() ~5-10 ns a frame on a header that had just been stamped.)
+uint32_t crc32cOfWords(uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3);
+
 // The portable implementation, exposed so tests can compare it with the hardware one.
 uint32_t crc32cPortable(uint32_t crc, const void* data, size_t size);
 // Whether crc32c() uses the SSE4.2 instruction on this CPU (below 256 bytes, or for all sizes

@@ -281,7 +281,8 @@ bool Conn::buildDataFrame(uint64_t now) {
   h.length = static_cast<uint16_t>(std::min<size_t>(avail, engine_->maxFramePayload()));
   uint8_t* out = nullptr;
   rte_mbuf* m;
-  if (h.length == engine_->maxFramePayload()) {
+  const bool full = h.length == engine_->maxFramePayload();
+  if (full) {
     if (dataTemplate_.length != h.length) {
       dataTemplate_ = makeFrameTemplate(engine_->local(), peer_, h);
     }
@@ -292,7 +293,7 @@ bool Conn::buildDataFrame(uint64_t now) {
   if (m == nullptr) return false;
   uint8_t* const payload = out;
   // The frame CRC is computed while the payload is copied in: one pass over the bytes.
-  uint32_t crc = frameCrcStart(payload);
+  uint32_t crc = full ? frameCrcStart(dataTemplate_, nxt_) : frameCrcStart(payload);
   size_t room = h.length;
   while (room > 0) {
     SendOp& op = sends_.front();

@@ -27,19 +27,36 @@ uint32_t get32be(const uint8_t* p) {
 }
 
 // RFC 791 header checksum: ones' complement of the ones' complement sum of the 16-bit words.
+// Summed as five native 32-bit words and folded (RFC 1071: the sum may be taken in wider words
+// and in either byte order, then folded and swapped): five loads instead of ten on every frame.
 uint16_t ipv4Checksum(const uint8_t* ip) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < kIpv4HeaderSize; i += 2) sum += get16be(ip + i);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
+  static_assert(kIpv4HeaderSize == 20);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kIpv4HeaderSize; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, ip + i, 4);
+    sum += w;
+  }
+  sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  const auto native = static_cast<uint16_t>(~sum);
+  // The sum of little-endian words is the big-endian sum byte-swapped.
+  return static_cast<uint16_t>((native >> 8) | (native << 8));
 }
 
-// CRC32C of the cofab header at `fh` with its crc field taken as 0.
+// The header as four little-endian words: seq is the low half of word 2, crc the high half of
+// word 3 (the masks below rely on it).
+static_assert(offsetof(FrameHeader, seq) == 16 && offsetof(FrameHeader, crc) == 28);
+constexpr uint64_t kLowHalf = 0xFFFFFFFFull;
+
+// CRC32C of the cofab header at `fh` with its crc field taken as 0, from its words (no copy of
+// the header with the field cleared: see crc32cOfWords).
 uint32_t headerCrc(const uint8_t* fh) {
-  FrameHeader h;
-  std::memcpy(&h, fh, sizeof(h));
-  h.crc = 0;
-  return wire::crc32c(0, &h, sizeof(h));
+  uint64_t w[4];
+  std::memcpy(w, fh, sizeof(w));
+  return wire::crc32cOfWords(w[0], w[1], w[2], w[3] & kLowHalf);
 }
 
 uint32_t frameCrc(const uint8_t* fh, size_t payloadLen) {
@@ -129,8 +146,14 @@ uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq) {
   return frame + kFrameOverhead;
 }
 
-uint32_t frameCrcStart(const uint8_t* payload) {
-  return wire::crc32c(0, payload - kFrameHeaderSize, kFrameHeaderSize);
+uint32_t frameCrcStart(const uint8_t* payload) { return headerCrc(payload - kFrameHeaderSize); }
+
+uint32_t frameCrcStart(const FrameTemplate& t, uint32_t seq) {
+  // From the template (written once, long ago) and seq in a register: the stamped frame's
+  // header is not read back right after stampFrame() wrote it.
+  uint64_t w[4];
+  std::memcpy(w, t.bytes.data() + kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize, sizeof(w));
+  return wire::crc32cOfWords(w[0], w[1], (w[2] & ~kLowHalf) | seq, w[3] & kLowHalf);
 }
 
 void setFrameCrc(uint8_t* payload, uint32_t crc) {

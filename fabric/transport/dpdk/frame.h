@@ -143,6 +143,8 @@ FrameTemplate makeFrameTemplate(const NetAddress& src, const NetAddress& dst,
 // Writes `t` with sequence number `seq` into `frame`; returns where the payload goes. The same
 // bytes as writeFrameHeaders() with t's header and that seq; sealFrame() still follows.
 uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq);
+// frameCrcStart() of a frame stampFrame(frame, t, seq) wrote, from `t` and `seq` alone.
+uint32_t frameCrcStart(const FrameTemplate& t, uint32_t seq);
 inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
 
 // Checks everything in `frame` against `localIp` (0: accept any destination IP). Data frames

@@ -42,6 +42,25 @@ TEST(DpdkFrameTest, RoundTrip) {
   EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kOk);
 }
 
+// The IPv4 header checksum against a value computed elsewhere (the classic worked example of
+// RFC 791's checksum: 45 00 00 73 00 00 40 00 40 11 [b8 61] c0 a8 00 01 c0 a8 00 c7), so that
+// tshark and real routers accept the frames, not only cofab's own parser.
+TEST(DpdkFrameTest, Ipv4HeaderChecksumMatchesAKnownVector) {
+  const NetAddress src{{0x02, 0xcf, 0xab, 0, 0, 1}, 0xC0A80001, 47000};  // 192.168.0.1
+  const NetAddress dst{{0x02, 0xcf, 0xab, 0, 0, 2}, 0xC0A800C7, 47001};  // 192.168.0.199
+  FrameHeader h;
+  h.length = 0x73 - kIpv4HeaderSize - kUdpHeaderSize - kFrameHeaderSize;  // IP total length 0x73
+  std::vector<uint8_t> f(frameSize(h));
+  writeFrameHeaders(f.data(), src, dst, h);
+  const uint8_t* ip = f.data() + kEthHeaderSize;
+  const std::vector<uint8_t> expected = {0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+                                         0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7};
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), ip));
+  ParsedFrame p;
+  sealFrame(f.data());
+  EXPECT_EQ(parseFrame(f.data(), f.size(), dst.ip, &p), RxVerdict::kOk);
+}
+
 TEST(DpdkFrameTest, StampedTemplateEqualsWrittenHeaders) {
   FrameHeader h;
   h.kind = FrameKind::kData;
@@ -59,7 +78,9 @@ TEST(DpdkFrameTest, StampedTemplateEqualsWrittenHeaders) {
     // The sender's way: CRC while copying the payload in (here all zeros), then set.
     const std::vector<uint8_t> zeros(1440, 0);
     uint8_t* payload = stamped.data() + kFrameOverhead;
-    setFrameCrc(payload, wire::crc32cCopy(frameCrcStart(payload), payload, zeros.data(), 1440));
+    // The sender's header CRC from the template and seq equals the one read from the frame.
+    EXPECT_EQ(frameCrcStart(t, seq), frameCrcStart(payload)) << "seq " << seq;
+    setFrameCrc(payload, wire::crc32cCopy(frameCrcStart(t, seq), payload, zeros.data(), 1440));
     std::fill(written.begin() + kFrameOverhead, written.end(), 0);
     sealFrame(written.data());
     EXPECT_EQ(written, stamped) << "seq " << seq;

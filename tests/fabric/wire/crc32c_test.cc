@@ -68,6 +68,17 @@ TEST(Crc32cTest, CopyCopiesAndMatchesAtEveryAlignmentAndLength) {
   }
 }
 
+TEST(Crc32cTest, OfWordsIsTheCrcOfTheirLittleEndianBytes) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t w[4];
+    for (auto& x : w) x = i == 0 ? 0 : rng();
+    uint8_t bytes[32];
+    for (int b = 0; b < 32; ++b) bytes[b] = static_cast<uint8_t>(w[b / 8] >> (8 * (b % 8)));
+    EXPECT_EQ(crc32cOfWords(w[0], w[1], w[2], w[3]), crc32cPortable(0, bytes, 32)) << i;
+  }
+}
+
 TEST(Crc32cTest, CombineJoinsTheChecksumsOfAdjacentPieces) {
   std::mt19937_64 rng(7);
   std::vector<uint8_t> buf(5000);
