@@ -342,10 +342,8 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
                                  local_.ip, &f, kPlaceMinBytes);
   // One lookup serves the CRC check below and the dispatch after it (nothing in between adds or
   // removes connections). It has no effect of its own, so an unchecked header may drive it.
-  const auto it = v == RxVerdict::kOk ? conns_.find(f.header.dstConn) : conns_.end();
-  if (v == RxVerdict::kOk && !f.crcChecked) {
-    v = checkDataCrc(f, it != conns_.end() ? it->second.get() : nullptr);
-  }
+  Conn* const conn = v == RxVerdict::kOk ? findConn(f.header.dstConn) : nullptr;
+  if (v == RxVerdict::kOk && !f.crcChecked) v = checkDataCrc(f, conn);
   bool kept = false;
   switch (v) {
     case RxVerdict::kOk:
@@ -371,16 +369,16 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
     } else if (f.header.kind == FrameKind::kSynAck) {
       handleSynAck(f);
     } else {
-      if (it != conns_.end() && it->second->state() == Conn::State::kSynSent &&
+      if (conn != nullptr && conn->state() == Conn::State::kSynSent &&
           f.header.kind == FrameKind::kRst) {
         if (auto c = connecting_.find(f.header.dstConn); c != connecting_.end()) {
           c->second->lastProblem = "nobody listens at that address (the peer sent a reset)";
         }
-      } else if (it != conns_.end() && it->second->state() == Conn::State::kSynSent) {
+      } else if (conn != nullptr && conn->state() == Conn::State::kSynSent) {
         // Our SynAck was lost and the server already talks (an ack, a keepalive): the Syn
         // retransmission brings the SynAck again; a Rst here would kill its side.
-      } else if (it != conns_.end() && it->second->isFrom(f)) {
-        kept = it->second->onFrame(f, m, now);
+      } else if (conn != nullptr && conn->isFrom(f)) {
+        kept = conn->onFrame(f, m, now);
       } else {
         bump(counters_.rxUnknownConnection);
         if (f.header.kind != FrameKind::kRst) sendRst(f.src, f.header.srcConn, f.header.dstConn);
@@ -388,6 +386,15 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
     }
   }
   if (!kept) release(m);
+}
+
+Conn* Engine::findConn(uint32_t id) {
+  if (lastConn_ != nullptr && id == lastConnId_) return lastConn_;
+  const auto it = conns_.find(id);
+  if (it == conns_.end()) return nullptr;
+  lastConnId_ = id;
+  lastConn_ = it->second.get();
+  return lastConn_;
 }
 
 RxVerdict Engine::checkDataCrc(ParsedFrame& f, Conn* conn) {
@@ -553,6 +560,7 @@ void Engine::connDone(uint32_t id) { done_.push_back(id); }
 void Engine::reapDone() {
   if (done_.empty()) return;
   for (uint32_t id : done_) {
+    if (id == lastConnId_) lastConn_ = nullptr;
     conns_.erase(id);
     std::erase_if(synSeen_, [id](const auto& kv) { return kv.second == id; });
   }
