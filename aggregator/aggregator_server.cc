@@ -404,6 +404,15 @@ void AggregatorServer::postBackupRecv(std::shared_ptr<transport::Connection> lin
 
 bool AggregatorServer::forward(const wire::Header& h, const Payload& payload) {
   if (!backupAlive_) return false;
+  // The backup link replicates this daemon's own chunks; a chunk whose primary is the daemon on
+  // the other end (two daemons: a worker that failed over while that primary lives) goes back
+  // to it. Any other chunk came here as a dead third daemon's backup: the daemon behind this
+  // one holds no round for it (it rejected it as beyond its window, which ended replication of
+  // this daemon's own chunks), so it stays unreplicated.
+  const int primary = ps::primaryServer(h.key, h.chunkIndex, options_.numServers);
+  if (primary != options_.id && primary != ps::backupServer(options_.id, options_.numServers)) {
+    return false;
+  }
   std::shared_ptr<transport::Connection> link;
   {
     std::lock_guard<std::mutex> lock(backupMu_);

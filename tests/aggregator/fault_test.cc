@@ -202,14 +202,16 @@ struct Tensor {
   DType dtype;
 };
 
-class PrimaryKilledTest : public ::testing::TestWithParam<ps::Delivery> {};
+// 2 workers push-pull four tensors for kIterations; daemon 0 is SIGKILLed while chunks of
+// iteration kKillAt are in flight. Every result must equal the serial reference, bit for bit,
+// and every worker must have failed over once. Returns the total chunks per iteration.
+constexpr int kKilledJobWorkers = 2;
+constexpr int kKilledJobIterations = 16;
 
-TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
-  const int kWorkers = 2;
-  const int kIterations = 16;
+size_t runJobKillingDaemon0(DaemonCluster& cluster, ps::Delivery delivery) {
+  const int kWorkers = kKilledJobWorkers;
+  const int kIterations = kKilledJobIterations;
   const int kKillAt = 6;
-  DaemonCluster cluster(2, kWorkers, {"--replication", "on"});
-  ASSERT_TRUE(cluster.start().ok());
   const std::vector<Tensor> tensors = {{1, 30000, DType::kF32},
                                        {2, 3000, DType::kF16},
                                        {3, 100, DType::kF64},
@@ -240,7 +242,7 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
       for (size_t i = 0; i < tensors.size(); ++i) {
         const TensorView v(bufs[i].data(), tensors[i].count, tensors[i].dtype);
         ps::PushPullOptions po;
-        po.delivery = GetParam();
+        po.delivery = delivery;
         handles.push_back(client->pushPull(tensors[i].key, v, v, po));  // in place
       }
       if (rank == 0 && it == kKillAt) killNow = true;  // chunks are in flight right now
@@ -253,8 +255,9 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
   });
   killNow = true;
   killer.join();
-  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
-  ASSERT_TRUE(killed.load());
+  EXPECT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  EXPECT_TRUE(killed.load());
+  if (!allOk(statuses).ok()) return 0;
   for (int it = 0; it < kIterations; ++it) {
     for (size_t i = 0; i < tensors.size(); ++i) {
       std::vector<std::vector<uint8_t>> inputs;
@@ -264,7 +267,7 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
       }
       const auto expected = referenceReduce(tensors[i].dtype, false, inputs);
       for (int r = 0; r < kWorkers; ++r) {
-        ASSERT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(it)][i], expected)
+        EXPECT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(it)][i], expected)
             << "worker " << r << " iteration " << it << " key " << tensors[i].key;
       }
     }
@@ -272,19 +275,43 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
   for (int r = 0; r < kWorkers; ++r) {
     EXPECT_EQ(stats[static_cast<size_t>(r)].failovers, 1u) << "worker " << r;
   }
-  // The survivor applied every contribution exactly once: rounds = chunks x iterations.
   size_t chunks = 0;
   for (const auto& t : tensors) {
     chunks += ps::chunkLayout(t.count, dtypeSize(t.dtype), 8192).chunkCount;
   }
+  return chunks;
+}
+
+class PrimaryKilledTest : public ::testing::TestWithParam<ps::Delivery> {};
+
+TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
+  DaemonCluster cluster(2, kKilledJobWorkers, {"--replication", "on"});
+  ASSERT_TRUE(cluster.start().ok());
+  const size_t chunks = runJobKillingDaemon0(cluster, GetParam());
+  ASSERT_GT(chunks, 0u);
+  // The survivor applied every contribution exactly once: rounds = chunks x iterations.
   EXPECT_EQ(*cluster.metric(1, "cofab_agg_rounds_completed_total"),
-            static_cast<double>(chunks * kIterations));
+            static_cast<double>(chunks * kKilledJobIterations));
   EXPECT_EQ(*cluster.metric(1, "cofab_agg_chunks_applied_total"),
-            static_cast<double>(chunks * kIterations * kWorkers));
+            static_cast<double>(chunks * kKilledJobIterations * kKilledJobWorkers));
   EXPECT_EQ(*cluster.metric(1, "cofab_agg_rounds_failed_total"), 0);
   EXPECT_GT(*cluster.metric(1, "cofab_agg_forwarded_applied_total"), 0);
   cluster.signal(1, SIGTERM);
   EXPECT_EQ(cluster.wait(1, Deadline::afterMs(20000)), 0);
+}
+
+// Three daemons: daemon 0's chunks fail over to daemon 1, its backup. Daemon 1 must not
+// forward them on to its own backup, daemon 2, which holds no round for them: it rejected them
+// as beyond its window, and daemon 1 dropped replication of its own chunks, healthy backup and
+// all ("backup lost").
+TEST(AggregatorFaults, FailedOverChunksAreNotForwardedToAThirdDaemon) {
+  DaemonCluster cluster(3, kKilledJobWorkers, {"--replication", "on"});
+  ASSERT_TRUE(cluster.start().ok());
+  ASSERT_GT(runJobKillingDaemon0(cluster, ps::Delivery::kPushBack), 0u);
+  EXPECT_EQ(*cluster.metric(1, "cofab_agg_backup_lost_total"), 0);
+  EXPECT_EQ(*cluster.metric(2, "cofab_agg_rounds_failed_total"), 0);
+  EXPECT_EQ(*cluster.metric(1, "cofab_agg_rounds_failed_total"), 0);
+  EXPECT_GT(*cluster.metric(2, "cofab_agg_forwarded_applied_total"), 0);  // 1's own chunks
 }
 
 INSTANTIATE_TEST_SUITE_P(AggregatorFaults, PrimaryKilledTest,
