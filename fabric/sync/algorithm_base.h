@@ -41,8 +41,16 @@ class AlgorithmBase : public SyncAlgorithm {
   // The algorithm's start() (SyncAlgorithm::start's contract).
   virtual Status doStart(std::span<const float> initial,
                          const std::vector<size_t>& tensorCounts) = 0;
+  // Whether a background thread of the algorithm's runs (from a successful start() until
+  // finish()): start() then refuses, as a second set-up would replace the model and clients
+  // that thread uses.
+  virtual bool backgroundRunning() const { return false; }
   // Whether the last start() succeeded.
   bool startedOk() const { return startedOk_.load(std::memory_order_acquire); }
+  // finish()'s last step, after its collective part (so that the other workers are not left
+  // waiting on this caller's sizing mistake): the model into `out`, which must hold exactly the
+  // model. InvalidArgument naming both sizes otherwise, with `out` untouched.
+  Status readFinal(std::span<float> out) const;
   // Records the layout and the initial model; call first in doStart().
   Status setUp(std::span<const float> initial, const std::vector<size_t>& tensorCounts);
   Status checkStep(int thread, std::span<const float> grad) const;

@@ -76,8 +76,7 @@ class GossipSync final : public AlgorithmBase {
     COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
                                           collective(comm::ReduceOp::kAvg)));
     model_.assign(mine_);
-    model_.read(out);
-    return OkStatus();
+    return readFinal(out);
   }
 
  private:

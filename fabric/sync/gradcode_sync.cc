@@ -183,10 +183,11 @@ class GradcodeSync final : public AlgorithmBase {
     Status s = client_->waitAll(deadline());
     recordBytes();
     client_->close();
-    model_.read(out);
     // After a failed step, its cause (waitAll() may only see the Cancelled of the operations
     // closed with the client).
-    return failed_.ok() ? s : failed_;
+    if (!failed_.ok()) s = failed_;
+    const Status read = readFinal(out);
+    return s.ok() ? read : s;
   }
 
  private:

@@ -49,8 +49,8 @@ class ModelStoreSync : public AlgorithmBase {
     if (s.ok()) model_.assign(buf_);
     recordBytes();
     client_->close();
-    model_.read(out);
-    return s;
+    const Status read = readFinal(out);
+    return s.ok() ? read : s;
   }
 
  protected:

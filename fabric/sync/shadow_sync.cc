@@ -10,7 +10,9 @@
 // progress (globalSamples()), and the shadow threads stop together after the round in which
 // every worker had finished, so all of them do the same number of rounds and end with the
 // identical average.
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <thread>
 
 #include "fabric/ps/model_client.h"
@@ -25,6 +27,8 @@ class ShadowSync final : public AlgorithmBase {
   ShadowSync(const SyncOptions& options, const SyncEnv& env)
       : AlgorithmBase("shadowsync", options, env, 1, /*backgroundThread=*/true) {}
   ~ShadowSync() override { stopThread(); }
+
+  bool backgroundRunning() const override { return thread_.joinable(); }
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
@@ -97,8 +101,8 @@ class ShadowSync final : public AlgorithmBase {
       model_client_->close();
     }
     if (client_ != nullptr) client_->close();
-    model_.read(out);
-    return s;
+    const Status read = readFinal(out);
+    return s.ok() ? read : s;
   }
 
  private:
@@ -144,6 +148,16 @@ class ShadowSync final : public AlgorithmBase {
     }
   }
 
+  // A round needs every worker, and a worker sleeps up to one interval between its rounds (one
+  // that has finished runs them back to back): a round may wait that much longer than an
+  // operation.
+  Deadline roundDeadline() const {
+    const int64_t extra = std::max<int64_t>(options_.shadowIntervalMs, 0);
+    return options_.timeoutMs > INT64_MAX / 2 - extra
+               ? Deadline::never()
+               : Deadline::afterMs(options_.timeoutMs + extra);
+  }
+
   // One averaging round; `done`: this worker has finished (its snapshot is final).
   Status averageRound(bool initial, bool done = false, bool* allDone = nullptr) {
     uint64_t local = localSamples_.load();
@@ -163,7 +177,7 @@ class ShadowSync final : public AlgorithmBase {
                                          TensorView(progress_, 2, DType::kF64), {}));
     // Every handle, also after one failed: none may still write avg_ or progress_ (or read
     // snapshot_) once this returns; one still running at the deadline closes the client.
-    Status waited = waitEveryHandle(*client_, handles_, deadline());
+    Status waited = waitEveryHandle(*client_, handles_, initial ? deadline() : roundDeadline());
     if (!waited.ok()) return waited.withContext("shadowsync round");
     const bool everyoneDone = progress_[1] >= double(env_.worldSize);
     if (initial) {

@@ -22,6 +22,9 @@ AlgorithmBase::AlgorithmBase(std::string name, const SyncOptions& options, const
 
 Status AlgorithmBase::start(std::span<const float> initial,
                             const std::vector<size_t>& tensorCounts) {
+  if (backgroundRunning()) {
+    return FailedPrecondition("sync " + name_ + ": already started; finish() first");
+  }
   startedOk_.store(false, std::memory_order_release);
   Status s = doStart(initial, tensorCounts);
   startedOk_.store(s.ok(), std::memory_order_release);
@@ -53,8 +56,24 @@ Status AlgorithmBase::setUp(std::span<const float> initial,
   return OkStatus();
 }
 
+Status AlgorithmBase::readFinal(std::span<float> out) const {
+  if (out.size() != total_) {
+    return InvalidArgument("sync " + name_ + ": finish() was given room for " +
+                           std::to_string(out.size()) + " floats, the model has " +
+                           std::to_string(total_));
+  }
+  model_.read(out);
+  return OkStatus();
+}
+
 void AlgorithmBase::read(int thread, std::span<float> out) {
-  COFAB_CHECK(thread >= 0 && thread < threads_);
+  // The training loop's hot path, hence a checked precondition rather than a Status: a buffer
+  // of another size than the model (or a read before start()) is a bug in the caller.
+  COFAB_CHECK(thread >= 0 && thread < threads_) << "sync " << name_ << ": read() by thread "
+                                                << thread << " of " << threads_;
+  COFAB_CHECK(out.size() == total_ && total_ > 0)
+      << "sync " << name_ << ": read() into " << out.size() << " floats, the model has "
+      << total_ << (total_ == 0 ? " (start() has not succeeded)" : "");
   model_.read(out);
 }
 

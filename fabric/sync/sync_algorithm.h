@@ -134,7 +134,8 @@ class SyncAlgorithm {
   // Collective. `initial` is the model (all workers should pass the same one; the algorithms
   // make them agree anyway), split into tensors of `tensorCounts` floats (one PS key each).
   virtual Status start(std::span<const float> initial, const std::vector<size_t>& tensorCounts) = 0;
-  // Copies thread `thread`'s current view of the model into `out`.
+  // Copies thread `thread`'s current view of the model into `out`, which must hold exactly the
+  // model; after a successful start(). Anything else aborts with a message (a caller's bug).
   virtual void read(int thread, std::span<float> out) = 0;
   // Thread `thread` computed `grad` (mean over its `samples` samples) on what read() gave it,
   // for its step number `step` (0, 1, 2, ... per thread). Updates the model as the algorithm does.
@@ -157,7 +158,8 @@ class SyncAlgorithm {
   // fast workers do more of the work than slow ones.
   virtual uint64_t globalSamples() const = 0;
   // Collective: stops training and writes the job's final model into `out` (the average, the
-  // center, or the parameter server's copy).
+  // center, or the parameter server's copy). `out` must hold exactly the model: otherwise
+  // InvalidArgument (after the collective part, so that the others are not left waiting).
   virtual Status finish(std::span<float> out) = 0;
   virtual SyncStats stats() const = 0;
 };

@@ -326,6 +326,121 @@ TEST(SyncAlgorithmTest, CompressionCutsBytesOnTheWire) {
 
 // One step of every push-pull algorithm with gradients 1 (rank 0) and 3 (rank 1), lr 1, no
 // momentum: the model moves by the average, -2, exactly (constant blocks compress exactly).
+// One worker of `o.algorithm` with what it needs (an in-process aggregator, or a communicator
+// for gossip), kept alive together.
+struct SoloWorker {
+  HashStore store;
+  std::unique_ptr<aggregator::AggregatorServer> server;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<SyncAlgorithm> algo;
+
+  Status make(SyncOptions o) {
+    SyncEnv env;
+    env.rank = 0;
+    env.worldSize = 1;
+    env.store = &store;
+    if (needsAggregators(o.algorithm)) {
+      aggregator::ServerOptions so;
+      so.numWorkers = 1;
+      so.listenAddress = "127.0.0.1:0";
+      COFAB_ASSIGN_OR_RETURN(server, aggregator::AggregatorServer::create(so));
+      env.client.serverAddresses = {server->address()};
+    } else {
+      comm::CommOptions co;
+      co.name = "solo";
+      COFAB_ASSIGN_OR_RETURN(comm, comm::Communicator::create(0, 1, &store, co));
+      env.comm = comm.get();
+    }
+    o.timeoutMs = 20000;
+    COFAB_ASSIGN_OR_RETURN(algo, makeSyncAlgorithm(o, env));
+    return OkStatus();
+  }
+};
+
+// finish() into a buffer of another size than the model: InvalidArgument naming both sizes
+// (a smaller one was filled with a truncated model and OK, a larger one aborted the process).
+TEST(SyncAlgorithmTest, FinishIntoAWrongSizedBufferIsRefused) {
+  struct Case {
+    std::string algorithm, shadowMode;
+  };
+  const Case cases[] = {{"sync", "average"},       {"int8", "average"},     {"onebit", "average"},
+                        {"ssp", "average"},        {"easgd", "average"},    {"eawild", "average"},
+                        {"shadowsync", "average"}, {"shadowsync", "easgd"}, {"gradcode", "average"},
+                        {"gossip", "average"}};
+  for (const Case& c : cases) {
+    for (const size_t size : {size_t{7}, size_t{9}}) {
+      SCOPED_TRACE(c.algorithm + " " + c.shadowMode + " into " + std::to_string(size));
+      SyncOptions o;
+      o.algorithm = c.algorithm;
+      o.shadowMode = c.shadowMode;
+      o.gradientStragglers = 0;
+      SoloWorker w;
+      ASSERT_TRUE(w.make(o).ok());
+      const std::vector<float> model(8, 1.0f);
+      ASSERT_TRUE(w.algo->start(model, {5, 3}).ok());
+      std::vector<float> out(size, -7.0f);
+      const Status s = w.algo->finish(out);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("8"), std::string::npos) << s;
+      EXPECT_EQ(out, std::vector<float>(size, -7.0f)) << "the buffer was written";
+    }
+  }
+}
+
+// start() on a running shadowsync: its background thread is still using the model, which a
+// second set-up would reallocate under it (and replacing the joinable thread terminated).
+TEST(ShadowSyncTest, ASecondStartWhileRunningIsRefused) {
+  SyncOptions o;
+  o.algorithm = "shadowsync";
+  SoloWorker w;
+  ASSERT_TRUE(w.make(o).ok());
+  const std::vector<float> model(8, 1.0f);
+  ASSERT_TRUE(w.algo->start(model, {8}).ok());
+  const Status again = w.algo->start(model, {8});
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again;
+  std::vector<float> out(8);
+  EXPECT_TRUE(w.algo->finish(out).ok());
+  EXPECT_EQ(out, model);
+}
+
+// A worker that finishes while another still trains runs its rounds back to back, and each
+// waits for the other worker, which starts its next round only after its interval: with an
+// interval longer than the operation timeout, the early worker's round timed out and the job
+// failed. A round now waits for one interval more.
+TEST(ShadowSyncTest, AWorkerFinishingLongBeforeAnotherStillFinishes) {
+  aggregator::ServerOptions so;
+  so.numWorkers = 2;
+  so.listenAddress = "127.0.0.1:0";
+  auto server = aggregator::AggregatorServer::create(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  HashStore store;
+  std::vector<std::vector<float>> finals(2, std::vector<float>(8));
+  auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    SyncEnv env;
+    env.rank = rank;
+    env.worldSize = 2;
+    env.store = &store;
+    env.client.serverAddresses = {(*server)->address()};
+    SyncOptions o;
+    o.algorithm = "shadowsync";
+    o.shadowIntervalMs = 5000;
+    o.timeoutMs = 500;
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+    const std::vector<float> model(8, 0.0f), grad(8, 1.0f);
+    COFAB_RETURN_IF_ERROR(algo->start(model, {8}));
+    if (rank == 1) {  // trains on for a second, well past rank 0's finish and the timeout
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (uint64_t s = 0; std::chrono::steady_clock::now() < until; ++s) {
+        COFAB_RETURN_IF_ERROR(algo->step(0, grad, s, 1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    return algo->finish(finals[size_t(rank)]);
+  });
+  ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+  EXPECT_EQ(finals[0], finals[1]);
+}
+
 TEST(SyncAlgorithmTest, StepAppliesTheAverageGradient) {
   for (std::string algorithm : {"sync", "int8", "onebit"}) {
     aggregator::ServerOptions so;
