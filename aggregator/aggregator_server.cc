@@ -65,7 +65,8 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
   for (int i = 0; i < options.engineThreads; ++i) {
     s->engines_.push_back(std::make_unique<Engine>(
         i, eo, s->metrics_,
-        [self](const wire::Header& h, const Payload& p) { return self->forward(h, p); }));
+        [self](const wire::Header& h, const Payload& p) { return self->forward(h, p); },
+        [self](const std::string& why) { self->onBackupSilent(why); }));
   }
   s->acceptNext();
   return s;
@@ -423,6 +424,18 @@ bool AggregatorServer::forward(const wire::Header& h, const Payload& payload) {
     if (!st.ok()) onBackupError(st);
   });
   return true;
+}
+
+void AggregatorServer::onBackupSilent(const std::string& why) {
+  onBackupError(DeadlineExceeded("the backup sent no ForwardAck within " +
+                                 std::to_string(options_.engine.backupAckTimeoutMs) + " ms (" +
+                                 why + ")"));
+  std::shared_ptr<transport::Connection> link;
+  {
+    std::lock_guard<std::mutex> lock(backupMu_);
+    link = backup_;
+  }
+  if (link) link->close();  // a late ack from a backup that wakes up changes nothing now
 }
 
 void AggregatorServer::onBackupError(const Status& st) {

@@ -84,6 +84,8 @@ class AggregatorServer {
   bool validatePush(const Peer& peer, const wire::Header& h, size_t payloadSize);
   bool forward(const wire::Header& h, const Payload& payload);
   void onBackupError(const Status& st);
+  // An engine saw a forwarded contribution wait past backupAckTimeoutMs: replication ends.
+  void onBackupSilent(const std::string& why);
   void postBackupRecv(std::shared_ptr<transport::Connection> link);
   void broadcast(const Event& e);
   // Worker `rank` connected again, or has a live link again: engines stop counting it as lost.

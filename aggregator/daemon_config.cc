@@ -19,6 +19,8 @@ COFAB_PARAM_INT(kAggRoundTimeoutMs, "COFAB_AGG_ROUND_TIMEOUT_MS", 120000, 1, 864
                 "cofab-aggd releases a round still missing live workers after this long");
 COFAB_PARAM_INT(kAggDeadWorkerMs, "COFAB_AGG_DEAD_WORKER_MS", 2000, 0, 86400000,
                 "cofab-aggd releases a round missing a disconnected worker after this long");
+COFAB_PARAM_INT(kAggBackupAckTimeoutMs, "COFAB_AGG_BACKUP_ACK_TIMEOUT_MS", 5000, 1, 86400000,
+                "cofab-aggd with replication: a forward unacknowledged this long ends replication");
 COFAB_PARAM_INT(kAggMaxChunk, "COFAB_AGG_MAX_CHUNK_BYTES", 64 << 20, 64, 1 << 30,
                 "cofab-aggd rejects larger chunks");
 COFAB_PARAM_INT(kAggDrainMs, "COFAB_AGG_DRAIN_TIMEOUT_MS", 5000, 0, 3600000,
@@ -53,6 +55,8 @@ std::string daemonUsage() {
          "  --first-iteration T    iteration every chunk's first round has (0)\n"
          "  --round-timeout-ms X   release rounds missing live workers (120000)\n"
          "  --dead-worker-ms X     release rounds missing a lost worker (2000)\n"
+         "  --backup-ack-timeout-ms X  replication ends when a forward waits this long for\n"
+         "                         the backup's ack (a silent backup; 5000)\n"
          "  --gradient-stragglers S  gradient coding: a round completes once every group of\n"
          "                         S+1 consecutive workers has one contribution (off)\n"
          "  --max-chunk-bytes B    reject bigger chunks (64 MiB)\n"
@@ -156,6 +160,9 @@ Status apply(DaemonConfig& c, const std::string& name, const std::string& v) {
   if (name == "round-timeout-ms") return intIn(kAggRoundTimeoutMs, s.engine.roundTimeoutMs);
   if (name == "gradient-stragglers") return intIn(kStragglersRange, s.engine.gradientStragglers);
   if (name == "dead-worker-ms") return intIn(kAggDeadWorkerMs, s.engine.deadWorkerMs);
+  if (name == "backup-ack-timeout-ms") {
+    return intIn(kAggBackupAckTimeoutMs, s.engine.backupAckTimeoutMs);
+  }
   if (name == "max-chunk-bytes") return intIn(kAggMaxChunk, s.maxChunkBytes);
   if (name == "drain-timeout-ms") return intIn(kAggDrainMs, s.drainTimeoutMs);
   if (name == "staleness") return intIn(kAggStaleness, s.engine.staleness);
@@ -199,6 +206,7 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   COFAB_ASSIGN_OR_RETURN(c.server.replication, kAggReplication.get());
   COFAB_ASSIGN_OR_RETURN(c.server.engine.roundTimeoutMs, kAggRoundTimeoutMs.get());
   COFAB_ASSIGN_OR_RETURN(c.server.engine.deadWorkerMs, kAggDeadWorkerMs.get());
+  COFAB_ASSIGN_OR_RETURN(c.server.engine.backupAckTimeoutMs, kAggBackupAckTimeoutMs.get());
   COFAB_ASSIGN_OR_RETURN(int64_t maxChunk, kAggMaxChunk.get());
   c.server.maxChunkBytes = static_cast<size_t>(maxChunk);
   COFAB_ASSIGN_OR_RETURN(c.server.drainTimeoutMs, kAggDrainMs.get());

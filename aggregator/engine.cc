@@ -27,6 +27,7 @@ struct Engine::Slot {
   // The open round.
   std::vector<Payload> contribution;             // by rank
   std::vector<uint8_t> state;                    // 0 absent, 1 waiting for backup, 2 durable
+  std::vector<int64_t> forwardedNs;              // by rank: when a state-1 one was forwarded
   std::vector<std::shared_ptr<Peer>> pusher;     // who to ack, by rank
   std::vector<std::shared_ptr<Peer>> deliverTo;  // push-back results
   std::vector<std::pair<std::shared_ptr<Peer>, wire::Header>> pullers;
@@ -67,11 +68,13 @@ std::string roundName(uint64_t key, uint32_t chunk, uint64_t iteration) {
 }
 }  // namespace
 
-Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward)
+Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward,
+               BackupSilentFn backupSilent)
     : index_(index),
       options_(options),
       metrics_(metrics),
       forward_(std::move(forward)),
+      backupSilent_(std::move(backupSilent)),
       groups_(GradientGroups::create(options.numWorkers, options.gradientStragglers).value()),
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
       goneReason_(static_cast<size_t>(options.numWorkers)),
@@ -170,6 +173,7 @@ std::unique_ptr<Engine::Slot> Engine::newSlot(const wire::Header& h) const {
   const auto n = static_cast<size_t>(options_.numWorkers);
   s->contribution.resize(n);
   s->state.assign(n, 0);
+  s->forwardedNs.assign(n, 0);
   s->pusher.resize(n);
   return s;
 }
@@ -370,7 +374,8 @@ void Engine::onPush(Event& e) {
       ps::kPushForwarded);
   if (forward_ && forward_(fh, e.payload)) {
     metrics_.chunksForwarded.fetch_add(1, std::memory_order_relaxed);
-    return;  // durable when the backup acks (onForwardAck)
+    s.forwardedNs[r] = nowNs();
+    return;  // durable when the backup acks (onForwardAck), or the backup is lost (tick)
   }
   markDurable(s, rank);
 }
@@ -625,6 +630,17 @@ void Engine::tick() {
   for (auto& [id, slot] : slots_) {
     Slot& s = *slot;
     if (!s.open()) continue;
+    if (backupSilent_ && !backupSilentReported_) {
+      for (size_t r = 0; r < s.state.size(); ++r) {
+        const int64_t waitedMs = (now - s.forwardedNs[r]) / 1000000;
+        if (s.state[r] != 1 || waitedMs < options_.backupAckTimeoutMs) continue;
+        backupSilentReported_ = true;  // the server ends replication: every engine marks durable
+        backupSilent_("worker " + std::to_string(r) + "'s contribution to round " +
+                      roundName(s.key, s.chunk, s.cur) + " forwarded " + std::to_string(waitedMs) +
+                      " ms ago");
+        break;
+      }
+    }
     bool gone = false;
     int64_t goneFor = -1;
     for (size_t r = 0; r < s.state.size(); ++r) {

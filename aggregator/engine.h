@@ -41,6 +41,10 @@ struct EngineOptions {
   uint64_t firstIteration = 0;
   int64_t roundTimeoutMs = 60000;
   int64_t deadWorkerMs = 2000;
+  // Replication: a contribution forwarded to the backup and not acknowledged within this long
+  // means the backup went silent (stopped, or gone without a reset): replication ends, as when
+  // its connection breaks, instead of every round waiting until roundTimeoutMs.
+  int64_t backupAckTimeoutMs = 5000;
   // --max-chunk-bytes, which bounds a compressed chunk's decoded size too. Copied by
   // AggregatorServer::create from ServerOptions::maxChunkBytes.
   size_t maxChunkBytes = 64u << 20;
@@ -82,10 +86,14 @@ struct Event {
 class ModelStore;
 
 using ForwardFn = std::function<bool(const wire::Header&, const Payload&)>;
+// Called (once, from the engine thread) when a forwarded contribution waited longer than
+// EngineOptions::backupAckTimeoutMs for its ack; `why` names it. The server ends replication.
+using BackupSilentFn = std::function<void(const std::string& why)>;
 
 class Engine {
  public:
-  Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward);
+  Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward,
+         BackupSilentFn backupSilent = {});
   ~Engine();  // stop()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -132,6 +140,8 @@ class Engine {
   const EngineOptions options_;
   Metrics& metrics_;
   ForwardFn forward_;
+  BackupSilentFn backupSilent_;
+  bool backupSilentReported_ = false;
   const GradientGroups groups_;
 
   std::mutex mu_;

@@ -202,13 +202,14 @@ struct Tensor {
   DType dtype;
 };
 
-// 2 workers push-pull four tensors for kIterations; daemon 0 is SIGKILLed while chunks of
-// iteration kKillAt are in flight. Every result must equal the serial reference, bit for bit,
+// 2 workers push-pull four tensors for kIterations; daemon `victim` (0) gets `sig` (SIGKILL)
+// while chunks of iteration kKillAt are in flight. Every result must equal the serial reference, bit for bit,
 // and every worker must have failed over once. Returns the total chunks per iteration.
 constexpr int kKilledJobWorkers = 2;
 constexpr int kKilledJobIterations = 16;
 
-size_t runJobKillingDaemon0(DaemonCluster& cluster, ps::Delivery delivery) {
+size_t runJobKillingDaemon0(DaemonCluster& cluster, ps::Delivery delivery, int victim = 0,
+                            int sig = SIGKILL) {
   const int kWorkers = kKilledJobWorkers;
   const int kIterations = kKilledJobIterations;
   const int kKillAt = 6;
@@ -220,7 +221,7 @@ size_t runJobKillingDaemon0(DaemonCluster& cluster, ps::Delivery delivery) {
   std::atomic<bool> killed{false};
   std::thread killer([&] {
     while (!killNow.load()) std::this_thread::sleep_for(Millis(1));
-    cluster.signal(0, SIGKILL);
+    cluster.signal(victim, sig);
     killed = true;
   });
   // results[rank][iteration][tensor]
@@ -298,6 +299,21 @@ TEST_P(PrimaryKilledTest, JobWithReplicationFinishesBitIdentical) {
   EXPECT_GT(*cluster.metric(1, "cofab_agg_forwarded_applied_total"), 0);
   cluster.signal(1, SIGTERM);
   EXPECT_EQ(cluster.wait(1, Deadline::afterMs(20000)), 0);
+}
+
+// A backup that goes silent without resetting its connections (SIGSTOP here; a host that
+// vanishes): its primary waited for ForwardAcks that never came, each of its rounds until the
+// round timeout, and the job failed. Replication now ends after --backup-ack-timeout-ms, and
+// the workers' failover (heartbeat) moves the stopped daemon's chunks to the other one.
+TEST(AggregatorFaults, ASilentBackupEndsReplicationAndTheJobFinishes) {
+  DaemonCluster cluster(2, kKilledJobWorkers,
+                        {"--replication", "on", "--backup-ack-timeout-ms", "1000",
+                         "--round-timeout-ms", "15000"});
+  ASSERT_TRUE(cluster.start().ok());
+  ASSERT_GT(runJobKillingDaemon0(cluster, ps::Delivery::kPushBack, 1, SIGSTOP), 0u);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_backup_lost_total"), 1);
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_failed_total"), 0);
+  cluster.signal(1, SIGKILL);
 }
 
 // Three daemons: daemon 0's chunks fail over to daemon 1, its backup. Daemon 1 must not
