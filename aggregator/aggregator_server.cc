@@ -203,6 +203,7 @@ void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Stat
         e.rank = peer->workerRank;
         e.reason = reason;
         broadcast(e);
+        w.lost = true;
       }
     }
     if (lost) {
@@ -236,7 +237,20 @@ void AggregatorServer::activateLink(int rank) {
   w.broken = false;  // a link carries its state again: not lost after all
   // Its first live link again (say its old link's loss was noticed only after this connection
   // was accepted): back once more.
-  if (w.active++ == 0) workerBack(rank);
+  if (w.active++ == 0) {
+    w.lost = false;
+    workerBack(rank);
+  }
+}
+
+void AggregatorServer::noteWorkerAliveElsewhere(int rank) {
+  std::lock_guard<std::mutex> lock(linksMu_);  // Gone and Back in order, as above
+  WorkerLinks& w = links_[static_cast<size_t>(rank)];
+  if (!w.lost) return;  // one Back per loss, not one per forwarded push
+  w.lost = false;
+  COFAB_LOG(kInfo, "aggd") << "worker " << rank
+                           << " lost here pushes through the replica partner: waited for again";
+  workerBack(rank);
 }
 
 bool AggregatorServer::validatePush(const Peer& peer, const wire::Header& h, size_t size) {
@@ -311,6 +325,13 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       }
       if (peer->workerRank >= 0 && !peer->active.exchange(true)) {
         activateLink(peer->workerRank);
+      }
+      // The partner forwards a contribution to one of this daemon's own chunks only when the
+      // worker sent it there instead of here (it failed over): the worker lives. (Its ordinary
+      // forwards are of the partner's own chunks.)
+      if (peer->aggregatorId >= 0 &&
+          ps::primaryServer(h.key, h.chunkIndex, options_.numServers) == options_.id) {
+        noteWorkerAliveElsewhere(static_cast<int>(h.senderRank));
       }
       Event e;
       e.kind = Event::Kind::kPush;

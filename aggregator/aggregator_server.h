@@ -86,6 +86,9 @@ class AggregatorServer {
   void onBackupError(const Status& st);
   // An engine saw a forwarded contribution wait past backupAckTimeoutMs: replication ends.
   void onBackupSilent(const std::string& why);
+  // A forwarded push for one of this daemon's own chunks came from the replica partner: worker
+  // `rank` failed over to the partner and is alive, whatever its links here say.
+  void noteWorkerAliveElsewhere(int rank);
   void postBackupRecv(std::shared_ptr<transport::Connection> link);
   void broadcast(const Event& e);
   // Worker `rank` connected again, or has a live link again: engines stop counting it as lost.
@@ -118,6 +121,7 @@ class AggregatorServer {
     int open = 0;         // accepted, not ended
     int active = 0;       // of those, carrying its state (Peer::active)
     bool broken = false;  // its last active link ended without a goodbye
+    bool lost = false;    // kWorkerGone posted, no kWorkerBack since
     std::string link;     // which connection that was
     std::string reason;   // why it ended
   };

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "fabric/ps/placement.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/raw_peer.h"
 #include "tests/aggregator/test_data.h"
@@ -158,6 +159,43 @@ TEST(AggregatorFaults, ABrokenLinkWithAnotherConnectionOpenIsNotALostWorker) {
   // Its last connection breaks too: now it is lost.
   spare->reset();
   EXPECT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
+}
+
+// Worker 1's link to daemon 0 breaks while daemon 0 lives, and worker 1 carries on through
+// daemon 0's backup (daemon 1), which forwards its contributions to daemon 0's chunks back to
+// daemon 0. Those forwards show daemon 0 that worker 1 is alive: its rounds wait for it. They
+// were released after --dead-worker-ms instead, failing worker 0, whose pushes come first.
+TEST(AggregatorFaults, AWorkerThatFailedOverToTheBackupIsNotLostOnThePrimary) {
+  DaemonCluster cluster(2, 2, {"--replication", "on", "--dead-worker-ms", "300"});
+  ASSERT_TRUE(cluster.start().ok());
+  uint64_t key = 1;
+  while (ps::primaryServer(key, 0, 2) != 0) ++key;
+  {
+    auto broken = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(broken.ok()) << broken.status();
+  }  // broken without a goodbye, before its first push: worker 1 is lost on daemon 0
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(1), "worker 1");  // failed over to the backup
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  for (uint64_t it = 0; it < 2; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    ASSERT_TRUE(
+        (*w0)->sendValues(RawPeer::push(0, key, it, DType::kF32), std::vector<float>{1, 2}).ok());
+    if (it == 1) {  // worker 1 comes well after --dead-worker-ms
+      auto ack = (*w0)->recv();
+      ASSERT_TRUE(ack.ok() && ack->isControl(ps::ControlOp::kAck)) << ack.status();
+      std::this_thread::sleep_for(Millis(1000));
+    }
+    ASSERT_TRUE(
+        (*w1)->sendValues(RawPeer::push(1, key, it, DType::kF32), std::vector<float>{10, 20}).ok());
+    for (auto* w : {&*w0, &*w1}) {
+      auto sum = (*w)->recvResult();
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+    }
+  }
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_failed_total"), 0);
 }
 
 // The backup refuses a forwarded chunk (here: it is draining after SIGTERM, held open by a
