@@ -731,6 +731,12 @@ class PushPullClient::Impl {
       return;
     }
     if (h.type != wire::MessageType::kControl) return;
+    // A control message from a daemon already marked dead (read before onServerError closed its
+    // connection): its chunks belong to the backup now, whose credit window and answers count;
+    // an ack or reject from the dead one would release the backup's credit or fail an op the
+    // backup is serving. (A result from it, above, is still right: a round completes only once
+    // the backup holds every contribution.)
+    if (servers_[static_cast<size_t>(server)].dead) return;
     const auto cop = static_cast<ControlOp>(h.opcode);
     if (cop == ControlOp::kAck) {
       auto it = pending_.find(id);
