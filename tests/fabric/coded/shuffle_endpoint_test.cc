@@ -203,35 +203,58 @@ TEST(ShuffleMessages, ThePlainPathChecksItsBuffersLikeTheCodedOne) {
             StatusCode::kInvalidArgument);
 }
 
+// A fake daemon and its endpoint, a 4-worker shuffle of 48 rows of 8 bytes, and worker 0's
+// cache: what the plan-checking tests below call the shuffle functions with.
+struct ShuffleRig {
+  static constexpr int64_t kRows = 48;
+  static constexpr size_t kRowBytes = 8;
+  FakeDaemon d;
+  StatusOr<coding::CodedShuffle> shuffle =
+      coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
+  const std::vector<uint8_t> data = std::vector<uint8_t>(kRows * kRowBytes, 5);
+  StatusOr<coding::WorkerCache> cache =
+      shuffle.ok() ? shuffle->buildCache(0, data, kRowBytes) : shuffle.status();
+
+  Status start() {
+    COFAB_RETURN_IF_ERROR(shuffle.status());
+    COFAB_RETURN_IF_ERROR(cache.status());
+    return d.start();
+  }
+  StatusOr<coding::ShufflePlan> plan(int64_t epoch) const {
+    return shuffle->planEpoch(epoch, kRowBytes);
+  }
+  // The master's and worker 0's calls for `p`, each with a short deadline.
+  Status upload(const coding::ShufflePlan& p, bool coded) {
+    return shuffleUploadEpoch(*d.endpoint, *shuffle, p, coded, data, kRowBytes,
+                              Deadline::afterMs(300))
+        .status();
+  }
+  Status release(const coding::ShufflePlan& p, bool coded) {
+    return shuffleReleaseEpoch(*d.endpoint, p, coded, Deadline::afterMs(300));
+  }
+  Status receive(const coding::ShufflePlan& p, bool coded) {
+    std::vector<uint8_t> batch(p.batch.empty() ? 0 : p.batch[0].size() * kRowBytes);
+    return shuffleReceiveEpoch(*d.endpoint, *shuffle, p, coded, *cache, kRowBytes, batch,
+                               Deadline::afterMs(300));
+  }
+};
+
 // An epoch's keys (relay) and tags (broadcast) give it 30 bits: past them two epochs share keys,
 // and a daemon still holding the older one takes the newer upload for a resend (acks it, keeps
 // the old rows), so workers would decode the wrong rows and report success. Refused instead.
 TEST(ShuffleMessages, EpochsOutsideTheAddressableRangeAreRefused) {
-  constexpr int64_t kRows = 48;
-  constexpr size_t kRowBytes = 8;
-  FakeDaemon d;
-  ASSERT_TRUE(d.start().ok());
-  auto shuffle = coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
-  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
-  const std::vector<uint8_t> data(kRows * kRowBytes, 5);
-  auto cache = shuffle->buildCache(0, data, kRowBytes);
-  ASSERT_TRUE(cache.ok()) << cache.status();
+  ShuffleRig r;
+  ASSERT_TRUE(r.start().ok());
   for (const int64_t epoch : {kShuffleEpochLimit, int64_t{-1}, INT64_MAX}) {
     SCOPED_TRACE(epoch);
-    auto plan = shuffle->planEpoch(epoch, kRowBytes);
+    auto plan = r.plan(epoch);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::vector<uint8_t> batch(plan->batch[0].size() * kRowBytes);
     for (const bool coded : {false, true}) {
-      const auto up = shuffleUploadEpoch(*d.endpoint, *shuffle, *plan, coded, data, kRowBytes,
-                                         Deadline::afterMs(300));
-      EXPECT_EQ(up.status().code(), StatusCode::kInvalidArgument) << up.status();
-      EXPECT_NE(up.status().message().find("epoch"), std::string::npos) << up.status();
-      EXPECT_EQ(shuffleReleaseEpoch(*d.endpoint, *plan, coded, Deadline::afterMs(300)).code(),
-                StatusCode::kInvalidArgument);
-      EXPECT_EQ(shuffleReceiveEpoch(*d.endpoint, *shuffle, *plan, coded, *cache, kRowBytes, batch,
-                                    Deadline::afterMs(300))
-                    .code(),
-                StatusCode::kInvalidArgument);
+      const Status up = r.upload(*plan, coded);
+      EXPECT_EQ(up.code(), StatusCode::kInvalidArgument) << up;
+      EXPECT_NE(up.message().find("epoch"), std::string::npos) << up;
+      EXPECT_EQ(r.release(*plan, coded).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(r.receive(*plan, coded).code(), StatusCode::kInvalidArgument);
     }
   }
 }
@@ -239,31 +262,19 @@ TEST(ShuffleMessages, EpochsOutsideTheAddressableRangeAreRefused) {
 // ShufflePlan is a plain struct: one whose source and batch lists differ in shape is refused
 // before anything indexes one by the other (shuffleOffsetsFor read past source's end).
 TEST(ShuffleMessages, APlanWithMismatchedListsIsRefusedBeforeItIsRead) {
-  constexpr int64_t kRows = 48;
-  constexpr size_t kRowBytes = 8;
-  FakeDaemon d;
-  ASSERT_TRUE(d.start().ok());
-  auto shuffle = coding::CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = kRows});
-  ASSERT_TRUE(shuffle.ok()) << shuffle.status();
-  const std::vector<uint8_t> data(kRows * kRowBytes, 5);
-  auto cache = shuffle->buildCache(0, data, kRowBytes);
-  ASSERT_TRUE(cache.ok()) << cache.status();
+  ShuffleRig r;
+  ASSERT_TRUE(r.start().ok());
   for (int variant = 0; variant < 2; ++variant) {
-    auto plan = shuffle->planEpoch(1, kRowBytes);
+    auto plan = r.plan(1);
     ASSERT_TRUE(plan.ok()) << plan.status();
     if (variant == 0) {
       plan->source.clear();
     } else {
       plan->source[0].pop_back();
     }
-    std::vector<uint8_t> batch(plan->batch[0].size() * kRowBytes);
     EXPECT_TRUE(shuffleOffsetsFor(*plan, 0, false).empty());
-    EXPECT_EQ(shuffleReceiveEpoch(*d.endpoint, *shuffle, *plan, false, *cache, kRowBytes, batch,
-                                  Deadline::afterMs(300))
-                  .code(),
-              StatusCode::kInvalidArgument);
-    EXPECT_EQ(shuffleReleaseEpoch(*d.endpoint, *plan, false, Deadline::afterMs(300)).code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.receive(*plan, false).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.release(*plan, false).code(), StatusCode::kInvalidArgument);
   }
 }
 

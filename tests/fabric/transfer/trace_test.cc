@@ -102,14 +102,20 @@ TEST(TransferTrace, ExportIsValidTraceEventJson) {
   EXPECT_TRUE(sawBucket);
 }
 
-TEST(TransferTrace, NamesAreEscaped) {
+// A finished record with every phase 1 us long.
+transfer::TransferRecord finishedRecord(std::string name) {
   transfer::TransferRecord r;
-  r.name = "a \"quoted\" \\ name\n";
+  r.name = std::move(name);
   r.outcome = "ok";
   r.queuedNs = 1000;
   r.sentNs = 2000;
   r.ackedNs = 3000;
   r.doneNs = 4000;
+  return r;
+}
+
+TEST(TransferTrace, NamesAreEscaped) {
+  const transfer::TransferRecord r = finishedRecord("a \"quoted\" \\ name\n");
   JsonValue root;
   std::string err;
   const std::string json = transfer::chromeTraceJson({r}, 3, "worker \"3\"");
@@ -121,13 +127,7 @@ TEST(TransferTrace, NamesAreEscaped) {
 // worker numbers its records from 0, so an async id the viewer takes as global (plain "id")
 // would pair worker 0's "b" with worker 1's "e"; ids must be scoped to the process.
 TEST(TransferTrace, AsyncIdsOfTwoWorkersDoNotCollideWhenMerged) {
-  transfer::TransferRecord r;
-  r.name = "key=1 chunk=1/1";
-  r.outcome = "ok";
-  r.queuedNs = 1000;
-  r.sentNs = 2000;
-  r.ackedNs = 3000;
-  r.doneNs = 4000;
+  const transfer::TransferRecord r = finishedRecord("key=1 chunk=1/1");
   std::map<std::string, std::set<int>> pidsOfKey;  // viewer's pairing key -> processes using it
   for (int pid = 0; pid < 2; ++pid) {
     JsonValue root;
