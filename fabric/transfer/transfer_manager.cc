@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -93,8 +94,24 @@ struct Unit {
   UnitInfo info;
   uint64_t recordId = 0;
   int destination = 0;
+  uint64_t order = 0;  // enqueue number: settles what the policy leaves equal (UnitOrder)
   bool isBucket() const { return update == nullptr; }
 };
+
+// The queue in the policy's order, so that the next unit is the first one and taking any unit
+// costs log n (the dispatcher scanned and erased from a vector under the mutex on every
+// dispatch: quadratic in the queued chunks of a large model). Policies are total orders that
+// break ties by (seq, chunk); the enqueue number makes equality impossible, so no unit is ever
+// taken for a duplicate of another. `info` is fixed before a unit is queued.
+struct UnitOrder {
+  const OrderingPolicy* policy = nullptr;
+  bool operator()(const std::shared_ptr<Unit>& a, const std::shared_ptr<Unit>& b) const {
+    if (policy->before(a->info, b->info)) return true;
+    if (policy->before(b->info, a->info)) return false;
+    return a->order < b->order;
+  }
+};
+using UnitQueue = std::set<std::shared_ptr<Unit>, UnitOrder>;
 
 struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   ps::PushPullClient* client = nullptr;
@@ -107,7 +124,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   std::condition_variable cv;
   bool stop = false;
   bool paused = false;
-  std::vector<std::shared_ptr<Unit>> queue;
+  UnitQueue queue;  // ordered by `policy` once create() set it
+  uint64_t unitsEnqueued = 0;
   std::shared_ptr<Unit> openBucket;
   std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
   int inFlight = 0;                                        // handed over, not acknowledged
@@ -145,7 +163,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     d.maxQueued = std::max(d.maxQueued, ++d.queued);
     if (TransferRecord* r = record(u->recordId)) r->destination = u->destination;
     if (u->update) u->update->unitsQueued++;
-    queue.push_back(std::move(u));
+    u->order = unitsEnqueued++;
+    queue.insert(std::move(u));
     stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
   }
 
@@ -312,13 +331,12 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
       expireDueLocked();
-      size_t best = 0;
-      if (mayDispatchLocked(&best)) {
+      if (mayDispatchLocked()) {
         if (options.scheduler) {
-          dispatchCentral(lock, best);
+          dispatchCentral(lock);
           continue;
         }
-        std::shared_ptr<Unit> u = takeLocked(best);
+        std::shared_ptr<Unit> u = takeLocked(queue.begin());
         ps::PushPullOptions po;
         po.op = u->op;
         auto self = shared_from_this();
@@ -338,13 +356,13 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
   }
 
-  // Removes queue[i] and accounts it as handed to the transport (ack and result windows), and
-  // as sent in the stats and its record unless `sent` is false (its grant failed: it fails
-  // through onAcked/onDone like a sent unit, but never travelled).
-  std::shared_ptr<Unit> takeLocked(size_t i, bool sent = true) {
-    std::shared_ptr<Unit> u = queue[i];
+  // Removes the unit at `it` and accounts it as handed to the transport (ack and result
+  // windows), and as sent in the stats and its record unless `sent` is false (its grant failed:
+  // it fails through onAcked/onDone like a sent unit, but never travelled).
+  std::shared_ptr<Unit> takeLocked(UnitQueue::iterator it, bool sent = true) {
+    std::shared_ptr<Unit> u = *it;
     outstanding.push_back(u);
-    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+    queue.erase(it);
     unqueuedLocked(*u);
     inFlight++;
     if (u->isBucket()) {
@@ -379,9 +397,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // scheduler picks the least loaded one that has room; the most urgent of those chunks going
   // there is sent. In the result window's bypass only the chosen unit is offered (the bypass
   // argument needs the most urgent unit). Placement is untouched: a chunk's daemon is fixed.
-  void dispatchCentral(std::unique_lock<std::mutex>& lock, size_t best) {
+  void dispatchCentral(std::unique_lock<std::mutex>& lock) {
     SchedClient* sched = options.scheduler;
-    const std::shared_ptr<Unit> chosen = queue[best];
+    const std::shared_ptr<Unit> chosen = *queue.begin();
     const std::shared_ptr<UpdateState> up = chosen->update;
     std::vector<int> cands = {chosen->destination};
     uint64_t bytes = chosen->in.bytes();  // the largest unit that may go (the grant's size)
@@ -404,10 +422,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       return q == chosen || (up && !bypass && q->update == up);
     };
     if (!grant.ok()) {  // fail the chosen unit if it is still queued
-      auto it = std::find(queue.begin(), queue.end(), chosen);
+      auto it = queue.find(chosen);
       if (it == queue.end()) return;
-      std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(it - queue.begin()),
-                                             /*sent=*/false);
+      std::shared_ptr<Unit> u = takeLocked(it, /*sent=*/false);
       // The update fails with this unit: its other chunks would each wait for a grant in vain.
       if (up) dropQueuedLocked(up, "grant_failed");
       lock.unlock();
@@ -417,18 +434,15 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       return;
     }
     const SchedGrant g = *grant;
-    std::ptrdiff_t pick = -1;
-    for (size_t i = 0; i < queue.size(); ++i) {
-      if (!equivalent(queue[i]) || queue[i]->destination != g.destination) continue;
-      if (pick < 0 || policy->before(queue[i]->info, queue[static_cast<size_t>(pick)]->info)) {
-        pick = static_cast<std::ptrdiff_t>(i);
-      }
-    }
-    if (pick < 0) {  // dropped meanwhile (cancel, deadline): give the grant back
+    // The most urgent equivalent unit going there: the first in queue order.
+    auto pick = std::find_if(queue.begin(), queue.end(), [&](const std::shared_ptr<Unit>& q) {
+      return equivalent(q) && q->destination == g.destination;
+    });
+    if (pick == queue.end()) {  // dropped meanwhile (cancel, deadline): give the grant back
       sched->delivered(g);
       return;
     }
-    std::shared_ptr<Unit> u = takeLocked(static_cast<size_t>(pick));
+    std::shared_ptr<Unit> u = takeLocked(pick);
     ps::PushPullOptions po;
     po.op = u->op;
     auto self = shared_from_this();
@@ -454,16 +468,13 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // queued, so no cycle of waits can form, as long as the policy's order is the same on every
   // worker (fifo, priority; deadline when the deadlines agree — and a missed deadline ends any
   // wait anyway).
-  bool mayDispatchLocked(size_t* best) const {
+  bool mayDispatchLocked() const {
     if (paused || queue.empty() || inFlight >= options.maxInFlight) return false;
-    *best = 0;
-    for (size_t i = 1; i < queue.size(); ++i) {
-      if (policy->before(queue[i]->info, queue[*best]->info)) *best = i;
-    }
     if (outstanding.size() < static_cast<size_t>(options.maxOutstanding)) return true;
     if (inFlight > 0) return false;
+    const UnitInfo& best = (*queue.begin())->info;
     for (const auto& o : outstanding) {
-      if (!policy->before(queue[*best]->info, o->info)) return false;
+      if (!policy->before(best, o->info)) return false;
     }
     return true;
   }
@@ -683,6 +694,7 @@ StatusOr<std::unique_ptr<TransferManager>> TransferManager::create(ps::PushPullC
     COFAB_ASSIGN_OR_RETURN(o.policy, kTransferPolicy.get());
   }
   COFAB_ASSIGN_OR_RETURN(core->policy, makeOrderingPolicy(o.policy));
+  core->queue = detail::UnitQueue(detail::UnitOrder{core->policy.get()});
   if (o.maxInFlight < 0) {
     return InvalidArgument("TransferOptions::maxInFlight must be >= 1 (0: the default)");
   }
