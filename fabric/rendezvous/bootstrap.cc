@@ -98,7 +98,11 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
     }
     if (!chosen) {
       chosen = info;
-    } else if (chosen->rank != info.rank || chosen->worldSize != info.worldSize) {
+    } else if (chosen->worldSize != info.worldSize) {
+      // Another world: an outer launcher this one runs inside (srun ... torchrun), whose step
+      // is not this job's world. Only the same world numbered differently contradicts.
+      continue;
+    } else if (chosen->rank != info.rank) {
       return fail(chosen->source + " says rank " + std::to_string(chosen->rank) + " of " +
                   std::to_string(chosen->worldSize) + " but " + src.name + " says rank " +
                   std::to_string(info.rank) + " of " + std::to_string(info.worldSize));
@@ -156,7 +160,8 @@ Status joinStore(Store& store, const BootstrapInfo& info, const JoinOptions& opt
   if (owner != mine) {
     return FailedPrecondition("rank " + std::to_string(info.rank) + " is already claimed by '" +
                               toString(owner) + "' (this process is '" + token +
-                              "'): two processes claim the same rank, or a rank joined twice");
+                              "'): two processes claim the same rank, a rank joined twice, or the store "
+                              "still holds an earlier job's claims (use a fresh store per job)");
   }
   return OkStatus();
 }

@@ -66,6 +66,21 @@ TEST(BootstrapEnvTest, AgreeingLaunchersAreFineContradictingOnesAreNamed) {
   EXPECT_NE(m.find("SLURM_PROCID=0"), std::string::npos) << m;
 }
 
+// A launcher inside another's step (srun ... torchrun --nproc-per-node 4): each worker sees
+// torchrun's RANK=5 WORLD_SIZE=8 and the outer srun's SLURM_PROCID=1 SLURM_NTASKS=2. A source of
+// lower precedence with another world size describes the outer launch, not a contradiction; it
+// was refused ("torchrun says rank 5 of 8 but Slurm says rank 1 of 2").
+TEST(BootstrapEnvTest, AnOuterLauncherWithAnotherWorldSizeIsNotAContradiction) {
+  auto nested = readBootstrapEnv(fakeEnv({{"RANK", "5"}, {"WORLD_SIZE", "8"},
+                                          {"LOCAL_RANK", "1"}, {"SLURM_PROCID", "1"},
+                                          {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "h"},
+                                          {"MASTER_PORT", "29500"}}));
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(nested->rank, 5);
+  EXPECT_EQ(nested->worldSize, 8);
+  EXPECT_EQ(nested->source, "torchrun");
+}
+
 TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
   struct Case {
     std::map<std::string, std::string> env;
