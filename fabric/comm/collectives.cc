@@ -57,6 +57,23 @@ Status checkTensor(const TensorView& t, const char* what) {
   return OkStatus();
 }
 
+// allgather / reduce_scatter: `small` is exactly this rank's block of `large` (in place) or
+// apart from it. Any other overlap is refused: chunked sends read their input late, so a peer
+// would get bytes a result had already overwritten.
+Status checkBlockInPlaceOrDisjoint(const TensorView& small, const TensorView& large, int rank,
+                                   const char* what) {
+  const auto* s = static_cast<const uint8_t*>(small.data);
+  const auto* l = static_cast<const uint8_t*>(large.data);
+  const bool overlap = s < l + large.bytes() && l < s + small.bytes();
+  if (overlap && s != l + static_cast<size_t>(rank) * small.bytes()) {
+    return InvalidArgument(std::string(what) + ": the buffers overlap, but the smaller one is not "
+                           "rank " + std::to_string(rank) +
+                           "'s block of the larger one (the in-place form); pass that block, or "
+                           "disjoint buffers");
+  }
+  return OkStatus();
+}
+
 OpSignature baseSig(OpCode code, DType dtype, uint64_t count) {
   OpSignature sig;
   sig.code = code;
@@ -105,6 +122,7 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
   if (!(error = checkTensor(in, "allreduce input")).ok() ||
       !(error = checkTensor(out, "allreduce output")).ok() ||
       !(error = checkSameShape(in, out, "allreduce input and output")).ok() ||
+      !(error = checkInPlaceOrDisjoint(in, out, "allreduce")).ok() ||
       !(error = checkReducible(in.dtype, options.op)).ok()) {
     return CollectiveHandle::failed(error);
   }
@@ -168,6 +186,9 @@ CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in,
         "reduce_scatter: the input must hold size() = " + std::to_string(comm.size()) +
         " blocks of the output (" + out.toString() + "), got " + in.toString()));
   }
+  if (!(error = checkBlockInPlaceOrDisjoint(out, in, comm.rank(), "reduce_scatter")).ok()) {
+    return CollectiveHandle::failed(error);
+  }
   const Deadline deadline = deadlineOf(options, &error);
   RingPlan plan;
   plan.chunkBytes = static_cast<size_t>(intParam(kRingChunkBytes, &error));
@@ -198,6 +219,9 @@ CollectiveHandle allgatherAsync(Communicator& comm, const TensorView& in, const 
     return CollectiveHandle::failed(InvalidArgument(
         "allgather: the output must hold size() = " + std::to_string(comm.size()) +
         " blocks of the input (" + in.toString() + "), got " + out.toString()));
+  }
+  if (!(error = checkBlockInPlaceOrDisjoint(in, out, comm.rank(), "allgather")).ok()) {
+    return CollectiveHandle::failed(error);
   }
   const Deadline deadline = deadlineOf(options, &error);
   const auto small = static_cast<size_t>(intParam(kAllgatherSmallBytes, &error));

@@ -13,7 +13,8 @@
 // ranks that did not arrive and its sequence number. Any failure is sticky on the communicator.
 //
 // Sizes: count 0 and 1-rank communicators work everywhere. In-place use: pass the same view
-// as input and output (allgather/reduce_scatter: the rank's block of the larger buffer).
+// as input and output (allgather/reduce_scatter: the rank's block of the larger buffer); any
+// other overlap of input and output is refused with InvalidArgument.
 // Reductions: sum, avg, min, max over f32, f64, f16, bf16, i32, i64 (fabric/comm/reduce_kernels.h);
 // every rank gets bitwise the same result.
 #pragma once

@@ -278,6 +278,42 @@ TEST(CommSetup, RejectsBadArguments) {
             StatusCode::kInvalidArgument);
 }
 
+// Buffers that overlap without being the documented in-place form (allreduce: the same view;
+// allgather / reduce_scatter: the small buffer is the rank's block of the large one) are refused
+// before anything is sent: chunked sends read the input late, so a peer would receive bytes
+// already overwritten by a result.
+TEST(CommSetup, OverlappingBuffersOtherThanTheInPlaceFormAreRefused) {
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  Communicator& c1 = *g->comms[1];
+  std::vector<float> f(16, 1.0f);
+  const auto view = [&](size_t from, size_t n) { return TensorView(f.data() + from, n, DType::kF32); };
+  const Status shifted = allreduce(c1, view(0, 8), view(4, 8));
+  EXPECT_EQ(shifted.code(), StatusCode::kInvalidArgument) << shifted;
+  // allgather on rank 1: in must be out's block 1 (f[4..8)) or apart from out (f[0..8)).
+  EXPECT_EQ(allgather(c1, view(0, 4), view(0, 8)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(allgather(c1, view(2, 4), view(0, 8)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reduceScatter(c1, view(0, 8), view(0, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reduceScatter(c1, view(0, 8), view(6, 4)).code(), StatusCode::kInvalidArgument);
+  // The documented forms, and disjoint buffers, still run (both ranks take part).
+  auto st = runThreadRanks(2, [&](int r) -> Status {
+    std::vector<float> buf(8, static_cast<float>(r + 1)), in(4, 1.0f), out(8);
+    Communicator& c = *g->comms[r];
+    const TensorView whole(buf.data(), 8, DType::kF32);
+    const TensorView mine(buf.data() + 4 * r, 4, DType::kF32);
+    CollectiveOptions ao;
+    ao.timeout = Millis(10000);
+    ReduceScatterOptions ro;
+    ro.timeout = Millis(10000);
+    COFAB_RETURN_IF_ERROR(allgather(c, mine, whole, ao));
+    COFAB_RETURN_IF_ERROR(reduceScatter(c, whole, mine, ro));
+    COFAB_RETURN_IF_ERROR(allreduce(c, TensorView(in.data(), 4, DType::kF32),
+                                    TensorView(out.data(), 4, DType::kF32), quick()));
+    return OkStatus();
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
 TEST(CommSplit, SubCommunicatorsReduceWithinTheirColor) {
   auto g = makeGroup(5);
   ASSERT_TRUE(g);
