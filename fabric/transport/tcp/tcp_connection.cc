@@ -430,10 +430,7 @@ void TcpConnectionImpl::flushWrites(bool nowWritable) {
         doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
       }
     }
-    if (sendHead_ == sendQueue_.size()) {
-      sendQueue_.clear();
-      sendHead_ = 0;
-    }
+    dropConsumed(sendQueue_, sendHead_);
     completing_.swap(doneSends_);
   }
   // Callbacks run without writeMu_ (they may send again, even inline).
@@ -443,6 +440,21 @@ void TcpConnectionImpl::flushWrites(bool nowWritable) {
   }
   completing_.clear();
   if (!error.ok()) fail(error);
+}
+
+// Finished operations leave empty slots in front of the head. A queue that never drains (a
+// sender that always has sends waiting for the socket, a receiver that keeps several receives
+// posted) would grow by a slot per message for the life of the connection: the slots go once
+// they are the larger part, which keeps the cost per operation constant.
+template <typename Op>
+void TcpConnectionImpl::dropConsumed(std::vector<std::unique_ptr<Op>>& queue, size_t& head) {
+  if (head == queue.size()) {
+    queue.clear();
+    head = 0;
+  } else if (head >= 64 && 2 * head >= queue.size()) {
+    queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(head));
+    head = 0;
+  }
 }
 
 void TcpConnectionImpl::pumpReads() {
@@ -460,10 +472,7 @@ void TcpConnectionImpl::pumpReads() {
       if (!readPayload(op)) break;
     }
   }
-  if (recvHead_ == recvQueue_.size()) {
-    recvQueue_.clear();
-    recvHead_ = 0;
-  }
+  dropConsumed(recvQueue_, recvHead_);
 }
 
 // Reads (the rest of) the header and, for a posted receive, as much payload as fits the posted

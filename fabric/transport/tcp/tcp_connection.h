@@ -88,6 +88,9 @@ class TcpConnectionImpl final : public EpollHandler,
                        std::vector<std::unique_ptr<RecvOp>> recvs, Status why);
 
   // Caller thread, under submitMu_: writes `op` right away when nothing is queued ahead of it.
+  // Drops the finished operations in front of `head` (see the definition).
+  template <typename Op>
+  static void dropConsumed(std::vector<std::unique_ptr<Op>>& queue, size_t& head);
   // Takes `op` when it wrote any of it (into doneSends_ when whole, sendQueue_ when partly).
   void tryInlineWrite(std::unique_ptr<SendOp>& op);
   // The loop is gone (context joined): completes what was posted on a helper thread.
