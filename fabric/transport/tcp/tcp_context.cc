@@ -256,11 +256,18 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const SockAddr& 
     last = conn.status();
     if (!retryable) return last;
     if (deadline.expired() || state_->closed()) break;
-    // Exponential backoff (1 ms .. 1 s): peers start in any order, the listener may not exist yet.
-    const auto sleep = std::min<Duration>(backoff, deadline.remaining());
-    std::this_thread::sleep_for(sleep);
+    // Exponential backoff (1 ms .. 1 s): peers start in any order, the listener may not exist
+    // yet. Slept in slices, so that a context closed meanwhile ends the wait soon.
+    const Deadline wake = deadline.min(Deadline::after(backoff));
+    while (!wake.expired() && !state_->closed()) {
+      std::this_thread::sleep_for(std::min<Duration>(wake.remaining(), Millis(20)));
+    }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-    if (deadline.expired()) break;
+    if (deadline.expired() || state_->closed()) break;
+  }
+  if (state_->closed()) {
+    return Cancelled("tcp connect to " + address + ": the transport context was closed (" +
+                     std::to_string(attempts) + " attempts; last: " + last.message() + ")");
   }
   return DeadlineExceeded("tcp connect to " + address + ": no listener answered by the deadline (" +
                           std::to_string(attempts) + " attempts; last: " + last.message() + ")");
@@ -280,13 +287,15 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& ad
   if (err == EINPROGRESS) {
     pollfd p{fd.get(), POLLOUT, 0};
     while (true) {
-      const int n = ::poll(&p, 1, deadline.remainingMsForPoll());
+      // In slices of at most 100 ms: a context closed meanwhile ends the attempt.
+      const int n = ::poll(&p, 1, std::min(deadline.remainingMsForPoll(), 100));
       if (n > 0) break;
-      if (n == 0) {
+      if (n == 0 && state_->closed()) return Cancelled("connect to " + text + ": context closed");
+      if (n == 0 && deadline.expired()) {
         *retryable = true;
         return DeadlineExceeded("connect to " + text + " did not complete in time");
       }
-      if (errno != EINTR) return errnoStatus(StatusCode::kIoError, "poll", errno, text);
+      if (n < 0 && errno != EINTR) return errnoStatus(StatusCode::kIoError, "poll", errno, text);
     }
     socklen_t len = sizeof(err);
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;

@@ -319,6 +319,31 @@ double ioThreadCpuSeconds() {
 }
 
 // Regression: a closed listener's socket used to stay readable in epoll and spin the loop.
+// A connect still retrying (nobody listens yet) when its context is closed ends Cancelled,
+// saying so: it used to come back as DeadlineExceeded "no listener answered by the deadline".
+TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
+  auto ctx = tcp::createContext({.localId = "c"}, {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  // A port nobody listens on: bound, then released.
+  auto probe = tcp::createContext({.localId = "p"}, {});
+  ASSERT_TRUE(probe.ok());
+  auto l = (*probe)->listen({});
+  ASSERT_TRUE(l.ok());
+  const std::string address = (*l)->address();
+  (*l)->close();
+  (*probe)->close();
+  auto connecting = std::async(std::launch::async, [&] {
+    return (*ctx)->connect(address, {}, Deadline::afterMs(60000));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it is retrying by now
+  (*ctx)->close();
+  ASSERT_EQ(connecting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const auto r = connecting.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status();
+  EXPECT_NE(r.status().message().find("closed"), std::string::npos) << r.status();
+  (*ctx)->join();
+}
+
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   TcpPair p;
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
