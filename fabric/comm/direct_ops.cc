@@ -85,9 +85,12 @@ class ExchangeOp final : public CollectiveOp {
       return q == rank() ? own : slots_ + static_cast<size_t>(q) * bytes;
     };
     // Rank order on every rank: the same operations in the same order give the same bits.
+    const float inv = 1.0f / static_cast<float>(n);
     for (int q = 1; q < n; ++q) {
       const void* acc = q == 1 ? src(0) : out_.data;
-      if (q == n - 1) {
+      if (avgPrescaled(sig.dtype, sig.reduceOp)) {  // every contribution enters divided by n
+        scaledSumF16(out_.data, acc, q == 1 ? inv : 1.0f, src(q), inv, count);
+      } else if (q == n - 1) {
         reduceFinal(sig.dtype, sig.reduceOp, n, out_.data, acc, src(q), count);
       } else {
         reduce(sig.dtype, sig.reduceOp, out_.data, acc, src(q), count);

@@ -195,8 +195,36 @@ __attribute__((target("avx2,f16c"))) void reduceF16F16c(ReduceOp op, int div, ui
 }
 #endif
 
-void reduceF16(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint16_t* b,
-               size_t n) {
+// Both paths: two f32 products, one f32 sum, one rounding to f16 (no fused multiply-add in
+// either), so ranks on CPUs with and without F16C get the same bits.
+void scaledSumF16Portable(uint16_t* d, const uint16_t* a, float sa, const uint16_t* b, float sb,
+                          size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = halfToFloat(a[i]) * sa;
+    const float y = halfToFloat(b[i]) * sb;
+    d[i] = floatToHalf(x + y);
+  }
+}
+
+#if COFAB_HAVE_F16C_PATH
+__attribute__((target("avx2,f16c"))) void scaledSumF16F16c(uint16_t* d, const uint16_t* a,
+                                                           float sa, const uint16_t* b, float sb,
+                                                           size_t n) {
+  const __m256 va = _mm256_set1_ps(sa);
+  const __m256 vb = _mm256_set1_ps(sb);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    const __m256 r = _mm256_add_ps(_mm256_mul_ps(x, va), _mm256_mul_ps(y, vb));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  scaledSumF16Portable(d + i, a + i, sa, b + i, sb, n - i);
+}
+#endif
+
+bool hasF16c() {
 #if COFAB_HAVE_F16C_PATH
   // F16C through cpuid: clang 14's __builtin_cpu_supports does not know "f16c".
   static const bool kF16c = [] {
@@ -204,7 +232,16 @@ void reduceF16(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint1
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 &&
            __builtin_cpu_supports("avx2");
   }();
-  if (kF16c) {
+  return kF16c;
+#else
+  return false;
+#endif
+}
+
+void reduceF16(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint16_t* b,
+               size_t n) {
+#if COFAB_HAVE_F16C_PATH
+  if (hasF16c()) {
     reduceF16F16c(op, div, d, a, b, n);
     return;
   }
@@ -291,6 +328,20 @@ void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, s
 void reduceFinal(DType dtype, ReduceOp op, int divisor, void* dst, const void* a, const void* b,
                  size_t n) {
   run(dtype, op, divisor, dst, a, b, n);
+}
+
+void scaledSumF16(void* dst, const void* a, float aScale, const void* b, float bScale,
+                  size_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+#if COFAB_HAVE_F16C_PATH
+  if (hasF16c()) {
+    scaledSumF16F16c(d, x, aScale, y, bScale, n);
+    return;
+  }
+#endif
+  scaledSumF16Portable(d, x, aScale, y, bScale, n);
 }
 
 void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n) {

@@ -35,6 +35,15 @@ void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, s
 void reduceFinal(DType dtype, ReduceOp op, int divisor, void* dst, const void* a, const void* b,
                  size_t n);
 
+// An f16 average adds raw values in f16 partial sums, which overflow (65504) long before the
+// average does: 3 ranks averaging 40000 got inf. Its contributions enter scaled by 1/n instead
+// and no division follows: dst[i] = a[i] * aScale + b[i] * bScale in f32, rounded once to f16.
+// dst may alias a or b exactly. The collectives use it for every combine of an f16 kAvg.
+inline bool avgPrescaled(DType dtype, ReduceOp op) {
+  return dtype == DType::kF16 && op == ReduceOp::kAvg;
+}
+void scaledSumF16(void* dst, const void* a, float aScale, const void* b, float bScale, size_t n);
+
 // data[i] /= divisor for kAvg (in place, same rounding as reduceFinal); a no-op for other ops.
 void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n);
 

@@ -71,7 +71,12 @@ class RingOp final : public CollectiveOp {
                      : last                         ? out(b, j)
                                                     : fwd(s, j);
       const OpSignature& sig = signature();
-      if (last) {
+      if (avgPrescaled(sig.dtype, sig.reduceOp)) {
+        // This rank's block enters divided by n; what arrives is the sender's raw block at stage
+        // 0 and an already divided partial sum after it. No division at the end.
+        const float inv = 1.0f / static_cast<float>(n_);
+        scaledSumF16(dst, in(b, j), inv, slot, s == 0 ? inv : 1.0f, cnt);
+      } else if (last) {
         reduceFinal(sig.dtype, sig.reduceOp, n_, dst, in(b, j), slot, cnt);
       } else {
         reduce(sig.dtype, sig.reduceOp, dst, in(b, j), slot, cnt);

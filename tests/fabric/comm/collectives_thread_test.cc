@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/half.h"
 #include "core/param.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/rendezvous/hash_store.h"
@@ -346,6 +347,48 @@ TEST(CollectivesReduce, MinAndMaxCarryANanFromAnyRank) {
     return OkStatus();
   });
   EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+}
+
+// An f16 average of values near the top of f16's range: the partial sums of the raw values
+// (80000 after one combine) overflowed f16 (65504) and the average came back inf, with both
+// algorithms and in reduce_scatter. Each contribution now enters scaled by 1/n, so no partial
+// sum exceeds the largest input; every rank still gets the same bits.
+TEST(CollectivesReduce, AnF16AverageOfLargeValuesDoesNotOverflow) {
+  constexpr int n = 3;
+  auto g = makeGroup(n);
+  ASSERT_TRUE(g);
+  std::vector<std::vector<uint16_t>> results(n);
+  auto st = cofab::testing::runThreadRanks(n, [&](int r) -> Status {
+    Communicator& c = *g->comms[r];
+    const size_t count = 3000;  // 1000 elements in each of the ring's blocks
+    for (AllreduceAlgorithm algo : {AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kRing}) {
+      std::vector<uint16_t> v(count, floatToHalf(40000.0f + 16.0f * static_cast<float>(r)));
+      AllreduceOptions o;
+      o.op = ReduceOp::kAvg;
+      o.algorithm = algo;
+      COFAB_RETURN_IF_ERROR(allreduce(c, TensorView(v.data(), count, DType::kF16), o));
+      for (size_t i = 0; i < count; i += 999) {
+        const float got = halfToFloat(v[i]);
+        if (!(std::fabs(got - 40016.0f) <= 64.0f)) {
+          return Internal("allreduce avg element " + std::to_string(i) + " is " +
+                          std::to_string(got) + ", expected about 40016");
+        }
+      }
+      if (algo == AllreduceAlgorithm::kRing) results[static_cast<size_t>(r)] = v;
+    }
+    std::vector<uint16_t> in(count, floatToHalf(60000.0f)), out(count / n);
+    ReduceScatterOptions ro;
+    ro.op = ReduceOp::kAvg;
+    COFAB_RETURN_IF_ERROR(reduceScatter(c, TensorView(in.data(), count, DType::kF16),
+                                        TensorView(out.data(), count / n, DType::kF16), ro));
+    const float got = halfToFloat(out[0]);
+    if (!(std::fabs(got - 60000.0f) <= 64.0f)) {
+      return Internal("reduce_scatter avg is " + std::to_string(got) + ", expected about 60000");
+    }
+    return OkStatus();
+  });
+  ASSERT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(results[0], results[static_cast<size_t>(r)]) << r;
 }
 
 // Four threads of each rank issue barriers at once (a stress test: the race it guards against
