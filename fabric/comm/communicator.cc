@@ -406,25 +406,28 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
       if (!arrived.count(p) && p == sig.peer) missing.push_back(p);
     }
   } else {
-    // Every rank that times out publishes whom it saw; the union is who arrived.
+    // Every rank that times out publishes whom it saw; the union is who arrived. Every store
+    // call here ends with the grace: the store may be what failed (its host died), and the
+    // report is due now, not after the store's own call timeout.
+    const Deadline diag = Deadline::after(diagnosticGrace());
     const std::string base = "diag/" + std::to_string(sig.sequence) + "/";
     std::string mineText;
     for (int r : arrived) mineText += (mineText.empty() ? "" : ",") + std::to_string(r);
-    store_.set(base + std::to_string(rank_), toBytes(mineText)).ignoreError();
+    const bool storeUp = store_.setBy(base + std::to_string(rank_), toBytes(mineText), diag).ok();
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) keys.push_back(base + std::to_string(r));
     }
-    store_.wait(keys, Deadline::after(diagnosticGrace())).ignoreError();
+    if (storeUp) store_.wait(keys, diag).ignoreError();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      auto there = store_.check({base + std::to_string(r)});
-      if (!there.ok() || !*there) {
+      // Past the grace: a report there now is returned at once, a missing one times out at once.
+      auto text = storeUp ? store_.get(base + std::to_string(r), diag)
+                          : StatusOr<Bytes>(Unavailable("store unreachable"));
+      if (!text.ok()) {
         silent.push_back(r);
         continue;
       }
-      auto text = store_.get(base + std::to_string(r), Deadline::afterMs(100));
-      if (!text.ok()) continue;
       const std::string t = toString(*text);
       size_t pos = 0;
       while (pos < t.size()) {
@@ -483,9 +486,11 @@ void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool
       }
     }
   }
-  // Publish before closing: a peer that sees the closed connection finds the cause here.
-  store_.set(failKey(0, rank_),
-             toBytes(std::to_string(static_cast<int>(status.code())) + "\n" + status.message()))
+  // Publish before closing: a peer that sees the closed connection finds the cause here. Within
+  // the grace: a store that is gone must not hold the failure back.
+  store_.setBy(failKey(0, rank_),
+               toBytes(std::to_string(static_cast<int>(status.code())) + "\n" + status.message()),
+               Deadline::after(diagnosticGrace()))
       .ignoreError();
   for (auto& c : conns_) {
     if (c) c->close();

@@ -23,6 +23,11 @@ Status PrefixStore::set(std::string_view key, const Bytes& value) {
   return base_->set(k, value);
 }
 
+Status PrefixStore::setBy(std::string_view key, const Bytes& value, Deadline deadline) {
+  COFAB_ASSIGN_OR_RETURN(std::string k, full(key));
+  return base_->setBy(k, value, deadline);
+}
+
 StatusOr<Bytes> PrefixStore::get(std::string_view key, Deadline deadline) {
   COFAB_ASSIGN_OR_RETURN(std::string k, full(key));
   return base_->get(k, deadline);

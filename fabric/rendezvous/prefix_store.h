@@ -12,6 +12,7 @@ class PrefixStore final : public Store {
   PrefixStore(std::string prefix, Store* base) : prefix_(std::move(prefix) + "/"), base_(base) {}
 
   Status set(std::string_view key, const Bytes& value) override;
+  Status setBy(std::string_view key, const Bytes& value, Deadline deadline) override;
   StatusOr<Bytes> get(std::string_view key, Deadline deadline) override;
   StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;

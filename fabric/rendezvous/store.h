@@ -31,6 +31,13 @@ class Store {
 
   // Sets key to value, waking waiters.
   virtual Status set(std::string_view key, const Bytes& value) = 0;
+  // set() that gives up at `deadline` when that comes before the store's own call timeout: for
+  // a caller that must answer by a deadline of its own (a collective's failure report) while the
+  // store may be gone. Stores whose calls do not wait on a network (memory, files) just set().
+  virtual Status setBy(std::string_view key, const Bytes& value, Deadline deadline) {
+    (void)deadline;
+    return set(key, value);
+  }
   // Returns the value once the key exists; DeadlineExceeded naming the key otherwise.
   virtual StatusOr<Bytes> get(std::string_view key, Deadline deadline) = 0;
   // Atomically adds delta to the integer stored at key (absent counts as 0) and returns the

@@ -161,13 +161,17 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
 }
 
 Status TcpStore::set(std::string_view key, const Bytes& value) {
+  return setBy(key, value, Deadline::never());
+}
+
+Status TcpStore::setBy(std::string_view key, const Bytes& value, Deadline deadline) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
   COFAB_RETURN_IF_ERROR(validateStoreValue(value));
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kSet));
   w.str(key);
   w.blob(value);
-  return roundTrip(w, opDeadline(), true).status();
+  return roundTrip(w, opDeadline().min(deadline), true).status();
 }
 
 StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {

@@ -30,6 +30,7 @@ class TcpStore final : public Store {
   ~TcpStore() override;
 
   Status set(std::string_view key, const Bytes& value) override;
+  Status setBy(std::string_view key, const Bytes& value, Deadline deadline) override;
   StatusOr<Bytes> get(std::string_view key, Deadline deadline) override;
   StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;

@@ -11,6 +11,8 @@
 #include "core/param.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/rendezvous/hash_store.h"
+#include "fabric/rendezvous/tcp_store.h"
+#include "fabric/rendezvous/tcp_store_server.h"
 #include "tests/fabric/comm/comm_test_util.h"
 #include "tests/support/thread_ranks.h"
 
@@ -137,6 +139,32 @@ TEST(CommDeadline, NamesTheRankThatDidNotArriveOnEverySurvivor) {
   std::vector<float> buf(4);
   Status late = allreduce(*g->comms[3], TensorView(buf.data(), 4, DType::kF32), quick());
   EXPECT_FALSE(late.ok());
+}
+
+// The store goes away (its server stopped: under torchrun rank 0 hosts it) while a collective
+// times out. The timeout report's store calls are bounded by the diagnosis grace, so the
+// operation still ends soon after its deadline; each used to wait for the store's own call
+// timeout (120 s here), and the report came minutes late.
+TEST(CommDeadline, AStoreThatIsGoneDoesNotDelayTheTimeoutReport) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "300");
+  ScopedParamOverride storeTimeout("COFAB_STORE_TIMEOUT_MS", "120000");
+  auto server = TcpStoreServer::start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto store = TcpStore::connect("127.0.0.1", (*server)->port(), {}, Deadline::afterMs(10000));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comms = testing::makeComms(2, store->get(), "tcp");
+  ASSERT_TRUE(comms.ok()) << comms.status();
+  server->reset();  // gone: every later store call fails to connect, until its own deadline
+  std::vector<float> buf(100, 1.0f);
+  AllreduceOptions o;
+  o.timeout = Millis(500);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = allreduce(*(*comms)[0], TensorView(buf.data(), buf.size(), DType::kF32), o);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("rank(s) 1"), std::string::npos) << s;
+  // Far below the store's 120 s: the report is bounded by the grace, not by the store.
+  EXPECT_LT(took, std::chrono::seconds(60)) << s;
 }
 
 TEST(CommDeadline, AWaitDeadlineLeavesTheOperationRunning) {
