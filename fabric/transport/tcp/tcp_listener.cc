@@ -202,10 +202,29 @@ void TcpListenerImpl::handleEvents(uint32_t) {
         attached_ = false;
         return;
       }
-      // Out of descriptors or memory: the socket stays readable, so stop watching it rather
-      // than spin; the listener is dead and says so once.
+      // A network error of the connection being accepted (accept(2): treat like EAGAIN for
+      // that one connection and go on with the others).
+      if (err == EPROTO || err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET ||
+          err == EHOSTUNREACH || err == EOPNOTSUPP || err == ENETUNREACH || err == ENETDOWN ||
+          err == EPERM) {
+        continue;
+      }
+      // Out of descriptors or memory: transient. The socket stays readable, so stop watching it
+      // rather than spin, and try again from the sweep timer (pending connections wait in the
+      // backlog meanwhile).
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        COFAB_LOG(kWarn, "tcp") << "listener " << address_ << ": "
+                                << errnoStatus(StatusCode::kResourceExhausted, "accept4", err)
+                                << "; accepting again in " << kAcceptPauseNs / 1'000'000 << " ms";
+        if (attached_) loop_->remove(fd_.get());
+        attached_ = false;
+        acceptPausedUntilNs_ = nowNs() + kAcceptPauseNs;
+        armSweep(acceptPausedUntilNs_);
+        return;
+      }
+      // Anything else is not expected: the listener is dead and says so once.
       COFAB_LOG(kError, "tcp") << "listener " << address_ << ": "
-                               << errnoStatus(StatusCode::kResourceExhausted, "accept4", err)
+                               << errnoStatus(StatusCode::kInternal, "accept4", err)
                                << "; no longer accepting";
       if (queue_.close()) {
         closeOnLoop();  // close() now returns early: nobody else touches fd_
@@ -257,6 +276,20 @@ void TcpListenerImpl::sweep() {
   timerAtNs_ = 0;
   if (!timerAttached_) return;  // closed
   const int64_t now = nowNs();
+  if (acceptPausedUntilNs_ != 0) {
+    if (now < acceptPausedUntilNs_) {
+      armSweep(acceptPausedUntilNs_);
+    } else {
+      acceptPausedUntilNs_ = 0;
+      Status s = loop_->add(fd_.get(), EPOLLIN, shared_from_this());
+      if (s.ok()) {
+        attached_ = true;  // level-triggered: a backlog waiting fires at once
+      } else {
+        COFAB_LOG(kError, "tcp") << "listener " << address_ << ": " << s
+                                 << "; no longer accepting";
+      }
+    }
+  }
   // A peer that connects and sends nothing, or part of its Hello, would otherwise hold the
   // socket and its handler forever. expire() erases the entry (handshakeDetach): collect first.
   std::vector<std::shared_ptr<HandshakeHandler>> late;

@@ -69,6 +69,10 @@ class TcpListenerImpl final : public EpollHandler,
   Fd timerFd_;                  // timerfd: created by attach(), closed by closeOnLoop()
   bool timerAttached_ = false;  // loop thread only
   int64_t timerAtNs_ = 0;       // loop thread only: when the armed timer fires; 0: disarmed
+  // Loop thread only: accept4 ran out of descriptors or memory; the socket is unwatched until
+  // then (the sweep watches it again). 0: accepting.
+  int64_t acceptPausedUntilNs_ = 0;
+  static constexpr int64_t kAcceptPauseNs = 100'000'000;
   // Loop thread only: sockets still in their handshake.
   std::unordered_map<int, std::shared_ptr<HandshakeHandler>> handshakes_;
   // Loop thread only: striped connections still missing sockets, by group token.

@@ -344,6 +344,47 @@ TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
   (*ctx)->join();
 }
 
+// accept4() failing with EMFILE (the process is out of descriptors) is transient: the listener
+// pauses and accepts again once descriptors are free. It used to close itself for good:
+// accept() said Cancelled "listener ... is closed" and peers were refused from then on.
+TEST(TcpTest, AListenerOutOfDescriptorsAcceptsAgainOnceSomeAreFree) {
+  auto server = tcp::createContext({.localId = "s"}, {});
+  auto client = tcp::createContext({.localId = "c"}, {});
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto l = (*server)->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto addr = tcp::parseAddress((*l)->address());
+  ASSERT_TRUE(addr.ok());
+  const int raw = ::socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC, 0);  // made before the limit
+  ASSERT_GE(raw, 0);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int probe = ::dup(0);
+  ASSERT_GE(probe, 0);
+  ::close(probe);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(probe + 32);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> hog;
+  for (int fd; (fd = ::dup(0)) >= 0;) hog.push_back(fd);  // every descriptor taken
+  ASSERT_EQ(::connect(raw, addr->get(), addr->len), 0);  // the kernel completes it: accept4 fails
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int fd : hog) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ::close(raw);
+  ConnectOptions co;
+  co.localId = "c";
+  auto c = (*client)->connect((*l)->address(), co, Deadline::afterMs(20000));
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto a = (*l)->accept(Deadline::afterMs(20000));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->peerId(), "c");
+  (*client)->close();
+  (*server)->close();
+  (*client)->join();
+  (*server)->join();
+}
+
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   TcpPair p;
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
