@@ -37,6 +37,13 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
                                                  const TcpOptions& tcp) {
   auto state = std::make_shared<TcpContextState>();
   state->options = options;
+  // A listener sends its localId in every HelloAck, which peers refuse past the handshake
+  // bound: refused here, where the misconfigured side hears of it.
+  if (options.localId.size() > kMaxHandshakeId) {
+    return InvalidArgument("tcp: ContextOptions.localId has " +
+                           std::to_string(options.localId.size()) + " bytes (at most " +
+                           std::to_string(kMaxHandshakeId) + ")");
+  }
   int64_t loops = tcp.loops;
   if (loops <= 0) {
     COFAB_ASSIGN_OR_RETURN(loops, kTcpLoops.get());

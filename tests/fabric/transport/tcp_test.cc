@@ -117,6 +117,15 @@ TEST(TcpTest, AddressParsing) {
   EXPECT_EQ(a->toString(), "127.0.0.1:5000");
 }
 
+// The listening side's id travels in every HelloAck: one past the handshake bound made every
+// peer's connect fail while the misconfigured context itself reported nothing.
+TEST(TcpTest, AnOverlongLocalIdIsRefusedAtCreation) {
+  auto ctx = tcp::createContext({.localId = std::string(5000, 'x')}, {});
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_EQ(ctx.status().code(), StatusCode::kInvalidArgument) << ctx.status();
+  EXPECT_NE(ctx.status().message().find("localId"), std::string::npos) << ctx.status();
+}
+
 TEST(TcpTest, BadLoopCountParameterIsRejected) {
   ScopedParamOverride o("COFAB_TCP_LOOPS", "0");
   EXPECT_EQ(tcp::createContext({}).status().code(), StatusCode::kInvalidArgument);
