@@ -387,9 +387,6 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         stopAll(sig);
       }
     }
-    for (auto& c : children) {
-      if (c.exited && c.groupLeftBehind) c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
-    }
     int status;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
@@ -410,6 +407,18 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
           say(c.label + " (pid " + std::to_string(pid) + ") " + describeExit(status));
         }
       }
+    }
+    // After reaping: a leftover that just died is cofab-run's own zombie (it is their
+    // subreaper) until waitpid took it, and would keep its group looking alive.
+    bool groupsLeft = false;
+    for (auto& c : children) {
+      if (c.exited && c.groupLeftBehind) c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
+      groupsLeft = groupsLeft || (c.exited && c.groupLeftBehind);
+    }
+    // A group left behind after the SIGKILL round (its leader reaped late): it gets one grace
+    // more, like the others, so that no wait is unbounded.
+    if (stopping && groupsLeft && killAt.isNever() && abandonAt.isNever()) {
+      abandonAt = Deadline::afterMs(options.killGraceMs);
     }
     if (!stopping && workersLeft() == 0) stopAll(SIGTERM);  // done: stop the daemons
     if (stopping && killAt.expired()) {
