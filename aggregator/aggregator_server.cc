@@ -66,7 +66,7 @@ StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::create(const Serve
     s->engines_.push_back(std::make_unique<Engine>(
         i, eo, s->metrics_,
         [self](const wire::Header& h, const Payload& p) { return self->forward(h, p); },
-        [self](const std::string& why) { self->onBackupSilent(why); }));
+        [self](const std::string& why) { return self->onBackupSilent(why); }));
   }
   s->acceptNext();
   return s;
@@ -391,6 +391,7 @@ Status AggregatorServer::connectBackup(const std::string& backupAddress, Deadlin
     std::lock_guard<std::mutex> lock(backupMu_);
     backup_ = link;
   }
+  backupHeardNs_ = nowNs();
   backupAlive_ = true;
   postBackupRecv(link);
   COFAB_LOG(kInfo, "aggd") << "replicating to backup " << link->describe();
@@ -404,6 +405,7 @@ void AggregatorServer::postBackupRecv(std::shared_ptr<transport::Connection> lin
           onBackupError(st);
           return;
         }
+        backupHeardNs_ = nowNs();
         if (h.type == wire::MessageType::kControl &&
             h.opcode == static_cast<uint8_t>(ps::ControlOp::kForwardAck)) {
           Event e;
@@ -447,7 +449,10 @@ bool AggregatorServer::forward(const wire::Header& h, const Payload& payload) {
   return true;
 }
 
-void AggregatorServer::onBackupSilent(const std::string& why) {
+bool AggregatorServer::onBackupSilent(const std::string& why) {
+  // A backup that acks other forwards is alive, only behind (a backlogged link): not lost.
+  const int64_t quietMs = (nowNs() - backupHeardNs_.load()) / 1000000;
+  if (quietMs < options_.engine.backupAckTimeoutMs) return false;
   onBackupError(DeadlineExceeded("the backup sent no ForwardAck within " +
                                  std::to_string(options_.engine.backupAckTimeoutMs) + " ms (" +
                                  why + ")"));
@@ -457,6 +462,7 @@ void AggregatorServer::onBackupSilent(const std::string& why) {
     link = backup_;
   }
   if (link) link->close();  // a late ack from a backup that wakes up changes nothing now
+  return true;
 }
 
 void AggregatorServer::onBackupError(const Status& st) {

@@ -84,8 +84,9 @@ class AggregatorServer {
   bool validatePush(const Peer& peer, const wire::Header& h, size_t payloadSize);
   bool forward(const wire::Header& h, const Payload& payload);
   void onBackupError(const Status& st);
-  // An engine saw a forwarded contribution wait past backupAckTimeoutMs: replication ends.
-  void onBackupSilent(const std::string& why);
+  // An engine saw a forwarded contribution wait past backupAckTimeoutMs: replication ends if
+  // the backup sent nothing for that long either (see BackupSilentFn).
+  bool onBackupSilent(const std::string& why);
   // A forwarded push for one of this daemon's own chunks came from the replica partner: worker
   // `rank` failed over to the partner and is alive, whatever its links here say.
   void noteWorkerAliveElsewhere(int rank);
@@ -133,6 +134,7 @@ class AggregatorServer {
   std::mutex backupMu_;
   std::shared_ptr<transport::Connection> backup_;
   std::atomic<bool> backupAlive_{false};
+  std::atomic<int64_t> backupHeardNs_{0};  // when the backup link last delivered a message
 };
 
 }  // namespace cofab::aggregator

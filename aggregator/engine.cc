@@ -634,10 +634,12 @@ void Engine::tick() {
       for (size_t r = 0; r < s.state.size(); ++r) {
         const int64_t waitedMs = (now - s.forwardedNs[r]) / 1000000;
         if (s.state[r] != 1 || waitedMs < options_.backupAckTimeoutMs) continue;
-        backupSilentReported_ = true;  // the server ends replication: every engine marks durable
-        backupSilent_("worker " + std::to_string(r) + "'s contribution to round " +
-                      roundName(s.key, s.chunk, s.cur) + " forwarded " + std::to_string(waitedMs) +
-                      " ms ago");
+        // Once ended, replication stays off (every engine marks its waiting contributions
+        // durable); while the backup still answers, ask again at a later tick.
+        backupSilentReported_ =
+            backupSilent_("worker " + std::to_string(r) + "'s contribution to round " +
+                          roundName(s.key, s.chunk, s.cur) + " forwarded " +
+                          std::to_string(waitedMs) + " ms ago");
         break;
       }
     }

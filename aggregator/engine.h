@@ -86,9 +86,11 @@ struct Event {
 class ModelStore;
 
 using ForwardFn = std::function<bool(const wire::Header&, const Payload&)>;
-// Called (once, from the engine thread) when a forwarded contribution waited longer than
-// EngineOptions::backupAckTimeoutMs for its ack; `why` names it. The server ends replication.
-using BackupSilentFn = std::function<void(const std::string& why)>;
+// Called (from the engine thread) when a forwarded contribution waited longer than
+// EngineOptions::backupAckTimeoutMs for its ack; `why` names it. True when the server ended
+// replication (the backup sent nothing at all for that long); false when the backup is alive and
+// only behind (a backlogged link), and the engine asks again later.
+using BackupSilentFn = std::function<bool(const std::string& why)>;
 
 class Engine {
  public:
