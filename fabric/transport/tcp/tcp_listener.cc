@@ -287,6 +287,12 @@ void TcpListenerImpl::sweep() {
       } else {
         COFAB_LOG(kError, "tcp") << "listener " << address_ << ": " << s
                                  << "; no longer accepting";
+        // As on the fatal accept error: accept() then says the listener is closed instead of
+        // waiting for connections that can no longer come.
+        if (queue_.close()) {
+          closeOnLoop();
+          return;
+        }
       }
     }
   }
