@@ -401,6 +401,7 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
   }
   std::vector<int> missing;
   std::vector<int> silent;  // arrived, but published no timeout report within the grace
+  bool storeUp = true;      // the reports could be exchanged through the store
   if (sig.code == OpCode::kSendRecv) {
     for (int p = 0; p < size_; ++p) {
       if (!arrived.count(p) && p == sig.peer) missing.push_back(p);
@@ -413,7 +414,7 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
     const std::string base = "diag/" + std::to_string(sig.sequence) + "/";
     std::string mineText;
     for (int r : arrived) mineText += (mineText.empty() ? "" : ",") + std::to_string(r);
-    const bool storeUp = store_.setBy(base + std::to_string(rank_), toBytes(mineText), diag).ok();
+    storeUp = store_.setBy(base + std::to_string(rank_), toBytes(mineText), diag).ok();
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) keys.push_back(base + std::to_string(r));
@@ -443,7 +444,15 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
   }
   std::string msg = sig.describe() + " on communicator '" + name_ + "' did not complete by its "
                     "deadline (rank " + std::to_string(rank_) + ")";
-  if (missing.empty() && !silent.empty()) {
+  if (!storeUp) {
+    // Nobody's report could be read: say so, rather than call every peer stuck.
+    msg += missing.empty()
+               ? ": every rank arrived but the operation did not finish, and the store " +
+                     store_.describe() + " could not be reached to learn more"
+               : ": rank(s) " + rankList(missing) + " did not arrive at sequence " +
+                     std::to_string(sig.sequence) + " (the store " + store_.describe() +
+                     " could not be reached to learn more)";
+  } else if (missing.empty() && !silent.empty()) {
     // Ranks that time out together each publish a report; one that sent its first messages
     // and then stopped (SIGSTOP, a hung kernel, a long GIL hold) publishes none.
     msg += ": every rank arrived, but rank(s) " + rankList(silent) +
