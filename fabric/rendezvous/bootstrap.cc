@@ -98,11 +98,13 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
     }
     if (!chosen) {
       chosen = info;
-    } else if (chosen->worldSize != info.worldSize) {
-      // Another world: an outer launcher this one runs inside (srun ... torchrun), whose step
-      // is not this job's world. Only the same world numbered differently contradicts.
+    } else if (chosen->worldSize != info.worldSize &&
+               chosen->worldSize % info.worldSize == 0 && chosen->worldSize > info.worldSize) {
+      // A larger world made of the other's tasks: an outer launcher this one runs inside (srun's
+      // 2 tasks around torchrun's 8 workers), not this job's world. A smaller or unrelated world
+      // (COFAB_WORLD_SIZE=1 left in the shell under srun -n 8) still contradicts.
       continue;
-    } else if (chosen->rank != info.rank) {
+    } else if (chosen->rank != info.rank || chosen->worldSize != info.worldSize) {
       return fail(chosen->source + " says rank " + std::to_string(chosen->rank) + " of " +
                   std::to_string(chosen->worldSize) + " but " + src.name + " says rank " +
                   std::to_string(info.rank) + " of " + std::to_string(info.worldSize));

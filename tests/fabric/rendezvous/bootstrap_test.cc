@@ -79,6 +79,11 @@ TEST(BootstrapEnvTest, AnOuterLauncherWithAnotherWorldSizeIsNotAContradiction) {
   EXPECT_EQ(nested->rank, 5);
   EXPECT_EQ(nested->worldSize, 8);
   EXPECT_EQ(nested->source, "torchrun");
+  // A stale smaller world left in the shell is no outer launcher: still refused.
+  auto stale = readBootstrapEnv(fakeEnv({{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "1"},
+                                         {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"},
+                                         {"COFAB_STORE", "tcp://a:1"}}));
+  EXPECT_EQ(stale.status().code(), StatusCode::kInvalidArgument) << stale.status();
 }
 
 TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
