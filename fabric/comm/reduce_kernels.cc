@@ -224,8 +224,8 @@ __attribute__((target("avx2,f16c"))) void scaledSumF16F16c(uint16_t* d, const ui
 }
 #endif
 
-bool hasF16c() {
 #if COFAB_HAVE_F16C_PATH
+bool hasF16c() {
   // F16C through cpuid: clang 14's __builtin_cpu_supports does not know "f16c".
   static const bool kF16c = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -233,10 +233,8 @@ bool hasF16c() {
            __builtin_cpu_supports("avx2");
   }();
   return kF16c;
-#else
-  return false;
-#endif
 }
+#endif
 
 void reduceF16(ReduceOp op, int div, uint16_t* d, const uint16_t* a, const uint16_t* b,
                size_t n) {
