@@ -357,6 +357,11 @@ TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
 // pauses and accepts again once descriptors are free. It used to close itself for good:
 // accept() said Cancelled "listener ... is closed" and peers were refused from then on.
 TEST(TcpTest, AListenerOutOfDescriptorsAcceptsAgainOnceSomeAreFree) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer runtimes need free descriptors for their own checks (UBSan's "
+                  "vptr check tests memory through a pipe and reports a false 'invalid vptr' "
+                  "without one), and this test takes them all away";
+#endif
   auto server = tcp::createContext({.localId = "s"}, {});
   auto client = tcp::createContext({.localId = "c"}, {});
   ASSERT_TRUE(server.ok() && client.ok());
