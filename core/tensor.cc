@@ -29,10 +29,14 @@ Status checkSameShape(const TensorView& a, const TensorView& b, const char* what
   return OkStatus();
 }
 
+bool overlaps(const TensorView& a, const TensorView& b) {
+  const auto* aBegin = static_cast<const uint8_t*>(a.data);
+  const auto* bBegin = static_cast<const uint8_t*>(b.data);
+  return aBegin < bBegin + b.bytes() && bBegin < aBegin + a.bytes();
+}
+
 Status checkInPlaceOrDisjoint(const TensorView& in, const TensorView& out, const char* what) {
-  const auto* inBegin = static_cast<const uint8_t*>(in.data);
-  const auto* outBegin = static_cast<const uint8_t*>(out.data);
-  if (inBegin != outBegin && inBegin < outBegin + out.bytes() && outBegin < inBegin + in.bytes()) {
+  if (in.data != out.data && overlaps(in, out)) {
     return InvalidArgument(std::string(what) +
                            ": in and out partially overlap; pass the same buffer for an in-place "
                            "operation, or disjoint ones");

@@ -58,6 +58,9 @@ struct TensorView {
 // InvalidArgument unless `a` and `b` have the same count and dtype.
 Status checkSameShape(const TensorView& a, const TensorView& b, const char* what);
 
+// Whether `a` and `b` share at least one byte (empty views share none).
+bool overlaps(const TensorView& a, const TensorView& b);
+
 // InvalidArgument when `in` and `out` share some bytes without being the same buffer: an
 // operation that works chunk by chunk, in place or between disjoint buffers, would write one
 // chunk's result over another chunk's input before reading it. "what" names the operation.

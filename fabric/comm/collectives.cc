@@ -62,10 +62,9 @@ Status checkTensor(const TensorView& t, const char* what) {
 // would get bytes a result had already overwritten.
 Status checkBlockInPlaceOrDisjoint(const TensorView& small, const TensorView& large, int rank,
                                    const char* what) {
-  const auto* s = static_cast<const uint8_t*>(small.data);
-  const auto* l = static_cast<const uint8_t*>(large.data);
-  const bool overlap = s < l + large.bytes() && l < s + small.bytes();
-  if (overlap && s != l + static_cast<size_t>(rank) * small.bytes()) {
+  const auto* block =
+      static_cast<const uint8_t*>(large.data) + static_cast<size_t>(rank) * small.bytes();
+  if (overlaps(small, large) && small.data != block) {
     return InvalidArgument(std::string(what) + ": the buffers overlap, but the smaller one is not "
                            "rank " + std::to_string(rank) +
                            "'s block of the larger one (the in-place form); pass that block, or "
