@@ -539,10 +539,14 @@ TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
       return Internal("chunks of a failed update are still queued");
     }
     sync(2);  // killed: the connection breaks
+    // A long grant timeout from here: the broken connection must end the wait, however late a
+    // loaded machine lets the client notice it (with 500 ms it could time out first).
+    o.grantTimeoutMs = 15000;
+    COFAB_ASSIGN_OR_RETURN(auto afterKill, transfer::TransferManager::create(*client, o));
     std::vector<float> g2(4096, 1.0f);
     u.key = 8;
     u.tensor = TensorView::of(g2.data(), g2.size(), DType::kF32);
-    st = mgr->enqueue(u).wait(Deadline::afterMs(20000));
+    st = afterKill->enqueue(u).wait(Deadline::afterMs(20000));
     if (st.code() != StatusCode::kUnavailable ||
         st.message().find("cofab-sched at") == std::string::npos) {
       return Internal("killed scheduler: want Unavailable naming it, got " + st.toString());
