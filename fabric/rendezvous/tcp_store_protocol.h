@@ -1,5 +1,5 @@
 // The TcpStore request/response framing, shared by client and server. Documented in
-// docs/WIRE.md ("Store protocol").
+// docs/STORE.md.
 //
 //   frame    := magic:u32 ('CFST' requests, 'CFSR' responses) body_len:u32 body
 //   request  := op:u8 fields...        response := status:u8 fields...

@@ -26,7 +26,8 @@ COFAB_PARAM_STRING(kVdev, "COFAB_DPDK_VDEV", "",
                    "empty: in-process ring ports");
 COFAB_PARAM_INT(kMbufs, "COFAB_DPDK_MBUFS", 8191, 1023, 1 << 20, "mbufs in each port's pool");
 COFAB_PARAM_INT(kMtu, "COFAB_DPDK_MTU", 1500, 576, 9000,
-                "IP MTU of dpdk frames (capped by what the port allows)");
+                "IP MTU of dpdk frames (capped by what the port allows, and at 2034 by the "
+                "2 KiB mbuf)");
 
 constexpr uint16_t kRingSize = 1024;
 constexpr uint16_t kQueueDescriptors = 1024;
