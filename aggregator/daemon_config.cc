@@ -218,6 +218,12 @@ StatusOr<DaemonConfig> parseDaemonArgs(const std::vector<std::string>& args) {
   COFAB_ASSIGN_OR_RETURN(c.storePrefix, kAggPrefix.get());
   COFAB_ASSIGN_OR_RETURN(int64_t roleRank, kRoleRank.get());
   COFAB_ASSIGN_OR_RETURN(int64_t roleSize, kRoleSize.get());
+  // Those two take any cofab-run role's range; a daemon's must also fit --id / --servers.
+  COFAB_ASSIGN_OR_RETURN(roleRank, parseIntIn(std::to_string(roleRank), "COFAB_ROLE_RANK (--id)",
+                                              kIdRange.min, kIdRange.max));
+  COFAB_ASSIGN_OR_RETURN(roleSize,
+                         parseIntIn(std::to_string(roleSize), "COFAB_ROLE_SIZE (--servers)",
+                                    kServersRange.min, kServersRange.max));
   c.server.id = static_cast<int>(roleRank);
   c.server.numServers = static_cast<int>(roleSize);
   std::string raw;

@@ -126,5 +126,29 @@ TEST(DaemonConfigTest, AWorldSizeFromTheEnvironmentIsCheckedToo) {
   EXPECT_NE(c.status().message().find("COFAB_WORLD_SIZE"), std::string::npos) << c.status();
 }
 
+// COFAB_ROLE_RANK / COFAB_ROLE_SIZE take up to 2^20 (cofab-run's roles in general), but a daemon
+// id and count must fit what --id and --servers take: checked against those, naming the variable.
+TEST(DaemonConfigTest, ARoleFromTheEnvironmentIsCheckedAgainstTheDaemonsRanges) {
+  {
+    ScopedParamOverride size("COFAB_ROLE_SIZE", "100000");
+    auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--workers", "4"});
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("COFAB_ROLE_SIZE"), std::string::npos) << c.status();
+  }
+  {
+    ScopedParamOverride rank("COFAB_ROLE_RANK", "70000");
+    auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--workers", "4"});
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("COFAB_ROLE_RANK"), std::string::npos) << c.status();
+  }
+  ScopedParamOverride rank("COFAB_ROLE_RANK", "3");
+  ScopedParamOverride size("COFAB_ROLE_SIZE", "4");
+  auto c = parseDaemonArgs({"--store", "tcp://127.0.0.1:1", "--workers", "4"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.id, 3);
+  EXPECT_EQ(c->server.numServers, 4);
+}
+
 }  // namespace
 }  // namespace cofab::aggregator
