@@ -51,7 +51,13 @@ struct RunState {
   std::condition_variable cv;
   std::atomic<bool> cancel{false};
   std::vector<bool> groupDone;
+  std::vector<int> groupAlive;  // tasks of each group that have not failed
+  std::vector<bool> taskFailed;
   int groupsDone = 0;
+  // Distinct groups that are done or still have a task that may finish; below neededGroups,
+  // the run is impossible.
+  int groupsPossible = 0;
+  bool impossible = false;
   int finishedOrFailed = 0;
   int stopped = 0;  // tasks that returned from their job, whatever happened
   int64_t completionNs = -1;
@@ -90,6 +96,10 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
 
   auto st = std::make_shared<RunState>();
   st->groupDone.assign(n, false);
+  st->groupAlive.assign(n, 0);
+  for (int g : groups) ++st->groupAlive[g];
+  st->taskFailed.assign(n, false);
+  st->groupsPossible = distinct;
   st->report.finishMs.assign(n, -1.0);
   st->report.delayMs.assign(n, 0.0);
   std::vector<Duration> delays(static_cast<size_t>(n), Duration{0});
@@ -146,7 +156,14 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
         // A task that noticed its CancelToken and returned Cancelled stopped early: counted
         // as cancelled below, not as a failure (nor as the run's first error).
         ++st->report.failed;
+        st->taskFailed[i] = true;
         if (st->firstError.ok()) st->firstError = result.withContext("task " + std::to_string(i));
+        // The run stops as soon as failures alone decide it, not at the deadline (or never).
+        if (--st->groupAlive[group] == 0 && !st->groupDone[group] &&
+            --st->groupsPossible < needed && st->completionNs < 0) {
+          st->impossible = true;
+          st->cancel.store(true);
+        }
       } else {
         ++st->report.cancelled;
       }
@@ -160,7 +177,7 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
   }
 
   std::unique_lock<std::mutex> lock(st->mu);
-  auto done = [&] { return st->completionNs >= 0 || st->stopped == n; };
+  auto done = [&] { return st->completionNs >= 0 || st->impossible || st->stopped == n; };
   bool expired = false;
   if (spec.deadline.isNever()) {
     st->cv.wait(lock, done);
@@ -172,16 +189,26 @@ StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
   // Cancellation interrupts every delay; only task functions already running are waited for.
   st->cv.wait(lock, [&] { return st->stopped == n; });
   const int64_t end = nowNs();
-  if (expired && st->completionNs < 0) {
+  // Who is missing: tasks that neither finished nor failed, and those that failed.
+  std::string unfinished, failed;
+  for (int i = 0; i < n; ++i) {
+    std::string& list = st->taskFailed[i] ? failed : unfinished;
+    if (st->taskFailed[i] || st->report.finishMs[i] < 0) {
+      list += (list.empty() ? "" : ", ") + std::to_string(i);
+    }
+  }
+  if (expired && st->completionNs < 0 && !st->impossible) {
     return DeadlineExceeded("straggler run: deadline passed with " +
                             std::to_string(st->groupsDone) + " of " +
-                            std::to_string(spec.neededGroups) + " needed groups complete");
+                            std::to_string(spec.neededGroups) +
+                            " needed groups complete; unfinished tasks: " + unfinished +
+                            (failed.empty() ? "" : "; failed tasks: " + failed));
   }
   if (st->completionNs < 0) {
     return DataLoss("straggler run: only " + std::to_string(st->groupsDone) + " of " +
-                    std::to_string(spec.neededGroups) + " needed groups completed; " +
-                    std::to_string(st->report.failed) +
-                    " task(s) failed, first: " + st->firstError.toString());
+                    std::to_string(spec.neededGroups) + " needed groups can complete; " +
+                    std::to_string(st->report.failed) + " task(s) failed (" + failed +
+                    "), first: " + st->firstError.toString());
   }
   st->report.completionMs = (st->completionNs - t0) / 1e6;
   st->report.drainMs = (end - st->completionNs) / 1e6;

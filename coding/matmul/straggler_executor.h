@@ -83,8 +83,9 @@ class StragglerExecutor {
   StragglerExecutor(const StragglerExecutor&) = delete;
   StragglerExecutor& operator=(const StragglerExecutor&) = delete;
 
-  // Runs spec.tasks tasks of `fn`. DataLoss (naming the first task error) if too many tasks fail
-  // for the needed groups to complete; DeadlineExceeded if spec.deadline passes first.
+  // Runs spec.tasks tasks of `fn`. DataLoss (naming the failed tasks and the first error) as
+  // soon as too many tasks failed for the needed groups to complete, without waiting for the
+  // others; DeadlineExceeded (naming the unfinished tasks) if spec.deadline passes first.
   StatusOr<StragglerReport> run(const StragglerRunSpec& spec, const StragglerTask& fn);
 
  private:

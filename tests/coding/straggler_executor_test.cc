@@ -179,6 +179,42 @@ TEST(StragglerExecutorTest, TooManyFailuresIsDataLoss) {
   for (int t : ok->used) EXPECT_NE(t % 3, 0);
 }
 
+// Tasks 0 and 1 fail and task 3 never finishes: with task 2 done, at most 2 of the 3 needed
+// groups can complete, so the run is over as soon as the second failure comes. It used to wait
+// for the straggler (here until the deadline; with the default deadline, forever).
+TEST(StragglerExecutorTest, FailuresThatDecideTheRunEndItWithoutWaitingForAStraggler) {
+  auto ex = StragglerExecutor::create({.threads = 4});
+  ASSERT_TRUE(ex.ok());
+  auto never = TraceDelay::fromMillis({0, 0, 0, 1e16});
+  ASSERT_TRUE(never.ok()) << never.status();
+  auto r = (*ex)->run(
+      {.tasks = 4, .neededGroups = 3, .delay = &*never, .deadline = Deadline::afterMs(30000)},
+      [](int task, const CancelToken&) {
+        return task < 2 ? Internal("injected failure") : OkStatus();
+      });
+  ASSERT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("failed (0, 1)"), std::string::npos) << r.status();
+  // Replicas: groups {0,0,1,1}, both of group 0 fail -> one group possible of two needed.
+  auto replicas = (*ex)->run({.tasks = 4,
+                              .groups = {0, 0, 1, 1},
+                              .neededGroups = 2,
+                              .delay = &*never,
+                              .deadline = Deadline::afterMs(30000)},
+                             [](int task, const CancelToken&) {
+                               return task < 2 ? Internal("injected failure") : OkStatus();
+                             });
+  EXPECT_EQ(replicas.status().code(), StatusCode::kDataLoss) << replicas.status();
+  // One replica of each group failing leaves the run possible: it completes.
+  auto survives = (*ex)->run({.tasks = 4, .groups = {0, 0, 1, 1}, .neededGroups = 2},
+                             [](int task, const CancelToken&) {
+                               return task % 2 == 0 ? Internal("injected failure") : OkStatus();
+                             });
+  ASSERT_TRUE(survives.ok()) << survives.status();
+  std::vector<int> used = survives->used;
+  std::sort(used.begin(), used.end());
+  EXPECT_EQ(used, (std::vector<int>{1, 3}));
+}
+
 TEST(StragglerExecutorTest, DeadlineCancelsARunThatCannotFinishInTime) {
   auto ex = StragglerExecutor::create({.threads = 4});
   ASSERT_TRUE(ex.ok());
@@ -192,6 +228,8 @@ TEST(StragglerExecutorTest, DeadlineCancelsARunThatCannotFinishInTime) {
         return OkStatus();
       });
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("unfinished tasks: 0, 1, 2, 3"), std::string::npos)
+      << r.status();
   EXPECT_EQ(ran.load(), 0) << "cancelled tasks must not run";
   // The executor is usable afterwards.
   auto ok = (*ex)->run({.tasks = 4, .neededGroups = 4, .deadline = Deadline::afterMs(60000)},
