@@ -21,6 +21,9 @@ Status validateReduce(const ReduceArgs& a) {
     const std::string what = "reduce input " + std::to_string(i);
     COFAB_RETURN_IF_ERROR(a.inputs[i].validate(what.c_str()));
     COFAB_RETURN_IF_ERROR(checkSameShape(a.inputs[i], a.output, what.c_str()));
+    // The output may be an input (in place), not straddle one: element i's result would land
+    // on another element of that input before the loop (or another GPU thread) read it.
+    COFAB_RETURN_IF_ERROR(checkInPlaceOrDisjoint(a.inputs[i], a.output, what.c_str()));
     if (!(a.inputs[i].device == a.output.device)) {
       return InvalidArgument(what + " is on " + a.inputs[i].device.toString() +
                              " but the output is on " + a.output.device.toString());
@@ -36,9 +39,16 @@ Status validateXor(const XorArgs& a) {
   }
   if (a.bytes > 0) {
     if (a.dst == nullptr) return InvalidArgument("xor: dst is null");
+    const auto dst = reinterpret_cast<uintptr_t>(a.dst);
     for (size_t i = 0; i < a.srcs.size(); ++i) {
       if (a.srcs[i] == nullptr)
         return InvalidArgument("xor: source " + std::to_string(i) + " is null");
+      // dst may be a source (in place), not overlap one partly (as for reduce).
+      const auto src = reinterpret_cast<uintptr_t>(a.srcs[i]);
+      if (src != dst && src < dst + a.bytes && dst < src + a.bytes) {
+        return InvalidArgument("xor: dst overlaps source " + std::to_string(i) +
+                               " without being it (in place or disjoint only)");
+      }
     }
   }
   return OkStatus();

@@ -97,6 +97,15 @@ TEST(ReduceCpuTest, BadArguments) {
   std::vector<TensorView> onGpu = {TensorView::of(a.data(), 8, DType::kF32, Device::cuda(0))};
   EXPECT_EQ(reduce({.inputs = onGpu, .output = va}).code(), StatusCode::kInvalidArgument)
       << "inputs and output on different devices";
+  // An output one element past its input: refused, and nothing written (it used to give
+  // {1, 1, 1, 1}, each result landing on the next input before it was read).
+  std::vector<float> shifted = {1, 2, 3, 4, 5};
+  std::vector<TensorView> head = {TensorView::of(shifted.data(), 4, DType::kF32)};
+  auto s = reduce({.inputs = head, .output = TensorView::of(shifted.data() + 1, 4, DType::kF32)});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(shifted, (std::vector<float>{1, 2, 3, 4, 5}));
+  // In place is still fine.
+  ASSERT_TRUE(reduce({.inputs = head, .output = head[0]}).ok());
 }
 
 TEST(XorCpuTest, MatchesBytewiseXorInPlaceAndUnaligned) {
@@ -121,6 +130,13 @@ TEST(XorCpuTest, MatchesBytewiseXorInPlaceAndUnaligned) {
   std::vector<const void*> none;
   uint8_t x = 0;
   EXPECT_EQ(xorBuffers({.srcs = none, .dst = &x, .bytes = 1}).code(), StatusCode::kInvalidArgument);
+  // dst straddling a source is refused, and nothing written.
+  std::vector<uint8_t> buf = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<uint8_t> before = buf;
+  std::vector<const void*> src = {buf.data()};
+  EXPECT_EQ(xorBuffers({.srcs = src, .dst = buf.data() + 1, .bytes = 8}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(buf, before);
 }
 
 TEST(BlasCpuTest, GemmAndLinearCombineMatchFp64References) {
