@@ -32,6 +32,7 @@ if(COFAB_HAVE_DPDK)
     transport/dpdk/eal.cc
     transport/dpdk/engine.cc
     transport/dpdk/frame.cc
-    transport/dpdk/port.cc)
+    transport/dpdk/port.cc
+    transport/dpdk/driver_traits.cc)
   list(APPEND COFAB_FABRIC_PRIVATE_DEPS PkgConfig::DPDK rte_net_ring)
 endif()

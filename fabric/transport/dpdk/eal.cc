@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "core/param.h"
+#include "fabric/transport/dpdk/driver_traits.h"
 
 namespace cofab::transport::dpdk {
 namespace {
@@ -102,7 +103,13 @@ Status Eal::start() {
   RTE_ETH_FOREACH_DEV(portId) {
     char name[RTE_ETH_NAME_MAX_LEN] = {};
     rte_eth_dev_get_name_by_port(portId, name);
-    auto p = setupPort(portId, nullptr, nullptr, name, nullptr);
+    std::string spec;  // this port's --vdev value, if it came from one
+    in.clear();
+    in.str(vdevs);
+    while (std::getline(in, v, ';')) {
+      if (v.substr(0, v.find(',')) == name) spec = v;
+    }
+    auto p = setupPort(portId, nullptr, nullptr, name, spec, nullptr);
     if (!p.ok()) return p.status();
   }
   ringMode_ = ports_.empty();
@@ -112,7 +119,8 @@ Status Eal::start() {
 }
 
 StatusOr<Port*> Eal::setupPort(uint16_t portId, rte_ring* ringRx, rte_ring* ringTx,
-                               const std::string& name, const MacAddress* macOverride) {
+                               const std::string& name, std::string_view vdevSpec,
+                               const MacAddress* macOverride) {
   COFAB_ASSIGN_OR_RETURN(int64_t mbufs, kMbufs.get());
   COFAB_ASSIGN_OR_RETURN(int64_t wantMtu, kMtu.get());
   const std::string poolName = "cofab_pool" + std::to_string(ports_.size());
@@ -162,7 +170,9 @@ StatusOr<Port*> Eal::setupPort(uint16_t portId, rte_ring* ringRx, rte_ring* ring
   } else if (rte_eth_macaddr_get(portId, &addr) == 0) {
     std::memcpy(mac.data(), addr.addr_bytes, 6);
   }
-  ports_.push_back(std::make_unique<Port>(this, portId, name, pool, mac, mtu, ringRx, ringTx));
+  const bool cold = rxArrivesCold(info.driver_name != nullptr ? info.driver_name : "", vdevSpec);
+  ports_.push_back(
+      std::make_unique<Port>(this, portId, name, pool, mac, mtu, ringRx, ringTx, cold));
   return ports_.back().get();
 }
 
@@ -201,7 +211,7 @@ StatusOr<Port*> Eal::acquirePort(const std::string& wanted) {
   // Ring ports get their MAC from us: 02 (locally administered) cf:ab then the index.
   const MacAddress mac{0x02, 0xcf, 0xab, 0x00, 0x00, static_cast<uint8_t>(idx + 1)};
   COFAB_ASSIGN_OR_RETURN(Port * port,
-                         setupPort(static_cast<uint16_t>(portId), rx, tx, devName, &mac));
+                         setupPort(static_cast<uint16_t>(portId), rx, tx, devName, "", &mac));
   port->inUse = true;
   ringPorts_[idx].store(port, std::memory_order_release);
   ++ringPortCount_;

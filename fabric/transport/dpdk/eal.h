@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -38,7 +39,8 @@ class Eal {
   Eal() = default;
   Status start();
   StatusOr<Port*> setupPort(uint16_t portId, rte_ring* ringRx, rte_ring* ringTx,
-                            const std::string& name, const MacAddress* macOverride);
+                            const std::string& name, std::string_view vdevSpec,
+                            const MacAddress* macOverride);
 
   std::mutex mu_;
   bool ringMode_ = false;

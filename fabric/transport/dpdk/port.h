@@ -63,7 +63,7 @@ class Eal;
 class Port {
  public:
   Port(Eal* eal, uint16_t portId, std::string name, rte_mempool* pool, MacAddress mac, uint16_t mtu,
-       rte_ring* ringRx, rte_ring* ringTx)
+       rte_ring* ringRx, rte_ring* ringTx, bool rxArrivesCold)
       : eal_(eal),
         portId_(portId),
         name_(std::move(name)),
@@ -71,7 +71,8 @@ class Port {
         mac_(mac),
         mtu_(mtu),
         ringRx_(ringRx),
-        ringTx_(ringTx) {}
+        ringTx_(ringTx),
+        rxArrivesCold_(rxArrivesCold) {}
 
   uint16_t rxBurst(rte_mbuf** pkts, uint16_t n);
   // Returns how many frames were taken; the caller frees or retries the rest.
@@ -85,6 +86,9 @@ class Port {
   rte_mempool* pool() const { return pool_; }
   const MacAddress& mac() const { return mac_; }
   uint16_t mtu() const { return mtu_; }
+  // Whether received frames' bytes are not in this core's cache (driver_traits.h): the
+  // poller then prefetches the next frame of a burst while it handles the current one.
+  bool rxArrivesCold() const { return rxArrivesCold_; }
   Waker& waker() { return waker_; }
 
   // Owned by Eal, which hands the port out to one context at a time.
@@ -99,6 +103,7 @@ class Port {
   const uint16_t mtu_;
   rte_ring* const ringRx_;
   rte_ring* const ringTx_;
+  const bool rxArrivesCold_;
   Waker waker_;
 };
 
