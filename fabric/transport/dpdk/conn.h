@@ -85,6 +85,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   State state() const { return state_; }
   const NetAddress& peer() const { return peer_; }
   bool wantsPump() const { return pumpWanted_; }
+  // Frames sent and not yet acknowledged (their acks are due within a round trip and a nap of
+  // the peer's poller).
+  bool awaitingAck() const { return una_ != nxt_; }
 
   // --- any thread ---
   Status statusSnapshot() const;

@@ -165,6 +165,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void finishConnect(Connecting& c, const Status& s);
   void timers(uint64_t now);
   void pumpAll(uint64_t now);
+  // Whether some connection waits for acks of frames it sent (Conn::awaitingAck).
+  bool awaitingAcks() const;
   // Sends the queued frames; what the port refuses stays queued, or is freed when `final`.
   void flushTx(bool final = false);
   void reapDone();
