@@ -250,6 +250,7 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
   // Ours stays; the PMD (or the peer, in ring mode) frees one. A frame never sent is ours
   // alone, so its count is simply set (no locked add); a resend may race the peer's free.
   if (f.transmissions == 0) {
+    if (seq == una_) progressNs_ = now;  // the pipe was empty: the wait for acks starts here
     rte_mbuf_refcnt_set(f.m, 2);
   } else {
     rte_mbuf_refcnt_update(f.m, 1);
@@ -457,6 +458,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
       fl = InFlight{};
     }
     una_ = ack;
+    progressNs_ = now;
     if (state_ == State::kClosing) closeNs_ = now;             // the drain made progress
     if (seqLess(highestSacked_, una_)) highestSacked_ = una_;  // keeps it within 2^31 of una_
     pumpWanted_ = true;
@@ -810,6 +812,19 @@ void Conn::tick(uint64_t now) {
     fail(RemoteError(describe() + ": nothing heard from the peer for " +
                      std::to_string(engine_->peerTimeoutNs() / 1'000'000) +
                      " ms (its process died or the link is down)"));
+    return;
+  }
+  // The peer answers (acks, keepalives) but acknowledges none of our frames: they do not reach
+  // it. Without this the sends would retry forever while the peer's keepalives kept the
+  // connection alive.
+  if (state_ == State::kEstablished && una_ != nxt_ &&
+      elapsed(now, progressNs_) > engine_->peerTimeoutNs()) {
+    fail(RemoteError(describe() + ": the peer answers but acknowledged none of our frames for " +
+                     std::to_string(engine_->peerTimeoutNs() / 1'000'000) + " ms (" +
+                     std::to_string(inflight_[una_ % kWindow].m != nullptr
+                                        ? rte_pktmbuf_data_len(inflight_[una_ % kWindow].m)
+                                        : 0) +
+                     "-byte frames lost on the way: is the link's MTU below COFAB_DPDK_MTU?)"));
     return;
   }
   // Holes below a SACKed frame are resent from here too, in case the acks that would trigger it

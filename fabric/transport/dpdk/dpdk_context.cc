@@ -177,6 +177,10 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
     return InvalidArgument("dpdk corruptRate must be in [0, 0.5]");
   }
   e.corruptRate = dpdk.corruptRate;
+  if (!(dpdk.dropDataRate >= 0 && dpdk.dropDataRate <= 1)) {
+    return InvalidArgument("dpdk dropDataRate must be in [0, 1]");
+  }
+  e.dropDataRate = dpdk.dropDataRate;
   int64_t seed = dpdk.dropSeed;
   if (seed < 0) {
     COFAB_ASSIGN_OR_RETURN(seed, kDropSeed.get());

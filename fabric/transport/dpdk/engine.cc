@@ -40,6 +40,14 @@ constexpr unsigned kInjectRing = 256;
 
 std::atomic<uint32_t> gEngineCount{0};
 
+// The cofab header's kind byte, read without parsing (DpdkOptions::dropDataRate only).
+bool isDataFrame(const rte_mbuf* m) {
+  constexpr size_t kKindAt =
+      kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize + offsetof(FrameHeader, kind);
+  return rte_pktmbuf_data_len(m) > kKindAt &&
+         rte_pktmbuf_mtod(m, const uint8_t*)[kKindAt] == static_cast<uint8_t>(FrameKind::kData);
+}
+
 void prefetchFrame(const rte_mbuf* m) {
   const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
   const uint32_t len = rte_pktmbuf_data_len(m);
@@ -100,6 +108,7 @@ Engine::Engine(const EngineOptions& options, Port* port)
   };
   dropThreshold_ = threshold(options.dropRate);
   corruptThreshold_ = threshold(options.corruptRate);
+  dropDataThreshold_ = threshold(options.dropDataRate);
 }
 
 Engine::~Engine() {
@@ -308,6 +317,11 @@ uint64_t Engine::nextRandom() {
 
 bool Engine::dropThisFrame() { return dropThreshold_ != 0 && nextRandom() < dropThreshold_; }
 
+bool Engine::dropDataFrame(const rte_mbuf* m) {
+  if (dropDataThreshold_ == 0 || !isDataFrame(m)) return false;
+  return dropDataThreshold_ == UINT64_MAX || nextRandom() < dropDataThreshold_;
+}
+
 rte_mbuf* Engine::corruptedCopy(rte_mbuf* m) {
   constexpr size_t kFrom = kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
   const size_t len = rte_pktmbuf_data_len(m);
@@ -340,7 +354,7 @@ int Engine::pollRx(uint64_t now) {
 
 void Engine::handleFrame(rte_mbuf* m, uint64_t now) {
   bump(counters_.rxFrames);
-  if (dropThisFrame()) {
+  if (dropThisFrame() || dropDataFrame(m)) {
     bump(counters_.rxInjectedDrops);
     release(m);
     return;

@@ -45,7 +45,8 @@ struct EngineOptions {
   uint16_t udpPort = 47000;  // connections' port; listeners take the next free ones
   double dropRate = 0;
   uint64_t dropSeed = 1;
-  double corruptRate = 0;  // DpdkOptions::corruptRate
+  double corruptRate = 0;   // DpdkOptions::corruptRate
+  double dropDataRate = 0;  // DpdkOptions::dropDataRate
   uint64_t peerTimeoutNs = 3'000'000'000;
   uint64_t drainNs = 500'000'000;  // bound on the close drain at context shutdown
   // Idle policy: after this long without work the poller sleeps; < 0: never (busy-poll, for
@@ -174,6 +175,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void shutdownAll();
   uint64_t nextRandom();  // xorshift64*, seeded from dropSeed and the port's address
   bool dropThisFrame();
+  bool dropDataFrame(const rte_mbuf* m);  // DpdkOptions::dropDataRate
   // A copy of `m` with one bit flipped after the UDP header (DpdkOptions::corruptRate);
   // null when it has no such bytes or the pool is empty. A copy, because in ring mode `m` is the
   // sender's own frame, which it keeps for retransmission.
@@ -244,6 +246,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   uint64_t rng_;
   uint64_t dropThreshold_ = 0;  // drop when rng < threshold (rate * 2^64)
   uint64_t corruptThreshold_ = 0;
+  uint64_t dropDataThreshold_ = 0;
 };
 
 }  // namespace cofab::transport::dpdk

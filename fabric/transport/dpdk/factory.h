@@ -39,6 +39,10 @@ struct DpdkOptions {
   // is received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
   // every receive path (most flips land in a payload); the frame CRC must catch them all.
   double corruptRate = 0;
+  // For tests: the fraction of received Data frames, in [0, 1], dropped while acks, keepalives
+  // and control frames pass (seeded with the drop seed). 1 is a link that loses full-size frames
+  // only, as one with a smaller MTU than COFAB_DPDK_MTU would.
+  double dropDataRate = 0;
   int64_t peerTimeoutMs = 0;  // 0: COFAB_DPDK_PEER_TIMEOUT_MS
   // Idle policy of the poller: spin this long without work, then nap (PMD ports: idleNapUs; ring
   // ports sleep until their peer wakes them). -1: busy-poll forever (latency-sensitive users

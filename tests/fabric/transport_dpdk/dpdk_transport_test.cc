@@ -18,10 +18,12 @@ namespace {
 
 StatusOr<std::shared_ptr<Context>> makeContext(const std::string& id, double dropRate = 0,
                                                int64_t seed = 1, int64_t peerTimeoutMs = 0,
-                                               int64_t pipeFrames = 0, double corruptRate = 0) {
+                                               int64_t pipeFrames = 0, double corruptRate = 0,
+                                               double dropDataRate = 0) {
   return dpdk::createContext({.localId = id}, {.dropRate = dropRate,
                                                .dropSeed = seed,
                                                .corruptRate = corruptRate,
+                                               .dropDataRate = dropDataRate,
                                                .peerTimeoutMs = peerTimeoutMs,
                                                .pipeFrames = pipeFrames});
 }
@@ -30,7 +32,7 @@ class DpdkTransportTest : public ::testing::Test {
  protected:
   void start(double dropRate = 0, int64_t peerTimeoutMs = 0, int64_t pipeFrames = 0) {
     auto s = makeContext("server", serverDropRate_ >= 0 ? serverDropRate_ : dropRate, 11,
-                         peerTimeoutMs, pipeFrames, corruptRate_);
+                         peerTimeoutMs, pipeFrames, corruptRate_, serverDropDataRate_);
     if (s.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << s.status();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *s;
@@ -90,8 +92,13 @@ class DpdkTransportTest : public ::testing::Test {
     }
   }
 
-  double corruptRate_ = 0;      // set before start()
-  double serverDropRate_ = -1;  // set before start(); < 0: start()'s dropRate
+  double corruptRate_ = 0;         // set before start()
+  double serverDropRate_ = -1;     // set before start(); < 0: start()'s dropRate
+  double serverDropDataRate_ = 0;  // set before start()
+  // For operations that may still complete in TearDown's joins (declared before the contexts,
+  // so they outlive them).
+  Recorder lateRecv_;
+  Recorder lateSend_;
   std::shared_ptr<Context> server_;
   std::shared_ptr<Context> client_;
   std::unique_ptr<Listener> listener_;
@@ -552,6 +559,25 @@ TEST_F(DpdkTransportTest, PeerContextGoneGivesRemoteError) {
   ASSERT_TRUE(rec.wait(1, std::chrono::seconds(10)));
   EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kRemoteError) << rec.statuses()[0];
   EXPECT_NE(rec.statuses()[0].message().find("client-conn"), std::string::npos);
+}
+
+// Every Data frame is lost on the way while acks and keepalives pass (a link whose MTU is below
+// the frames'): the peer's keepalives used to keep the connection alive forever, the sender
+// retrying without end. Now the sender fails once nothing was acknowledged for the peer timeout.
+TEST_F(DpdkTransportTest, APeerThatAnswersButReceivesNoDataFailsTheSender) {
+  serverDropDataRate_ = 1;
+  start(0, /*peerTimeoutMs=*/300);
+  if (IsSkipped()) return;
+  // Larger than the window, so the send waits on acks that never come.
+  static std::vector<uint8_t> big(4 << 20, 0x5A);  // outlives the contexts, like the recorders
+  static std::vector<uint8_t> buf(big.size());
+  pair_.server->recv(buf.data(), buf.size(), lateRecv_.recvCb());
+  pair_.client->send(wire::Header{}, big.data(), big.size(), lateSend_.sendCb());
+  ASSERT_TRUE(lateSend_.wait(1, std::chrono::seconds(20)))
+      << "the send neither finished nor failed";
+  const Status s = lateSend_.statuses()[0];
+  EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s;
+  EXPECT_NE(s.message().find("acknowledged none of our frames"), std::string::npos) << s;
 }
 
 TEST_F(DpdkTransportTest, ConnectWithoutListenerTimesOutNamingTheAddress) {
