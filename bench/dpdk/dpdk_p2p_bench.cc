@@ -341,6 +341,7 @@ std::string side(const std::string& transport, bool server, const std::string& d
              " stall_inflight=" + std::to_string(st->txStallInFlight) +
              " stall_peer_window=" + std::to_string(st->txStallPeerWindow) +
              " stall_pool=" + std::to_string(st->txStallPool) +
+             " stall_backlog=" + std::to_string(st->txStallBacklog) +
              " stall_pipe=" + std::to_string(st->txStallPipe) +
              " rx_frames=" + std::to_string(st->rxFrames);
     }

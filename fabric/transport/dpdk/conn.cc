@@ -291,7 +291,13 @@ bool Conn::buildDataFrame(uint64_t now) {
   } else {
     m = engine_->allocFrame(peer_, h, &out, true);  // a message's tail: a shorter frame
   }
-  if (m == nullptr) return false;
+  if (m == nullptr) {
+    // The pool's reserve: mbufs come back when acked frames are freed at the end of this step
+    // (Engine::flushReleased) or a peer frees ours, with nothing that would pump us again
+    // (an ack that already came, a peer that only sends keepalives): retry at the next step.
+    pumpWanted_ = true;
+    return false;
+  }
   uint8_t* const payload = out;
   // The frame CRC is computed while the payload is copied in: one pass over the bytes.
   uint32_t crc = full ? frameCrcStart(dataTemplate_, nxt_) : frameCrcStart(payload);
@@ -411,6 +417,7 @@ void Conn::pump(uint64_t now) {
     Engine::bump(nxt_ - una_ >= kWindow - 1           ? c.txStallInFlight
                  : !seqLess(nxt_ + 1, peerWindowEnd_) ? c.txStallPeerWindow
                  : pipeFull()                         ? c.txStallPipe
+                 : engine_->txBacklogged()            ? c.txStallBacklog
                                                       : c.txStallPool);
   }
   buildFin(now);

@@ -806,7 +806,8 @@ DpdkStats Engine::stats() const {
                    r(c.txStallPool),
                    r(c.txStallPipe),
                    r(c.rxInjectedCorruptions),
-                   r(c.rxDataPlaced)};
+                   r(c.rxDataPlaced),
+                   r(c.txStallBacklog)};
 }
 
 uint64_t Engine::pollerCpuNs() const {

@@ -125,7 +125,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
         rxBadHeader{0}, rxUnknownConnection{0}, rxInjectedDrops{0}, rxDuplicates{0},
         rxOutOfWindow{0}, retransmits{0}, timeouts{0}, txDrops{0}, txDataFrames{0},
         rxDataDelivered{0}, pollerBusyNs{0}, txStallInFlight{0}, txStallPeerWindow{0},
-        txStallPool{0}, txStallPipe{0}, rxInjectedCorruptions{0}, rxDataPlaced{0};
+        txStallPool{0}, txStallPipe{0}, rxInjectedCorruptions{0}, rxDataPlaced{0},
+        txStallBacklog{0};
   };
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

@@ -89,8 +89,8 @@ struct DpdkStats {
   // Why a connection with data to send stopped building frames (counted once per poller step):
   // the in-flight window was full (waiting on the oldest unacked frame: a hole being repaired),
   // the pipe limit (waiting on acks of frames already on their way), or the receiver's
-  // advertised window (waiting on its application), or the pool's reserve or
-  // a TX backlog the port has not taken yet.
+  // advertised window (waiting on its application), the pool's reserve (mbufs held elsewhere),
+  // or a TX backlog the port has not taken yet (the peer not draining its ring).
   uint64_t txStallInFlight = 0;
   uint64_t txStallPeerWindow = 0;
   uint64_t txStallPool = 0;
@@ -99,6 +99,7 @@ struct DpdkStats {
   // Data frames whose payload went straight into the posted receive while their CRC was
   // checked (one pass over the bytes; docs/DPDK.md, "Frame format").
   uint64_t rxDataPlaced = 0;
+  uint64_t txStallBacklog = 0;  // (with the other txStall* above)
 };
 
 // InvalidArgument if `context` is not a dpdk context.
