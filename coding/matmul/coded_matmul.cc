@@ -1,6 +1,7 @@
 #include "coding/matmul/coded_matmul.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "core/clock.h"
@@ -31,6 +32,37 @@ Status gemmF32(ConstMatrixView a, ConstMatrixView b, MatrixView c) {
                        .ldc = c.stride()});
 }
 
+uint64_t CodedMatmul::fingerprintOf(const RealMdsCode& code) {
+  // FNV-1a over (n, k) and the generator's coefficients, bit for bit.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(static_cast<uint64_t>(code.n()));
+  mix(static_cast<uint64_t>(code.k()));
+  for (int i = 0; i < code.n(); ++i) {
+    for (int j = 0; j < code.k(); ++j) mix(std::bit_cast<uint64_t>(code.at(i, j)));
+  }
+  return h;
+}
+
+Status CodedMatmul::checkEncoded(const EncodedMatrix& a, const char* what) const {
+  if (a.n() != n() || a.k() != k()) {
+    return InvalidArgument(std::string(what) + ": matrix encoded for a (" + std::to_string(a.n()) +
+                           ", " + std::to_string(a.k()) + ") code, this one is (" +
+                           std::to_string(n()) + ", " + std::to_string(k()) + ")");
+  }
+  if (a.code_ != fingerprint_) {
+    return InvalidArgument(std::string(what) +
+                           ": matrix encoded by another code of the same (n, k) (another seed or "
+                           "family): its parity blocks would decode into a wrong product");
+  }
+  return OkStatus();
+}
+
 StatusOr<CodedMatmul> CodedMatmul::create(const RealMdsOptions& options) {
   COFAB_ASSIGN_OR_RETURN(RealMdsCode code, RealMdsCode::create(options));
   return CodedMatmul(std::move(code));
@@ -46,6 +78,7 @@ StatusOr<EncodedMatrix> CodedMatmul::encode(ConstMatrixView a, Device device, vo
   EncodedMatrix e;
   e.n_ = n;
   e.k_ = k;
+  e.code_ = fingerprint_;
   e.rows_ = a.rows;
   e.cols_ = a.cols;
   e.blockRows_ = (a.rows + k - 1) / k;
@@ -163,9 +196,7 @@ Status CodedMatmul::decodeOnDevice(std::span<const TaskResult> results,
 
 Status CodedMatmul::multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b,
                                  MatrixView out) const {
-  if (a.n() != n() || a.k() != k()) {
-    return InvalidArgument("multiplyTask: matrix encoded for a different (n, k)");
-  }
+  COFAB_RETURN_IF_ERROR(checkEncoded(a, "multiplyTask"));
   if (task < 0 || task >= n()) {
     return InvalidArgument("multiplyTask: task " + std::to_string(task) + " is outside [0, " +
                            std::to_string(n()) + ")");
@@ -178,8 +209,11 @@ StatusOr<DecodeReport> CodedMatmul::decode(const EncodedMatrix& a,
                                            MatrixView c, Device device, void* stream) const {
   const int n = code_.n(), k = code_.k();
   COFAB_RETURN_IF_ERROR(c.validate("CodedMatmul::decode C"));
-  if (a.n() != n || a.k() != k) return InvalidArgument("decode: matrix encoded for another (n, k)");
-  if (c.rows != a.rows() || c.cols != outCols || outCols <= 0) {
+  COFAB_RETURN_IF_ERROR(checkEncoded(a, "decode"));
+  if (outCols <= 0) {
+    return InvalidArgument("decode: outCols must be positive, got " + std::to_string(outCols));
+  }
+  if (c.rows != a.rows() || c.cols != outCols) {
     return InvalidArgument("decode: C must be " + std::to_string(a.rows()) + "x" +
                            std::to_string(outCols) + ", got " + std::to_string(c.rows) + "x" +
                            std::to_string(c.cols));

@@ -40,6 +40,7 @@ class EncodedMatrix {
  private:
   friend class CodedMatmul;
   int n_ = 0, k_ = 0;
+  uint64_t code_ = 0;  // the encoding code's generator fingerprint (CodedMatmul::checkEncoded)
   int64_t rows_ = 0, blockRows_ = 0, cols_ = 0;
   std::vector<float> storage_;
 };
@@ -62,7 +63,8 @@ struct DecodeReport {
 class CodedMatmul {
  public:
   static StatusOr<CodedMatmul> create(const RealMdsOptions& options);
-  explicit CodedMatmul(RealMdsCode code) : code_(std::move(code)) {}
+  explicit CodedMatmul(RealMdsCode code)
+      : code_(std::move(code)), fingerprint_(fingerprintOf(code_)) {}
 
   const RealMdsCode& code() const { return code_; }
   int n() const { return code_.n(); }
@@ -73,6 +75,11 @@ class CodedMatmul {
   // back, on `stream`, synchronized before returning); the blocks live on the host either way.
   StatusOr<EncodedMatrix> encode(ConstMatrixView a, Device device = Device::cpu(),
                                  void* stream = nullptr) const;
+
+  // InvalidArgument unless `a` was encoded by this code: same (n, k) and the same generator (two
+  // codes of one (n, k) with other seeds or families would decode each other's parity into a
+  // wrong C without a word). `what` names the caller.
+  Status checkEncoded(const EncodedMatrix& a, const char* what) const;
 
   // out (blockRows x b.cols) = coded block `task` x b.
   Status multiplyTask(const EncodedMatrix& a, int task, ConstMatrixView b, MatrixView out) const;
@@ -111,7 +118,10 @@ class CodedMatmul {
                         size_t blockElems, Device device, void* stream, float* rebuilt,
                         double* condition) const;
 
+  static uint64_t fingerprintOf(const RealMdsCode& code);
+
   RealMdsCode code_;
+  uint64_t fingerprint_;
 };
 
 // Plain C = A x B through sgemm (the uncoded reference and the bench's baseline).

@@ -50,7 +50,11 @@ StatusOr<StragglerMatmulReport> runCodedMatmul(const CodedMatmul& coded, const E
                                                ConstMatrixView b, MatrixView c,
                                                const StragglerRunOptions& options) {
   COFAB_RETURN_IF_ERROR(checkOptions(options));
+  // Refused here rather than by every task (a DataLoss "too many failed") or by decode after
+  // all the work.
+  COFAB_RETURN_IF_ERROR(coded.checkEncoded(a, "coded matmul"));
   COFAB_RETURN_IF_ERROR(b.validate("coded matmul B"));
+  if (b.cols < 1) return InvalidArgument("coded matmul: B has no columns");
   if (b.rows != a.cols()) {
     return InvalidArgument("coded matmul: B has " + std::to_string(b.rows) + " rows, A has " +
                            std::to_string(a.cols()) + " columns");

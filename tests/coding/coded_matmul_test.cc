@@ -170,6 +170,34 @@ TEST(CodedMatmulTest, BadArguments) {
   EXPECT_EQ(gemmF32(a.view(), {b.v.data(), 2, 4, 0}, c.mut()).code(), StatusCode::kInvalidArgument);
 }
 
+// Two codes of one (n, k) from other families (or seeds far apart): one's encoding used to decode
+// with the other into a wrong C, returning OK. Now the matrix remembers its code and the other
+// refuses it.
+TEST(CodedMatmulTest, AMatrixEncodedByAnotherCodeOfTheSameShapeIsRefused) {
+  auto one = CodedMatmul::create({.n = 6, .k = 4});
+  auto two = CodedMatmul::create({.n = 6, .k = 4, .family = MdsFamily::kCauchyChebyshev});
+  ASSERT_TRUE(one.ok() && two.ok());
+  Dense a(8, 3), b(3, 2), c(8, 2);
+  a.randomise(5);
+  b.randomise(6);
+  auto enc = one->encode(a.view());
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> outs(enc->blockRows() * 2 * 6);
+  std::vector<TaskResult> parity;
+  for (int t = 2; t < 6; ++t) {  // two systematic tasks lost: decoding needs the parity
+    float* o = outs.data() + t * enc->blockRows() * 2;
+    ASSERT_TRUE(one->multiplyTask(*enc, t, b.view(), {o, enc->blockRows(), 2, 0}).ok());
+    parity.push_back({t, o});
+  }
+  auto wrong = two->decode(*enc, parity, 2, c.mut());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument) << wrong.status();
+  EXPECT_EQ(two->multiplyTask(*enc, 0, b.view(), {outs.data(), enc->blockRows(), 2, 0}).code(),
+            StatusCode::kInvalidArgument);
+  // Its own code decodes it.
+  ASSERT_TRUE(one->decode(*enc, parity, 2, c.mut()).ok());
+  EXPECT_LT(relError(c.v, referenceProduct(a, b)), 1e-4);
+}
+
 TEST(CodedMatmulTest, RawBlockEntryPointsMatchAndValidate) {
   auto cm = CodedMatmul::create({.n = 6, .k = 4});
   ASSERT_TRUE(cm.ok());

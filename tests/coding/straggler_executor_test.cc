@@ -158,6 +158,16 @@ TEST_F(StragglerMatmulTest, ShapeAndViewErrorsAreRejectedBeforeAnythingIsWritten
   auto coded = runCodedMatmul(*cm, *enc, b(), {buffer.data(), 48, 20, 0}, opts);
   EXPECT_EQ(coded.status().code(), StatusCode::kInvalidArgument) << coded.status();
   EXPECT_TRUE(untouched());
+  // B without columns: every task used to run, then decode refused "C must be 96x0, got 96x0".
+  auto none = runCodedMatmul(*cm, *enc, {b_.data(), 32, 0, 1}, {buffer.data(), 96, 0, 1}, opts);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument) << none.status();
+  EXPECT_NE(none.status().message().find("no columns"), std::string::npos) << none.status();
+  // A matrix encoded for another (n, k): every task used to fail, giving DataLoss.
+  auto other = CodedMatmul::create({.n = 5, .k = 4});
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto foreign = runCodedMatmul(*other, *enc, b(), fullC, opts);
+  EXPECT_EQ(foreign.status().code(), StatusCode::kInvalidArgument) << foreign.status();
+  EXPECT_TRUE(untouched());
 
   // The well-formed call still computes the product.
   auto ok = runUncodedMatmul(a(), b(), fullC, 8, opts);
