@@ -390,7 +390,10 @@ void Conn::sendAck(uint64_t now) {
   h.length = holes ? kSackBytes : 0;
   uint8_t* out = nullptr;
   rte_mbuf* m = engine_->allocFrame(peer_, h, &out, false);
-  if (m == nullptr) return;  // retried at the next pump or keepalive
+  if (m == nullptr) {  // the pool's reserve: retried at the next step (ackPending_ stays)
+    pumpWanted_ = true;
+    return;
+  }
   if (holes) {
     std::memset(out, 0, kSackBytes);
     for (uint32_t i = 0; i < kSackBits; ++i) {
@@ -400,7 +403,12 @@ void Conn::sendAck(uint64_t now) {
     }
   }
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
-  engine_->queueTx(m);
+  if (!engine_->queueTx(m)) {
+    // Dropped before it left: it may be the window update a blocked sender waits for, and
+    // nothing else would repeat it before the keepalive (100 ms). Again at the next step.
+    pumpWanted_ = true;
+    return;
+  }
   ackPending_ = false;
   advertisedEnd_ = h.window;
   lastAckNs_ = now;

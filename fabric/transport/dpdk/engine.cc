@@ -659,16 +659,17 @@ rte_mbuf* Engine::allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t**
   return m;
 }
 
-void Engine::queueTx(rte_mbuf* m) {
+bool Engine::queueTx(rte_mbuf* m) {
   if (txCount_ == kTxBuffer) flushTx();
   if (txCount_ == kTxBuffer) {
     // The port stayed full: this frame is lost as on a wire (a data frame is kept by its
-    // connection and retransmitted).
+    // connection and retransmitted; an ack is sent again, Conn::sendAck).
     bump(counters_.txDrops);
     rte_pktmbuf_free(m);
-    return;
+    return false;
   }
   tx_[txCount_++] = m;
+  return true;
 }
 
 void Engine::flushTx(bool final) {

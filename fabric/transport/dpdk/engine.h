@@ -99,8 +99,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   rte_mbuf* allocFrame(const NetAddress& peer, const FrameHeader& h, uint8_t** payload, bool data);
   // A data frame stamped from a connection's template (frame.h) with `seq`.
   rte_mbuf* allocDataFrame(const FrameTemplate& t, uint32_t seq, uint8_t** payload);
-  // Queues a sealed frame for the next TX burst; takes one reference.
-  void queueTx(rte_mbuf* m);
+  // Queues a sealed frame for the next TX burst; takes one reference. False when the port stayed
+  // full and the frame was dropped (as on a wire).
+  bool queueTx(rte_mbuf* m);
   // Drops one reference to an mbuf this poller is done with (a delivered or refused frame, an
   // acknowledged one). Freed in bulk at the end of the loop iteration, or once kReleaseBatch
   // wait: one rte_pktmbuf_free per frame cost the receiver ~12 ns of its ~200 per frame.
