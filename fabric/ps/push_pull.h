@@ -30,7 +30,8 @@
 //   - the call returns at once; many calls may be in flight (batch them: one per layer, and wait
 //     on the handles when the results are needed) so communication overlaps compute;
 //   - iterations: by default the client numbers successive pushPull calls on one key 0, 1, 2...
-//     (PushPullOptions::iteration overrides); a daemon rejects a chunk for a finished iteration
+//     (PushPullOptions::iteration overrides, and automatic numbering continues after the
+//     highest given; reserveIteration() takes a number ahead); a daemon rejects a chunk for a finished iteration
 //     or one beyond its window, a wrong size or dtype, or an unknown worker, and the handle then
 //     fails with the daemon's reason;
 //   - errors are sticky per client: after the first failed operation (a daemon released a round
@@ -201,6 +202,12 @@ class PushPullClient {
   // Fails pending operations with Cancelled, says goodbye to the daemons, closes the transport.
   // Idempotent.
   void close();
+
+  // The iteration the next automatically numbered pushPull of `key` would get, taken now: for a
+  // caller that numbers operations when it queues them and may drop some before they start (the
+  // TransferManager), so that later ones still go to the rounds the other workers send them to.
+  // Automatic numbering continues after it. Any thread; takes only a leaf lock.
+  uint64_t reserveIteration(uint64_t key);
 
   int rank() const;
   int worldSize() const;

@@ -308,10 +308,16 @@ class PushPullClient::Impl {
     }
     std::unique_lock<std::mutex> lock(mu_);
     uint64_t iteration = options.iteration;
-    if (iteration == kAutoIteration) {
-      iteration = nextIteration_[key]++;
-    } else {
-      nextIteration_[key] = iteration + 1;
+    {
+      std::lock_guard<std::mutex> l(iterationMu_);
+      uint64_t& next = nextIteration_[key];
+      if (iteration == kAutoIteration) {
+        iteration = next++;
+      } else {
+        // Never backwards: iterations reserved and sent out of order (TransferManager) must not
+        // hand out one of them again.
+        next = std::max(next, iteration + 1);
+      }
     }
     op->iteration = iteration;
     op->remaining = layout.chunkCount;
@@ -367,6 +373,11 @@ class PushPullClient::Impl {
       sendChunkLocked(id, it->second);
     }
     return handle;
+  }
+
+  uint64_t reserveIteration(uint64_t key) {
+    std::lock_guard<std::mutex> l(iterationMu_);
+    return nextIteration_[key]++;
   }
 
   Status waitAll(Deadline deadline) {
@@ -897,7 +908,10 @@ class PushPullClient::Impl {
   uint64_t sequence_ = 0;
   std::shared_ptr<transport::Context> ctx_;
   std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;
-  std::unordered_map<uint64_t, uint64_t> nextIteration_;
+  // A leaf lock (nothing is called while it is held), so reserveIteration() may be called under
+  // the caller's own locks, which completion callbacks also take.
+  std::mutex iterationMu_;
+  std::unordered_map<uint64_t, uint64_t> nextIteration_;  // guarded by iterationMu_
   std::mutex feedbackMu_;             // guards feedback_ (taken before, never inside, mu_)
   compress::ErrorFeedback feedback_;  // per key, 1-bit compression
   std::vector<std::shared_ptr<detail::OpState>> ops_;
@@ -985,6 +999,7 @@ void PushPullClient::close() { impl_->close(); }
 int PushPullClient::rank() const { return impl_->rank_; }
 int PushPullClient::worldSize() const { return impl_->worldSize_; }
 int PushPullClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }
+uint64_t PushPullClient::reserveIteration(uint64_t key) { return impl_->reserveIteration(key); }
 size_t PushPullClient::chunkBytes() const { return impl_->chunkBytes_; }
 ClientStats PushPullClient::stats() const {
   ClientStats s;

@@ -95,6 +95,8 @@ struct Unit {
   uint64_t recordId = 0;
   int destination = 0;
   uint64_t order = 0;  // enqueue number: settles what the policy leaves equal (UnitOrder)
+  // The daemon round it belongs to, reserved when it was queued (enqueueUnitLocked).
+  uint64_t iteration = 0;
   bool isBucket() const { return update == nullptr; }
 };
 
@@ -164,6 +166,11 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (TransferRecord* r = record(u->recordId)) r->destination = u->destination;
     if (u->update) u->update->unitsQueued++;
     u->order = unitsEnqueued++;
+    // Rounds are numbered when a unit is queued, not when it is sent: a unit dropped here
+    // (deadline, cancel, a failed grant) still uses up its round, so the next unit of that key
+    // goes to the round every other worker sends it to. Numbered at send, it took the dropped
+    // one's round and was summed with the other workers' previous update.
+    u->iteration = client->reserveIteration(u->wireKey);
     queue.insert(std::move(u));
     stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
   }
@@ -339,6 +346,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         std::shared_ptr<Unit> u = takeLocked(queue.begin());
         ps::PushPullOptions po;
         po.op = u->op;
+        po.iteration = u->iteration;
         auto self = shared_from_this();
         po.onAcked = [self, u](const Status& st) { self->onAcked(u, st); };
         po.onDone = [self, u](const Status& st) { self->onDone(u, st); };
@@ -445,6 +453,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     std::shared_ptr<Unit> u = takeLocked(pick);
     ps::PushPullOptions po;
     po.op = u->op;
+    po.iteration = u->iteration;
     auto self = shared_from_this();
     // The ack may arrive after the manager and the SchedClient are gone: keep the reporter.
     po.onAcked = [self, u, report = sched->deliveryReporter(), g](const Status& st) {

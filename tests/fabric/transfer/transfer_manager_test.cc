@@ -478,6 +478,40 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
   EXPECT_EQ(mgr->stats().updatesCancelled, 2u);
 }
 
+// Worker 0 cancels its first update of key 7; worker 1 sends its own. Worker 0's next update
+// of key 7 used to carry the dropped one's round number (the client numbered only what was
+// sent), so the daemon summed it into worker 1's first round and both got an OK, wrong result
+// (110 = 100 + 10). Now the manager numbers every update it queues, sent or not: worker 0's
+// second update belongs to round 1 and is refused while round 0 waits for it (the contract in
+// docs/TRANSFER.md: drop only what every worker drops), loudly instead of silently.
+TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
+  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "1000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto c0 = connectOrDie(cluster, 0);
+  auto c1 = connectOrDie(cluster, 1);
+  ASSERT_TRUE(c0 && c1);
+  TransferOptions o;
+  o.fuseBelowBytes = 1;
+  TransferOptions paused = o;
+  paused.startPaused = true;
+  auto m0 = makeManager(*c0, paused);
+  auto m1 = makeManager(*c1, o);
+  ASSERT_TRUE(m0 && m1);
+  std::vector<float> dropped(1000, 1), first1(1000, 10), second0(1000, 100), second1(1000, 1000);
+  TransferHandle hd = m0->enqueue(f32Update(7, dropped));
+  ASSERT_TRUE(m0->cancel(hd).ok());
+  m0->resume();
+  TransferHandle h1 = m1->enqueue(f32Update(7, first1));
+  TransferHandle h0 = m0->enqueue(f32Update(7, second0));
+  TransferHandle h2 = m1->enqueue(f32Update(7, second1));
+  const Status s0 = h0.wait(Deadline::afterMs(20000));
+  EXPECT_FALSE(s0.ok() && second0[0] == 110.0f)
+      << "worker 0's second update was summed into worker 1's first round";
+  EXPECT_FALSE(s0.ok()) << "round 1 cannot complete before round 0, which lacks worker 0";
+  EXPECT_FALSE(h1.wait(Deadline::afterMs(20000)).ok()) << "round 0 lacks worker 0";
+  (void)h2.wait(Deadline::afterMs(20000));
+}
+
 // A handle is cancelled through its own manager only: another manager would touch its state
 // under the wrong mutex.
 TEST(TransferCancel, AHandleFromAnotherManagerIsRefused) {
