@@ -31,9 +31,9 @@
 //     on the handles when the results are needed) so communication overlaps compute;
 //   - iterations: by default the client numbers successive pushPull calls on one key 0, 1, 2...
 //     (PushPullOptions::iteration overrides, and automatic numbering continues after the
-//     highest given; reserveIteration() takes a number ahead); a daemon rejects a chunk for a finished iteration
-//     or one beyond its window, a wrong size or dtype, or an unknown worker, and the handle then
-//     fails with the daemon's reason;
+//     highest given; reserveIteration() takes a number ahead); a daemon rejects a chunk for a
+//     finished iteration or one beyond its window, a wrong size or dtype, or an unknown worker,
+//     and the handle then fails with the daemon's reason;
 //   - errors are sticky per client: after the first failed operation (a daemon released a round
 //     because a worker died, a daemon is gone and has no backup, both daemons of a replica
 //     pair are gone, ...) every pending and later operation fails with that Status.
