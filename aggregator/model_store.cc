@@ -293,14 +293,27 @@ bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
   const int w = held.rank;
   const int64_t c = held.clock;
   const int64_t mine = s.last[static_cast<size_t>(w)];
+  // Where each other worker is: the clock after its last applied one, or that of its oldest
+  // update held here if higher (it has computed that clock already). With the applied clocks
+  // alone, two workers whose clocks skipped ahead together (a resumed job, a key updated every
+  // few steps) each waited for the other's old position: deferred for good.
+  std::vector<int64_t> heldFrom(static_cast<size_t>(options_.numWorkers), INT64_MAX);
+  for (const Held& h : s.held) {
+    if (!h.applied && h.rank != w) {
+      int64_t& f = heldFrom[static_cast<size_t>(h.rank)];
+      f = std::min(f, h.clock);
+    }
+  }
   int slowest = -1, fastest = -1;
   int64_t minP = 0, maxL = 0;
   for (int u = 0; u < options_.numWorkers; ++u) {
     if (u == w || !live(u, now)) continue;
     const int64_t lu = s.last[static_cast<size_t>(u)];
-    if (slowest < 0 || lu + 1 < minP) {
+    const int64_t held = heldFrom[static_cast<size_t>(u)];
+    const int64_t pu = held == INT64_MAX ? lu + 1 : std::max(lu + 1, held);
+    if (slowest < 0 || pu < minP) {
       slowest = u;
-      minP = lu + 1;
+      minP = pu;
     }
     if (fastest < 0 || lu > maxL) {
       fastest = u;
@@ -355,6 +368,7 @@ bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
   }
   s.version++;
   s.last[static_cast<size_t>(w)] = c;
+  held.delta.reset();  // its answer may wait for the read bound: the chunk's copy need not
   held.staleness = static_cast<uint64_t>(std::max<int64_t>({0, ahead, behind}));
   held.version = s.version;
   held.applied = true;

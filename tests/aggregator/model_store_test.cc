@@ -228,6 +228,37 @@ TEST(ModelStore, DeferralBlocksTheFastWorkerUntilTheSlowOneCatchesUp) {
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_model_deferred_total"), 2);
 }
 
+// Clocks that skip (a job resumed at a later step, a key updated every few steps): both workers
+// jump from clock 0 to 3 with tau = 1. Each used to be deferred behind the other's last applied
+// clock 0, forever. A worker's update held here now counts as where that worker is.
+TEST(ModelStore, ClocksThatSkipAheadDoNotDeferEachOtherForever) {
+  DaemonCluster cluster(1, 2, {"--staleness", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto a = connectModel(cluster, 0);
+  auto b = connectModel(cluster, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> x{0};
+  ASSERT_TRUE((*a)->init(8, view(x), kLong()).ok());
+  std::vector<float> one{1}, ten{10};
+  ASSERT_TRUE((*a)->apply(8, view(one), 0, kLong()).ok());
+  ASSERT_TRUE((*b)->apply(8, view(ten), 0, kLong()).ok());
+  auto first = std::async(std::launch::async, [&] {
+    std::vector<float> d{1};
+    return (*a)->apply(8, view(d), 3, Deadline::afterMs(10000));
+  });
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 1).ok());
+  auto second = (*b)->apply(8, view(ten), 3, Deadline::afterMs(10000));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->outcome, ApplyOutcome::kApplied);
+  auto got = first.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->outcome, ApplyOutcome::kApplied);
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
+  std::vector<float> out(1);
+  ASSERT_TRUE((*a)->pull(8, view(out), kLong()).ok());
+  EXPECT_EQ(out[0], 22.0f);
+}
+
 // tau = 0 is BSP: a worker's answer for clock c comes only once every live worker's clock c is
 // in, so the pull that follows it (the model it computes clock c+1 on) holds all of them.
 TEST(ModelStore, StalenessZeroIsBulkSynchronous) {
