@@ -20,7 +20,10 @@
 //                               payload = candidate destinations, u32 little-endian each
 //   kGrant     sched -> worker  key = request id, sequence = the destination chosen,
 //                               iteration = start delay in µs (pacing)
-//   kDelivered worker -> sched  key = request id (the unit was acknowledged by its daemon)
+//   kDelivered worker -> sched  key = request id (the unit was acknowledged by its daemon);
+//                               iteration = 1: given back unused (paced past the caller's
+//                               deadline, its acquire gone, its unit dropped): its pacing
+//                               slot is returned too
 //   kRefuse    sched -> worker  key = request id, payload = reason text (bad destination, more
 //                               than kMaxRequestBytes, ...)
 // A worker whose connection ends releases the load of its undelivered grants.

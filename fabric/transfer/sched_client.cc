@@ -17,6 +17,7 @@ namespace {
 // A pacing delay longer than this (about 12 days) is taken as this: it keeps now + delay from
 // overflowing the clock, and is past any deadline a caller gives.
 constexpr uint64_t kMaxPaceUs = uint64_t{1} << 40;
+constexpr uint64_t kUnused = 1;  // kDelivered's iteration for a grant given back unused
 }  // namespace
 
 struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
@@ -63,7 +64,7 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
       if (answer && self->abandoned.erase(h.key) != 0) {
         if (op == SchedOp::kGrant && !self->closed) {
           self->stats.lateGrantsReturned++;
-          self->send(SchedOp::kDelivered, h.key, h.sequence, 0);
+          self->send(SchedOp::kDelivered, h.key, h.sequence, kUnused);
         }
       } else if (answer && it != self->pending.end()) {
         it->second.answered = true;
@@ -87,14 +88,16 @@ struct SchedClient::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
-  // After the client's destructor (closed) this does nothing.
-  void delivered(const SchedGrant& grant) {
+  // After the client's destructor (closed) this does nothing. `unused`: the grant is given back
+  // without its unit having travelled (its pacing slot is returned too).
+  void delivered(const SchedGrant& grant, bool unused = false) {
     // Sent under the lock (sends never call back inline), so the destructor's join cannot
     // slip in between the check and the send.
     std::lock_guard<std::mutex> lock(mu);
     if (closed) return;
     stats.delivered++;
-    send(SchedOp::kDelivered, grant.id, static_cast<uint64_t>(grant.destination), 0);
+    send(SchedOp::kDelivered, grant.id, static_cast<uint64_t>(grant.destination),
+         unused ? kUnused : 0);
   }
 
   void send(SchedOp op, uint64_t id, uint64_t seq, uint64_t it,
@@ -190,9 +193,10 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
       if (p.grant.delayUs > 0) {
         const auto start = Clock::now() + std::chrono::microseconds(p.grant.delayUs);
         if (deadline.when() < start) {
-          // Refused at once, not after sleeping to the deadline: the bytes go back to the
-          // scheduler now and the caller's dispatcher is not held for nothing.
-          delivered(p.grant);
+          // Refused at once, not after sleeping to the deadline: the bytes (and the pacing
+          // slot) go back to the scheduler now and the caller's dispatcher is not held for
+          // nothing.
+          s.delivered(p.grant, /*unused=*/true);
           return DeadlineExceeded(
               "grant from " + s.who() + " for destination " + std::to_string(p.grant.destination) +
               " starts in " + std::to_string(p.grant.delayUs / 1000) + " ms, after the deadline");
@@ -217,6 +221,7 @@ StatusOr<SchedGrant> SchedClient::acquire(const std::vector<int>& candidates, ui
 }
 
 void SchedClient::delivered(const SchedGrant& grant) { impl_->delivered(grant); }
+void SchedClient::giveBack(const SchedGrant& grant) { impl_->delivered(grant, /*unused=*/true); }
 
 std::function<void(const SchedGrant&)> SchedClient::deliveryReporter() const {
   return [impl = impl_](const SchedGrant& grant) { impl->delivered(grant); };

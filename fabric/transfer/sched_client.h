@@ -72,6 +72,9 @@ class SchedClient {
   }
   // Reports a granted unit as delivered (acknowledged by its daemon): frees its bytes.
   void delivered(const SchedGrant& grant);
+  // Gives a grant back unused (its unit was dropped meanwhile): frees its bytes and its pacing
+  // slot, so refused grants do not push the destination's pacing clock ahead of real time.
+  void giveBack(const SchedGrant& grant);
   // delivered() as a function that stays safe to call after this client is destroyed (it then
   // does nothing): for completion callbacks that may run after their owner is gone.
   std::function<void(const SchedGrant&)> deliveryReporter() const;

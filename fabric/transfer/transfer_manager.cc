@@ -447,7 +447,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       return equivalent(q) && q->destination == g.destination;
     });
     if (pick == queue.end()) {  // dropped meanwhile (cancel, deadline): give the grant back
-      sched->delivered(g);
+      sched->giveBack(g);
       return;
     }
     std::shared_ptr<Unit> u = takeLocked(pick);

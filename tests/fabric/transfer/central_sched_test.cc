@@ -215,6 +215,27 @@ TEST(CentralScheduler, AGrantPacedPastTheDeadlineIsGivenBackAtOnce) {
   EXPECT_EQ((*sched)->stats().destinations.at(0).granted, 2u) << "nothing was requested";
 }
 
+// Grants given back unused (paced past their deadline) give their pacing slot back too. They
+// used to push the destination's pacing clock on by a full slot each, so a burst of refusals
+// ran it seconds ahead of real time and every later request failed "after the deadline".
+TEST(CentralScheduler, AGrantGivenBackUnusedReturnsItsPacingSlot) {
+  auto sched = localScheduler(1, 1 << 20, 1000);  // 1000 B take 1 s
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  auto first = (*sc)->acquire(0, 1000, Deadline::afterMs(30000));  // starts now, busy 1 s
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*sc)->delivered(*first);
+  for (int i = 0; i < 10; ++i) {  // each would start 1 s or more from now
+    auto refused = (*sc)->acquire(0, 1000, Deadline::afterMs(500));
+    EXPECT_EQ(refused.status().code(), StatusCode::kDeadlineExceeded) << refused.status();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the first slot is over
+  auto later = (*sc)->acquire(0, 100, Deadline::afterMs(500));
+  ASSERT_TRUE(later.ok()) << later.status() << " (the pacing clock ran ahead)";
+  (*sc)->delivered(*later);
+}
+
 TEST(CentralScheduler, GrantGoesToTheLeastLoadedCandidateExactlyOnce) {
   auto sched = localScheduler(2, 100);
   ASSERT_TRUE(sched.ok()) << sched.status();
