@@ -442,6 +442,10 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       return;
     }
     const SchedGrant g = *grant;
+    if (paused || stop) {  // pause() or the destructor came while the grant was awaited
+      sched->giveBack(g);
+      return;
+    }
     // The most urgent equivalent unit going there: the first in queue order.
     auto pick = std::find_if(queue.begin(), queue.end(), [&](const std::shared_ptr<Unit>& q) {
       return equivalent(q) && q->destination == g.destination;

@@ -170,6 +170,8 @@ class TransferManager {
   // Drops the update's queued chunks and completes it with Cancelled. FailedPrecondition if it
   // already finished or failed; InvalidArgument for a handle from another manager.
   Status cancel(const TransferHandle& handle);
+  // After pause() returns no further unit is handed to the client (in central mode a grant that
+  // arrives meanwhile goes back to the scheduler) until resume().
   void pause();
   void resume();
 

@@ -419,6 +419,52 @@ TEST(CentralScheduler, AUnitWhoseGrantFailedIsNotCountedAsSent) {
   for (const auto& r : (*mgr)->records()) EXPECT_EQ(r.sendIndex, ~0ull) << r.name;
 }
 
+// pause() while the dispatcher waits for a grant: the grant that comes is given back, and the
+// unit waits for resume(). It used to be sent anyway, after pause() had returned.
+TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
+  DaemonCluster cluster(1, 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto sched = localScheduler(1, 100);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto holder = transfer::SchedClient::connect(1, reach(**sched));
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  auto held = (*holder)->acquire(0, 100, Deadline::afterMs(20000));  // the destination is full
+  ASSERT_TRUE(held.ok()) << held.status();
+  ps::ClientOptions co;
+  co.chunkBytes = kChunk;
+  auto client = cluster.connect(0, co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  transfer::TransferOptions o;
+  o.scheduler = sc->get();
+  o.grantTimeoutMs = 20000;
+  o.fuseBelowBytes = 1;
+  auto mgr = transfer::TransferManager::create(**client, o);
+  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  std::vector<float> g(kChunk / sizeof(float), 1.0f);  // one chunk
+  transfer::GradientUpdate u;
+  u.key = 9;
+  u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
+  transfer::TransferHandle h = (*mgr)->enqueue(u);
+  auto waitFor = [&](auto pred) {
+    for (int i = 0; i < 2000 && !pred(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return pred();
+  };
+  ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
+      << "the dispatcher's request never reached the scheduler";
+  (*mgr)->pause();
+  (*holder)->delivered(*held);  // the scheduler now grants the manager's request
+  ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).delivered == 2; }))
+      << "the grant was neither given back nor used";
+  EXPECT_EQ((*mgr)->stats().chunksSent, 0u) << "a unit went out after pause() returned";
+  (*mgr)->resume();
+  ASSERT_TRUE(h.wait(Deadline::afterMs(20000)).ok()) << h.status();
+  EXPECT_EQ((*mgr)->stats().chunksSent, 1u);
+}
+
 // A request for more than 1 GiB (transfer::kMaxRequestBytes) is refused with an error that says
 // so, whatever the destination's load: the scheduler used to grant any claimed size to an idle
 // destination, and its load and pacing arithmetic overflowed on absurd ones.
