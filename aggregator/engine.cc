@@ -68,6 +68,13 @@ std::string roundName(uint64_t key, uint32_t chunk, uint64_t iteration) {
 }
 }  // namespace
 
+void Engine::countCompressedOut(const Slot& s, uint64_t sends, size_t resultBytes) {
+  if (s.codec == compress::Compression::kNone) return;
+  metrics_.sync.compressedBytesOut.fetch_add(sends * resultBytes, std::memory_order_relaxed);
+  metrics_.sync.logicalBytesOut.fetch_add(sends * s.logicalCount * sizeof(float),
+                                          std::memory_order_relaxed);
+}
+
 Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn forward,
                BackupSilentFn backupSilent)
     : index_(index),
@@ -284,7 +291,10 @@ void Engine::onPush(Event& e) {
       return;
     }
     e.peer->sendControl(ps::ControlOp::kAck, h);
-    if (deliver) e.peer->sendResult(metrics_, h, s.lastResult);
+    if (deliver) {
+      e.peer->sendResult(metrics_, h, s.lastResult);
+      countCompressedOut(s, 1, s.lastResult->size());
+    }
     return;
   }
   if (h.iteration < s.cur) {
@@ -441,10 +451,7 @@ void Engine::complete(Slot& s) {
     std::vector<Payload> chosen;
     for (int r : ranks) chosen.push_back(s.contribution[static_cast<size_t>(r)]);
     result = compressedReduce(s.codec, s.average, chosen, s.logicalCount, s.block, residual);
-    const uint64_t sends = s.deliverTo.size() + s.pullers.size();
-    metrics_.sync.compressedBytesOut.fetch_add(sends * result->size(), std::memory_order_relaxed);
-    metrics_.sync.logicalBytesOut.fetch_add(sends * s.logicalCount * sizeof(float),
-                                            std::memory_order_relaxed);
+    countCompressedOut(s, s.deliverTo.size() + s.pullers.size(), result->size());
   } else {
     reduceInRankOrder(s.dtype, s.average, inputs, s.bytes / dtypeSize(s.dtype), result->data());
   }
@@ -524,6 +531,7 @@ void Engine::onPull(Event& e) {
       e.peer->sendText(ps::ControlOp::kRoundFailed, h, s.lastFailure);
     } else {
       e.peer->sendResult(metrics_, h, s.lastResult);
+      countCompressedOut(s, 1, s.lastResult->size());
     }
     return;
   }

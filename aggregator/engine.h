@@ -131,6 +131,10 @@ class Engine {
   void complete(Slot& slot);
   // Answers everyone waiting on the open round with `result` and moves to the next round.
   void finishRound(Slot& slot, Payload result);
+  // `sends` compressed results of `s` (resultBytes each) went out: at the end of its round, or
+  // resent from the kept one (a pull after the push that completed the round, a straggler's
+  // resend); nothing for an uncompressed slot.
+  void countCompressedOut(const Slot& s, uint64_t sends, size_t resultBytes);
   void failRound(Slot& slot, const std::string& why);
   void resetRound(Slot& slot);
   // Counts the slot's round in open_rounds exactly while it is open (contributions or pullers

@@ -128,13 +128,19 @@ TEST_P(CompressedPushPullTest, EqualsTheSerialReferenceBitForBit) {
     EXPECT_EQ(stats[static_cast<size_t>(r)].bytesOut, kSteps * wireBytesPerStep);
     EXPECT_EQ(stats[static_cast<size_t>(r)].bytesIn, kSteps * wireBytesPerStep);
   }
-  double in = 0, logical = 0;
+  double in = 0, logical = 0, out = 0, logicalOut = 0;
   for (int s = 0; s < cluster.servers(); ++s) {
     in += *cluster.metric(s, "cofab_agg_compressed_bytes_in_total");
     logical += *cluster.metric(s, "cofab_agg_compressed_logical_bytes_in_total");
+    out += *cluster.metric(s, "cofab_agg_compressed_bytes_out_total");
+    logicalOut += *cluster.metric(s, "cofab_agg_compressed_logical_bytes_out_total");
   }
   EXPECT_EQ(in, static_cast<double>(kWorkers * kSteps * wireBytesPerStep));
   EXPECT_EQ(logical, static_cast<double>(kWorkers * kSteps * kCount * 4));
+  // Every worker got every result once, whether pushed back or pulled (a pull after the round's
+  // last push is answered from the kept result: it used to go uncounted).
+  EXPECT_EQ(out, static_cast<double>(kWorkers * kSteps * wireBytesPerStep));
+  EXPECT_EQ(logicalOut, static_cast<double>(kWorkers * kSteps * kCount * 4));
 }
 
 INSTANTIATE_TEST_SUITE_P(
