@@ -20,10 +20,12 @@ void SyncMetrics::render(std::ostringstream& os, const std::string& id) const {
   };
   line("cofab_agg_model_inits_total", "counter", "model store keys initialised (first writer)",
        ld(modelInits));
-  line("cofab_agg_model_pulls_total", "counter", "model store pulls answered", ld(modelPulls));
+  line("cofab_agg_model_pulls_total", "counter",
+       "model store values answered (pulls, and the value part of apply-and-pull)", ld(modelPulls));
   line("cofab_agg_model_applied_total", "counter", "model store updates applied", ld(modelApplied));
   line("cofab_agg_model_deferred_total", "counter",
-       "model store updates held because their worker ran more than the bound ahead",
+       "model store updates held at least once: before being applied (their worker ran more "
+       "than the bound ahead) or after, their answer waiting for SSP's read bound",
        ld(modelDeferred));
   line("cofab_agg_model_dropped_total", "counter",
        "model store updates dropped as more stale than the bound", ld(modelDropped));
