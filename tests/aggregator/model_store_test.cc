@@ -232,54 +232,52 @@ TEST(ModelStore, DeferralBlocksTheFastWorkerUntilTheSlowOneCatchesUp) {
 // jump from clock 0 to 3 with tau = 1. Each used to be deferred behind the other's last applied
 // clock 0, forever. A worker's update held here now counts as where that worker is.
 TEST(ModelStore, ClocksThatSkipAheadDoNotDeferEachOtherForever) {
-  DaemonCluster cluster(1, 2, {"--staleness", "1"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto a = connectModel(cluster, 0);
-  auto b = connectModel(cluster, 1);
-  ASSERT_TRUE(a.ok() && b.ok());
+  TwoWorkers w({"--staleness", "1"});
+  ASSERT_TRUE(w.start().ok());
+  auto& a = w.a;
+  auto& b = w.b;
   std::vector<float> x{0};
-  ASSERT_TRUE((*a)->init(8, view(x), kLong()).ok());
+  ASSERT_TRUE(a->init(8, view(x), kLong()).ok());
   std::vector<float> one{1}, ten{10};
-  ASSERT_TRUE((*a)->apply(8, view(one), 0, kLong()).ok());
-  ASSERT_TRUE((*b)->apply(8, view(ten), 0, kLong()).ok());
+  ASSERT_TRUE(a->apply(8, view(one), 0, kLong()).ok());
+  ASSERT_TRUE(b->apply(8, view(ten), 0, kLong()).ok());
   auto first = std::async(std::launch::async, [&] {
     std::vector<float> d{1};
-    return (*a)->apply(8, view(d), 3, Deadline::afterMs(10000));
+    return a->apply(8, view(d), 3, Deadline::afterMs(10000));
   });
-  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 1).ok());
-  auto second = (*b)->apply(8, view(ten), 3, Deadline::afterMs(10000));
+  ASSERT_TRUE(w.cluster.waitMetric(0, "cofab_agg_model_deferred_now", 1).ok());
+  auto second = b->apply(8, view(ten), 3, Deadline::afterMs(10000));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->outcome, ApplyOutcome::kApplied);
   auto got = first.get();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->outcome, ApplyOutcome::kApplied);
-  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
+  ASSERT_TRUE(w.cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
   std::vector<float> out(1);
-  ASSERT_TRUE((*a)->pull(8, view(out), kLong()).ok());
+  ASSERT_TRUE(a->pull(8, view(out), kLong()).ok());
   EXPECT_EQ(out[0], 22.0f);
 }
 
 // tau = 0 is BSP: a worker's answer for clock c comes only once every live worker's clock c is
 // in, so the pull that follows it (the model it computes clock c+1 on) holds all of them.
 TEST(ModelStore, StalenessZeroIsBulkSynchronous) {
-  DaemonCluster cluster(1, 2, {"--staleness", "0"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto a = connectModel(cluster, 0);
-  auto b = connectModel(cluster, 1);
-  ASSERT_TRUE(a.ok() && b.ok());
+  TwoWorkers w({"--staleness", "0"});
+  ASSERT_TRUE(w.start().ok());
+  auto& a = w.a;
+  auto& b = w.b;
   std::vector<float> x{0};
-  ASSERT_TRUE((*a)->init(6, view(x), kLong()).ok());
+  ASSERT_TRUE(a->init(6, view(x), kLong()).ok());
   std::vector<float> one{1}, ten{10};
   // Worker 1 has not sent its clock 0: worker 0's answer waits, however long.
-  auto early = (*a)->apply(6, view(one), 0, Deadline::afterMs(500));
+  auto early = a->apply(6, view(one), 0, Deadline::afterMs(500));
   ASSERT_EQ(early.status().code(), StatusCode::kDeadlineExceeded) << early.status();
-  auto r = (*b)->apply(6, view(ten), 0, kLong());
+  auto r = b->apply(6, view(ten), 0, kLong());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->outcome, ApplyOutcome::kApplied);
   EXPECT_EQ(r->staleness, 0u);
-  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
+  ASSERT_TRUE(w.cluster.waitMetric(0, "cofab_agg_model_deferred_now", 0).ok());
   std::vector<float> out(1);
-  ASSERT_TRUE((*a)->pull(6, view(out), kLong()).ok());
+  ASSERT_TRUE(a->pull(6, view(out), kLong()).ok());
   EXPECT_EQ(out[0], 11.0f);  // both clock-0 updates
 }
 

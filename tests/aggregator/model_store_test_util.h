@@ -27,6 +27,20 @@ inline StatusOr<std::unique_ptr<ps::ModelClient>> connectModel(DaemonCluster& c,
   return ps::ModelClient::connect(c.store(), rank, c.workers(), o);
 }
 
+// One daemon started with `args` and two workers' ModelClients, a and b: the two-worker tests'
+// common start.
+struct TwoWorkers {
+  explicit TwoWorkers(std::vector<std::string> args) : cluster(1, 2, std::move(args)) {}
+  Status start() {
+    COFAB_RETURN_IF_ERROR(cluster.start());
+    COFAB_ASSIGN_OR_RETURN(a, connectModel(cluster, 0));
+    COFAB_ASSIGN_OR_RETURN(b, connectModel(cluster, 1));
+    return OkStatus();
+  }
+  DaemonCluster cluster;
+  std::unique_ptr<ps::ModelClient> a, b;
+};
+
 inline TensorView view(std::vector<float>& v) {
   return TensorView::of(v.data(), v.size(), DType::kF32);
 }

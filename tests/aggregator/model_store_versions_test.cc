@@ -115,34 +115,33 @@ TEST(ModelStoreVersions, AppliedStalenessNeverExceedsTheBoundUnderRandomDelays) 
 // computed on version 0 with a bound of 2: dropped, reported (staleness 3, reason), answered
 // with the current value; its next update, based on that answer, is applied.
 TEST(ModelStoreVersions, AStaleUpdateIsDroppedReportedAndAnsweredWithTheCurrentValue) {
-  DaemonCluster cluster(1, 2, {"--version-staleness", "2"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto a = connectModel(cluster, 0);
-  auto b = connectModel(cluster, 1);
-  ASSERT_TRUE(a.ok() && b.ok());
+  TwoWorkers w({"--version-staleness", "2"});
+  ASSERT_TRUE(w.start().ok());
+  auto& a = w.a;
+  auto& b = w.b;
   std::vector<float> wa{0, 0}, wb{0, 0};
-  ASSERT_TRUE((*a)->init(9, view(wa), kLong()).ok());
-  ASSERT_TRUE((*a)->pull(9, view(wa), kLong()).ok());
-  ASSERT_TRUE((*b)->pull(9, view(wb), kLong()).ok());
+  ASSERT_TRUE(a->init(9, view(wa), kLong()).ok());
+  ASSERT_TRUE(a->pull(9, view(wa), kLong()).ok());
+  ASSERT_TRUE(b->pull(9, view(wb), kLong()).ok());
   for (int i = 0; i < 3; ++i) {
     std::vector<float> one{1, 1};
-    auto r = applyPull(**b, 9, one, wb);
+    auto r = applyPull(*b, 9, one, wb);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->outcome, ApplyOutcome::kApplied);
     EXPECT_EQ(r->staleness, 0u) << "b always works on the newest value";
     EXPECT_EQ(r->version, uint64_t(i + 1));
   }
   std::vector<float> hundred{100, 100};
-  auto late = applyPull(**a, 9, hundred, wa);
+  auto late = applyPull(*a, 9, hundred, wa);
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->outcome, ApplyOutcome::kDropped);
   EXPECT_EQ(late->staleness, 3u);
   EXPECT_EQ(late->droppedChunks, 1u);
   EXPECT_NE(late->dropReason.find("bound 2"), std::string::npos) << late->dropReason;
   EXPECT_EQ(wa, (std::vector<float>{3, 3})) << "the answer carries the current value";
-  EXPECT_EQ(*cluster.metric(0, "cofab_agg_model_dropped_total"), 1);
+  EXPECT_EQ(*w.cluster.metric(0, "cofab_agg_model_dropped_total"), 1);
   std::vector<float> ten{10, 10};
-  auto next = applyPull(**a, 9, ten, wa);
+  auto next = applyPull(*a, 9, ten, wa);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->outcome, ApplyOutcome::kApplied);
   EXPECT_EQ(next->staleness, 0u);

@@ -380,30 +380,44 @@ TEST(CentralScheduler, ARepeatedRequestIdOrCandidateIsRefused) {
   (*ctx)->join();
 }
 
+// One worker in central mode against one daemon whose whole grant budget (100 bytes) another
+// client's grant holds: the manager's first request waits until `held` is delivered.
+struct HeldDestination {
+  DaemonCluster cluster{1, 1};
+  std::unique_ptr<transfer::CentralScheduler> sched;
+  std::unique_ptr<transfer::SchedClient> holder;
+  transfer::SchedGrant held;
+  std::unique_ptr<ps::PushPullClient> client;
+  std::unique_ptr<transfer::SchedClient> sc;
+  std::unique_ptr<transfer::TransferManager> mgr;
+
+  Status start(int64_t grantTimeoutMs) {
+    COFAB_RETURN_IF_ERROR(cluster.start());
+    COFAB_ASSIGN_OR_RETURN(sched, localScheduler(1, 100));
+    COFAB_ASSIGN_OR_RETURN(holder, transfer::SchedClient::connect(1, reach(*sched)));
+    COFAB_ASSIGN_OR_RETURN(held, holder->acquire(0, 100, Deadline::afterMs(20000)));
+    ps::ClientOptions co;
+    co.chunkBytes = kChunk;
+    COFAB_ASSIGN_OR_RETURN(client, cluster.connect(0, co));
+    COFAB_ASSIGN_OR_RETURN(sc, transfer::SchedClient::connect(0, reach(*sched)));
+    transfer::TransferOptions o;
+    o.scheduler = sc.get();
+    o.grantTimeoutMs = grantTimeoutMs;
+    o.fuseBelowBytes = 1;
+    COFAB_ASSIGN_OR_RETURN(mgr, transfer::TransferManager::create(*client, o));
+    return OkStatus();
+  }
+};
+
 // A unit whose grant failed (here: timed out, another worker's grant holds the destination's
 // whole budget) never travelled: it is not counted as sent in the stats (units, bytes) nor given
 // a send index in its record. It used to be counted like a unit handed to the transport.
 TEST(CentralScheduler, AUnitWhoseGrantFailedIsNotCountedAsSent) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto sched = localScheduler(1, 100);
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  auto holder = transfer::SchedClient::connect(1, reach(**sched));
-  ASSERT_TRUE(holder.ok()) << holder.status();
-  auto held = (*holder)->acquire(0, 100, Deadline::afterMs(20000));  // never delivered
-  ASSERT_TRUE(held.ok()) << held.status();
-  ps::ClientOptions co;
-  co.chunkBytes = kChunk;
-  auto client = cluster.connect(0, co);
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto sc = transfer::SchedClient::connect(0, reach(**sched));
-  ASSERT_TRUE(sc.ok()) << sc.status();
-  transfer::TransferOptions o;
-  o.scheduler = sc->get();
-  o.grantTimeoutMs = 200;  // no grant can come: any timeout expires
-  o.fuseBelowBytes = 1;
-  auto mgr = transfer::TransferManager::create(**client, o);
-  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  HeldDestination job;
+  // `held` is never delivered: no grant can come, and any grant timeout expires.
+  const Status started = job.start(/*grantTimeoutMs=*/200);
+  ASSERT_TRUE(started.ok()) << started;
+  auto* mgr = &job.mgr;
   std::vector<float> g(2 * kChunk / sizeof(float), 1.0f);  // 2 chunks
   transfer::GradientUpdate u;
   u.key = 7;
@@ -422,26 +436,11 @@ TEST(CentralScheduler, AUnitWhoseGrantFailedIsNotCountedAsSent) {
 // pause() while the dispatcher waits for a grant: the grant that comes is given back, and the
 // unit waits for resume(). It used to be sent anyway, after pause() had returned.
 TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
-  DaemonCluster cluster(1, 1);
-  ASSERT_TRUE(cluster.start().ok());
-  auto sched = localScheduler(1, 100);
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  auto holder = transfer::SchedClient::connect(1, reach(**sched));
-  ASSERT_TRUE(holder.ok()) << holder.status();
-  auto held = (*holder)->acquire(0, 100, Deadline::afterMs(20000));  // the destination is full
-  ASSERT_TRUE(held.ok()) << held.status();
-  ps::ClientOptions co;
-  co.chunkBytes = kChunk;
-  auto client = cluster.connect(0, co);
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto sc = transfer::SchedClient::connect(0, reach(**sched));
-  ASSERT_TRUE(sc.ok()) << sc.status();
-  transfer::TransferOptions o;
-  o.scheduler = sc->get();
-  o.grantTimeoutMs = 20000;
-  o.fuseBelowBytes = 1;
-  auto mgr = transfer::TransferManager::create(**client, o);
-  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  HeldDestination job;
+  const Status started = job.start(/*grantTimeoutMs=*/20000);
+  ASSERT_TRUE(started.ok()) << started;
+  auto* mgr = &job.mgr;
+  auto* sched = &job.sched;
   std::vector<float> g(kChunk / sizeof(float), 1.0f);  // one chunk
   transfer::GradientUpdate u;
   u.key = 9;
@@ -456,7 +455,7 @@ TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
   ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
       << "the dispatcher's request never reached the scheduler";
   (*mgr)->pause();
-  (*holder)->delivered(*held);  // the scheduler now grants the manager's request
+  job.holder->delivered(job.held);  // the scheduler now grants the manager's request
   ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).delivered == 2; }))
       << "the grant was neither given back nor used";
   EXPECT_EQ((*mgr)->stats().chunksSent, 0u) << "a unit went out after pause() returned";
