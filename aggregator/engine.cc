@@ -302,6 +302,18 @@ void Engine::onPush(Event& e) {
                    "the open round is iteration " + std::to_string(s.cur));
     return;
   }
+  if (h.iteration == s.cur + 1 && !s.open()) {
+    // Nobody contributed to (or pulls) round cur and a push for the next one comes: every
+    // worker dropped cur (a TransferManager's dropped unit uses its round up; consecutive drops
+    // of one key use one). The slot moves on to the next round; a worker that did send cur
+    // later gets finished_iteration, loudly, instead of being summed with the next round.
+    // Further ahead stays beyond the window.
+    metrics_.roundsSkipped.fetch_add(1, std::memory_order_relaxed);
+    s.cur = h.iteration;
+    s.hasLast = false;  // the kept result is no longer that of round cur - 1
+    s.lastResult.reset();
+    s.lastFailure.clear();
+  }
   if (h.iteration > s.cur) {
     e.peer->reject(metrics_, RejectReason::kBeyondWindow, h,
                    "the open round is iteration " + std::to_string(s.cur) +

@@ -75,6 +75,9 @@ std::string Metrics::render(int serverId, bool draining) const {
           ld(roundsCompleted), id);
   counter(os, "cofab_agg_rounds_failed_total", "rounds released without a result", ld(roundsFailed),
           id);
+  counter(os, "cofab_agg_rounds_skipped_total",
+          "rounds nobody contributed to, passed over by a push for a later one", ld(roundsSkipped),
+          id);
   counter(os, "cofab_agg_bytes_in_total", "chunk payload bytes received", ld(bytesIn), id);
   counter(os, "cofab_agg_bytes_out_total", "result payload bytes sent", ld(bytesOut), id);
   counter(os, "cofab_agg_chunks_applied_total", "contributions applied", ld(chunksApplied), id);

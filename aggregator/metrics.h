@@ -22,6 +22,7 @@ struct Metrics {
 
   std::atomic<uint64_t> roundsCompleted{0};
   std::atomic<uint64_t> roundsFailed{0};
+  std::atomic<uint64_t> roundsSkipped{0};  // rounds nobody contributed to (every worker dropped)
   std::atomic<uint64_t> bytesIn{0};
   std::atomic<uint64_t> bytesOut{0};
   std::atomic<uint64_t> chunksApplied{0};

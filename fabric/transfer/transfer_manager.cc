@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "core/param.h"
 #include "fabric/ps/placement.h"
@@ -95,7 +96,7 @@ struct Unit {
   uint64_t recordId = 0;
   int destination = 0;
   uint64_t order = 0;  // enqueue number: settles what the policy leaves equal (UnitOrder)
-  // The daemon round it belongs to, reserved when it was queued (enqueueUnitLocked).
+  // The daemon round it belongs to, taken when it left the queue (unqueuedLocked).
   uint64_t iteration = 0;
   bool isBucket() const { return update == nullptr; }
 };
@@ -128,6 +129,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   bool paused = false;
   UnitQueue queue;  // ordered by `policy` once create() set it
   uint64_t unitsEnqueued = 0;
+  std::unordered_map<uint64_t, bool> lastWasDropped;  // per wire key (unqueuedLocked)
   std::shared_ptr<Unit> openBucket;
   std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
   int inFlight = 0;                                        // handed over, not acknowledged
@@ -166,18 +168,24 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (TransferRecord* r = record(u->recordId)) r->destination = u->destination;
     if (u->update) u->update->unitsQueued++;
     u->order = unitsEnqueued++;
-    // Rounds are numbered when a unit is queued, not when it is sent: a unit dropped here
-    // (deadline, cancel, a failed grant) still uses up its round, so the next unit of that key
-    // goes to the round every other worker sends it to. Numbered at send, it took the dropped
-    // one's round and was summed with the other workers' previous update.
-    u->iteration = client->reserveIteration(u->wireKey);
     queue.insert(std::move(u));
     stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
   }
 
-  void unqueuedLocked(const Unit& u) {
+  // Every unit leaves the queue through here, `sent` or dropped, and takes its daemon round
+  // then: a dropped unit (deadline, cancel, a failed grant) uses its round up, so the key's next
+  // unit goes to the round every other worker sends it to. Numbered only when sent, it took the
+  // dropped one's round and was summed with the other workers' previous update, every handle
+  // OK. Numbered here, under the manager's lock, rounds follow the order of the dispatcher's
+  // decisions, which the cross-worker contract (docs/TRANSFER.md) makes the same everywhere.
+  // Consecutive drops of one key use one round: the daemon passes over a single round nobody
+  // contributed to, not more.
+  void unqueuedLocked(Unit& u, bool sent) {
     stats.destinations[static_cast<size_t>(u.destination)].queued--;
     if (u.update) u.update->unitsQueued--;
+    bool& droppedLast = lastWasDropped[u.wireKey];
+    if (sent || !droppedLast) u.iteration = client->reserveIteration(u.wireKey);
+    droppedLast = !sent;
   }
 
   // Completes `up` with `st` (the first status decided wins) and counts it; deferred while
@@ -209,7 +217,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   void dropQueuedLocked(const std::shared_ptr<UpdateState>& up, const std::string& outcome) {
     for (auto it = queue.begin(); it != queue.end();) {
       if ((*it)->update == up) {
-        unqueuedLocked(**it);
+        unqueuedLocked(**it, /*sent=*/false);
         if (TransferRecord* r = record((*it)->recordId)) {
           r->outcome = outcome;
           r->doneNs = nowNs();
@@ -371,7 +379,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     std::shared_ptr<Unit> u = *it;
     outstanding.push_back(u);
     queue.erase(it);
-    unqueuedLocked(*u);
+    unqueuedLocked(*u, sent);
     inFlight++;
     if (u->isBucket()) {
       for (auto& m : u->members) {
@@ -633,7 +641,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       openBucket.reset();
     }
     for (auto& u : queue) {
-      unqueuedLocked(*u);
+      unqueuedLocked(*u, /*sent=*/false);
       if (TransferRecord* r = record(u->recordId)) r->outcome = "cancelled";
       if (u->isBucket()) {
         for (auto& m : u->members) completeLocked(m.update, why);

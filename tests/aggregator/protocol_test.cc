@@ -170,6 +170,39 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
   }
 }
 
+// A round nobody contributed to is passed over by a push for the next round (every worker
+// dropped it: docs/TRANSFER.md); a worker that sends it afterwards is refused finished_iteration,
+// and two rounds ahead stays beyond the window.
+TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 5, 1, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored in round 1, before worker 1 sends round 0
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 5, 0, DType::kF32), std::vector<float>{7, 7}).ok());
+  auto late = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->isReject(RejectReason::kFinishedIteration)) << late->text();
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 5, 1, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_skipped_total"), 1);
+  // Round 2 is open and empty: a push for round 4 is beyond the window.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 5, 4, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto far = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(far.ok()) << far.status();
+  EXPECT_TRUE(far->isReject(RejectReason::kBeyondWindow)) << far->text();
+}
+
 // The lag gauge follows the pushes the daemon stored: one refused (beyond the window) says
 // nothing about how far its worker is.
 TEST(AggregatorProtocol, WorkerLagCountsOnlyStoredPushes) {

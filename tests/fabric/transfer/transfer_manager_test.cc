@@ -352,6 +352,20 @@ TEST(TransferDeadline, QueuedUpdatePastItsDeadlineIsDroppedNotHung) {
     }
   }
   EXPECT_EQ(mgr->stats().deadlinesMissed, 1u);
+  // Every worker (here the only one) dropped key 1's round, and drops it once more (cancelled):
+  // the daemon never sees either, and the key's next update goes through all the same
+  // (consecutive drops use one round, which the daemon passes over when the next round's push
+  // comes to an empty one). Rounds used up without that were refused beyond_window for good.
+  mgr->pause();
+  auto dropped = gradient(1, 0, 100);
+  TransferHandle hc = mgr->enqueue(f32Update(1, dropped));
+  ASSERT_TRUE(mgr->cancel(hc).ok());
+  mgr->resume();
+  auto again = gradient(1, 0, 100);
+  const std::vector<float> want = again;  // one worker: the sum is its own gradient
+  const Status next = mgr->enqueue(f32Update(1, again)).wait(Deadline::afterMs(20000));
+  ASSERT_TRUE(next.ok()) << next;
+  EXPECT_EQ(again, want);
 }
 
 TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
@@ -481,9 +495,12 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
 // Worker 0 cancels its first update of key 7; worker 1 sends its own. Worker 0's next update
 // of key 7 used to carry the dropped one's round number (the client numbered only what was
 // sent), so the daemon summed it into worker 1's first round and both got an OK, wrong result
-// (110 = 100 + 10). Now the manager numbers every update it queues, sent or not: worker 0's
-// second update belongs to round 1 and is refused while round 0 waits for it (the contract in
-// docs/TRANSFER.md: drop only what every worker drops), loudly instead of silently.
+// (110 = 100 + 10). Now a dropped update uses its round up: worker 0's second update belongs to
+// round 1. Depending on which push reaches the daemon first, it is refused while worker 1's
+// round 0 waits for worker 0, or the daemon passes over the empty round 0 and worker 1's first
+// update is refused instead; then the two second updates meet in round 1 (1100). Either way
+// the contract breach (docs/TRANSFER.md: drop only what every worker drops) is loud, and no
+// round mixes two steps.
 TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
   DaemonCluster cluster(1, 2, {"--round-timeout-ms", "1000"});
   ASSERT_TRUE(cluster.start().ok());
@@ -505,11 +522,14 @@ TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
   TransferHandle h0 = m0->enqueue(f32Update(7, second0));
   TransferHandle h2 = m1->enqueue(f32Update(7, second1));
   const Status s0 = h0.wait(Deadline::afterMs(20000));
-  EXPECT_FALSE(s0.ok() && second0[0] == 110.0f)
-      << "worker 0's second update was summed into worker 1's first round";
-  EXPECT_FALSE(s0.ok()) << "round 1 cannot complete before round 0, which lacks worker 0";
+  if (s0.ok()) {
+    EXPECT_EQ(second0[0], 1100.0f) << "worker 0's second update met another round than round 1";
+  }
   EXPECT_FALSE(h1.wait(Deadline::afterMs(20000)).ok()) << "round 0 lacks worker 0";
-  (void)h2.wait(Deadline::afterMs(20000));
+  const Status s2 = h2.wait(Deadline::afterMs(20000));
+  if (s2.ok()) {
+    EXPECT_EQ(second1[0], 1100.0f);
+  }
 }
 
 // A handle is cancelled through its own manager only: another manager would touch its state
