@@ -356,7 +356,10 @@ bool Conn::buildFin(uint64_t now) {
   h.seq = nxt_;
   uint8_t* out = nullptr;
   rte_mbuf* m = engine_->allocFrame(peer_, h, &out, true);
-  if (m == nullptr) return false;
+  if (m == nullptr) {  // the pool's reserve: again at the next step (as buildDataFrame)
+    pumpWanted_ = true;
+    return false;
+  }
   sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
   inflight_[nxt_ % kWindow] = InFlight{m, 0, 0, false};
   transmit(nxt_, now);
@@ -494,6 +497,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
         if (!fl.sacked && fl.transmissions == 1 && fl.m != nullptr) {
           newestSample = std::max(newestSample, fl.sentNs);
         }
+        if (!fl.sacked) progressNs_ = now;  // frames get through, if not the oldest one yet
         fl.sacked = true;
         highest = seq;
         any = true;

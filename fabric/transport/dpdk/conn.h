@@ -216,7 +216,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::vector<uint8_t> ownedBuf_;
 
   uint64_t lastHeardNs_ = 0;
-  // When the oldest unacknowledged frame was first sent into an empty pipe, or una_ last moved.
+  // When the oldest unacknowledged frame was first sent into an empty pipe, una_ last moved, or
+  // a frame was first SACKed.
   uint64_t progressNs_ = 0;
   uint64_t lastAckNs_ = 0;  // keepalive: an ack at least every kKeepaliveNs (conn.cc)
   uint64_t closeNs_ = 0;  // close(), or the last ack that advanced its drain since
