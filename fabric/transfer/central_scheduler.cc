@@ -44,7 +44,9 @@ struct Grant {
   std::shared_ptr<Conn> to;
   int dest = 0;
   uint64_t bytes = 0;
-  int64_t paceNs = 0;  // how far it moved its destination's pacing clock
+  // The pacing slot it booked, [paceStartNs, paceEndNs) (0, 0 unpaced).
+  int64_t paceStartNs = 0;
+  int64_t paceEndNs = 0;
 };
 
 }  // namespace
@@ -181,11 +183,13 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       auto& ds = stats.destinations[static_cast<size_t>(it->second.dest)];
       ds.delivered++;
       ds.load -= it->second.bytes;
-      if (h.iteration == 1) {
-        // Unused: its slot goes back, or a burst of refused grants (each paced past its
-        // caller's deadline) would run the clock ahead of real time and fail every later one.
-        int64_t& clock = nextFreeNs[static_cast<size_t>(it->second.dest)];
-        clock = std::max(nowNs(), clock - it->second.paceNs);
+      int64_t& clock = nextFreeNs[static_cast<size_t>(it->second.dest)];
+      if (h.iteration == 1 && it->second.paceEndNs != 0 && clock == it->second.paceEndNs) {
+        // Unused, and the last slot booked there: it goes back, or a burst of refused grants
+        // (each paced past its caller's deadline) would run the clock ahead of real time and
+        // fail every later one. A slot with later ones booked after it stays booked (taking it
+        // back from the end would hand a later grant an overlapping slot).
+        clock = std::max(nowNs(), it->second.paceStartNs);
       }
       grants.erase(it);
       grantLocked();
@@ -222,7 +226,7 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       ds.maxLoad = std::max(ds.maxLoad, ds.load);
       ds.maxGrant = std::max(ds.maxGrant, r.bytes);
       uint64_t delayUs = 0;
-      int64_t paceNs = 0;
+      int64_t paceStartNs = 0, paceEndNs = 0;
       if (options.rateBytesPerSec > 0) {
         const int64_t now = nowNs();
         const int64_t start = std::max(now, nextFreeNs[d]);
@@ -232,10 +236,11 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
         if (__builtin_add_overflow(start, busyNs, &nextFreeNs[d])) {
           nextFreeNs[d] = std::numeric_limits<int64_t>::max();
         }
-        paceNs = nextFreeNs[d] - start;
+        paceStartNs = start;
+        paceEndNs = nextFreeNs[d];
         delayUs = static_cast<uint64_t>((start - now) / 1000);
       }
-      grants[{r.from.get(), r.id}] = Grant{r.from, best, r.bytes, paceNs};
+      grants[{r.from.get(), r.id}] = Grant{r.from, best, r.bytes, paceStartNs, paceEndNs};
       send(r.from, SchedOp::kGrant, r.id, d, delayUs);
     }
   }
