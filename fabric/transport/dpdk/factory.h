@@ -70,7 +70,7 @@ struct DpdkStats {
   uint64_t rxBadChecksum = 0;        // IPv4 header checksum or frame CRC32C wrong
   uint64_t rxBadHeader = 0;          // cofab frame header with an unknown kind
   uint64_t rxUnknownConnection = 0;  // well-formed, but for no connection or listener here
-  uint64_t rxInjectedDrops = 0;      // dropped by COFAB_DPDK_DROP_RATE
+  uint64_t rxInjectedDrops = 0;      // dropped by COFAB_DPDK_DROP_RATE or dropDataRate
   uint64_t rxDuplicates = 0;
   uint64_t rxOutOfWindow = 0;
   uint64_t retransmits = 0;
