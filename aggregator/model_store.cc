@@ -309,8 +309,8 @@ bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {
   for (int u = 0; u < options_.numWorkers; ++u) {
     if (u == w || !live(u, now)) continue;
     const int64_t lu = s.last[static_cast<size_t>(u)];
-    const int64_t held = heldFrom[static_cast<size_t>(u)];
-    const int64_t pu = held == INT64_MAX ? lu + 1 : std::max(lu + 1, held);
+    const int64_t from = heldFrom[static_cast<size_t>(u)];
+    const int64_t pu = from == INT64_MAX ? lu + 1 : std::max(lu + 1, from);
     if (slowest < 0 || pu < minP) {
       slowest = u;
       minP = pu;

@@ -23,7 +23,6 @@ declare -A own_main=(
   [mpi_allreduce_bench]="scripts/compare_collectives.sh"
   [dpdk_p2p_bench]="build/bench/dpdk/dpdk_p2p_bench [seconds] [spin us] [cases] (docs/DPDK.md)"
   [dpdk_pushpull_bench]="docs/DPDK.md"
-  [rdma_p2p_bench]="usage in bench/rdma/rdma_p2p_bench.cc (needs an RDMA device)"
   [cofab_transfer_bench]="scripts/bench_transfer.sh"
 )
 while IFS= read -r bin; do
