@@ -39,6 +39,7 @@ struct Engine::Slot {
 
   // The last finished round: answers duplicates and late pulls.
   bool hasLast = false;
+  uint64_t lastIter = 0;  // the round lastResult / lastFailure belong to
   std::shared_ptr<const std::vector<uint8_t>> lastResult;
   std::string lastFailure;  // non-empty: it was released without a result
 
@@ -59,6 +60,10 @@ struct Engine::Slot {
 };
 
 namespace {
+// The most rounds nobody contributed to that a later push passes over (Engine::onPush): rounds
+// every worker dropped, several in a row when a key's updates keep missing their deadlines.
+// Further ahead is beyond the window, as a push for a round after an open one always is.
+constexpr uint64_t kMaxSkippedRounds = 8;
 uint64_t slotId(uint64_t key, uint32_t chunk) {
   return ps::mix64(key) ^ (static_cast<uint64_t>(chunk) * 0x9e3779b97f4a7c15ull);
 }
@@ -279,8 +284,8 @@ void Engine::onPush(Event& e) {
     return;
   }
   const bool deliver = (h.opcode & ps::kPushDeliver) != 0;
-  if (h.iteration + 1 == s.cur && s.hasLast) {
-    // A resend for the round just finished (lost ack, or a failover): answer, never apply.
+  if (s.hasLast && h.iteration == s.lastIter) {
+    // A resend for the round finished last (lost ack, or a failover): answer, never apply.
     metrics_.chunksDuplicate.fetch_add(1, std::memory_order_relaxed);
     if (forwarded) {
       e.peer->sendControl(ps::ControlOp::kForwardAck, h);
@@ -302,19 +307,17 @@ void Engine::onPush(Event& e) {
                    "the open round is iteration " + std::to_string(s.cur));
     return;
   }
-  if (h.iteration == s.cur + 1 && !s.open()) {
-    // Nobody contributed to (or pulls) round cur and a push for the next one comes: every
-    // worker dropped cur (a TransferManager's dropped unit uses its round up; consecutive drops
-    // of one key use one). The slot moves on to the next round; a worker that did send cur
-    // later gets finished_iteration, loudly, instead of being summed with the next round.
-    // Further ahead stays beyond the window.
-    metrics_.roundsSkipped.fetch_add(1, std::memory_order_relaxed);
-    s.cur = h.iteration;
-    s.hasLast = false;  // the kept result is no longer that of round cur - 1
-    s.lastResult.reset();
-    s.lastFailure.clear();
-  }
-  if (h.iteration > s.cur) {
+  // Rounds nobody contributed to (or pulls), up to kMaxSkippedRounds of them, are passed over by
+  // a push for a later one: every worker dropped them (a TransferManager's dropped unit uses its
+  // round up). A worker that did send one of them later gets finished_iteration, loudly,
+  // instead of being summed with another round. Applied below, once nothing can refuse the push.
+  const bool skip = h.iteration > s.cur && h.iteration - s.cur <= kMaxSkippedRounds && !s.open();
+  auto passOver = [&] {
+    if (!skip) return;
+    metrics_.roundsSkipped.fetch_add(h.iteration - s.cur, std::memory_order_relaxed);
+    s.cur = h.iteration;  // the kept result stays, answering resends of its round (lastIter)
+  };
+  if (h.iteration > s.cur && !skip) {
     e.peer->reject(metrics_, RejectReason::kBeyondWindow, h,
                    "the open round is iteration " + std::to_string(s.cur) +
                        " and the window is 0 (one round at a time per chunk)");
@@ -327,6 +330,7 @@ void Engine::onPush(Event& e) {
                      "a fan-out push into a round that already has contributions");
       return;
     }
+    passOver();
     define();
     metrics_.chunksApplied.fetch_add(1, std::memory_order_relaxed);
     metrics_.noteWorkerIteration(rank, h.iteration);
@@ -348,6 +352,7 @@ void Engine::onPush(Event& e) {
                    std::string("the round is a ") + (s.average ? "average" : "sum"));
     return;
   }
+  passOver();
   define();  // from here on the push is stored, or a duplicate of one stored
   const auto r = static_cast<size_t>(rank);
   if (!forwarded) {
@@ -481,6 +486,7 @@ void Engine::finishRound(Slot& s, Payload result) {
   for (const auto& peer : s.deliverTo) peer->sendResult(metrics_, about, shared);
   for (const auto& [peer, h] : s.pullers) peer->sendResult(metrics_, h, shared);
   s.hasLast = true;
+  s.lastIter = s.cur;
   s.lastResult = std::move(shared);
   s.lastFailure.clear();
   metrics_.roundsCompleted.fetch_add(1, std::memory_order_relaxed);
@@ -538,7 +544,7 @@ void Engine::onPull(Event& e) {
     e.peer->reject(metrics_, RejectReason::kWrongDType, h, "pull does not match the chunk");
     return;
   }
-  if (h.iteration + 1 == s.cur && s.hasLast) {
+  if (s.hasLast && h.iteration == s.lastIter) {
     if (!s.lastFailure.empty()) {
       e.peer->sendText(ps::ControlOp::kRoundFailed, h, s.lastFailure);
     } else {
@@ -696,6 +702,7 @@ void Engine::failRound(Slot& s, const std::string& why) {
   }
   for (const auto& [peer, h] : s.pullers) peer->sendText(ps::ControlOp::kRoundFailed, h, why);
   s.hasLast = true;
+  s.lastIter = s.cur;
   s.lastResult.reset();
   s.lastFailure = why;
   metrics_.roundsFailed.fetch_add(1, std::memory_order_relaxed);

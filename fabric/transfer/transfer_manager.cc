@@ -13,7 +13,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
 #include "core/param.h"
 #include "fabric/ps/placement.h"
@@ -129,7 +128,6 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   bool paused = false;
   UnitQueue queue;  // ordered by `policy` once create() set it
   uint64_t unitsEnqueued = 0;
-  std::unordered_map<uint64_t, bool> lastWasDropped;  // per wire key (unqueuedLocked)
   std::shared_ptr<Unit> openBucket;
   std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
   int inFlight = 0;                                        // handed over, not acknowledged
@@ -172,20 +170,17 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
   }
 
-  // Every unit leaves the queue through here, `sent` or dropped, and takes its daemon round
-  // then: a dropped unit (deadline, cancel, a failed grant) uses its round up, so the key's next
-  // unit goes to the round every other worker sends it to. Numbered only when sent, it took the
-  // dropped one's round and was summed with the other workers' previous update, every handle
-  // OK. Numbered here, under the manager's lock, rounds follow the order of the dispatcher's
-  // decisions, which the cross-worker contract (docs/TRANSFER.md) makes the same everywhere.
-  // Consecutive drops of one key use one round: the daemon passes over a single round nobody
-  // contributed to, not more.
-  void unqueuedLocked(Unit& u, bool sent) {
+  // Every unit leaves the queue through here, sent or dropped, and takes its daemon round then:
+  // a dropped unit (deadline, cancel, a failed grant) uses its round up, so a key's n-th unit
+  // goes to the key's n-th round on every worker, and two workers' contributions to a round are
+  // always the same update. Numbered only when sent, a unit took the round of one its worker
+  // had dropped and was summed with the other workers' previous update, every handle OK.
+  // Rounds every worker dropped are passed over by the daemon (up to 8 in a row). Under the
+  // manager's lock: rounds follow the dispatcher's decisions, in order.
+  void unqueuedLocked(Unit& u) {
     stats.destinations[static_cast<size_t>(u.destination)].queued--;
     if (u.update) u.update->unitsQueued--;
-    bool& droppedLast = lastWasDropped[u.wireKey];
-    if (sent || !droppedLast) u.iteration = client->reserveIteration(u.wireKey);
-    droppedLast = !sent;
+    u.iteration = client->reserveIteration(u.wireKey);
   }
 
   // Completes `up` with `st` (the first status decided wins) and counts it; deferred while
@@ -217,7 +212,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   void dropQueuedLocked(const std::shared_ptr<UpdateState>& up, const std::string& outcome) {
     for (auto it = queue.begin(); it != queue.end();) {
       if ((*it)->update == up) {
-        unqueuedLocked(**it, /*sent=*/false);
+        unqueuedLocked(**it);
         if (TransferRecord* r = record((*it)->recordId)) {
           r->outcome = outcome;
           r->doneNs = nowNs();
@@ -379,7 +374,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     std::shared_ptr<Unit> u = *it;
     outstanding.push_back(u);
     queue.erase(it);
-    unqueuedLocked(*u, sent);
+    unqueuedLocked(*u);
     inFlight++;
     if (u->isBucket()) {
       for (auto& m : u->members) {
@@ -641,7 +636,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       openBucket.reset();
     }
     for (auto& u : queue) {
-      unqueuedLocked(*u, /*sent=*/false);
+      unqueuedLocked(*u);
       if (TransferRecord* r = record(u->recordId)) r->outcome = "cancelled";
       if (u->isBucket()) {
         for (auto& m : u->members) completeLocked(m.update, why);

@@ -170,8 +170,9 @@ class TransferManager {
   // Drops the update's queued chunks and completes it with Cancelled. FailedPrecondition if it
   // already finished or failed; InvalidArgument for a handle from another manager.
   Status cancel(const TransferHandle& handle);
-  // After pause() returns no further unit is handed to the client (in central mode a grant that
-  // arrives meanwhile goes back to the scheduler) until resume().
+  // After pause() returns no further unit is taken for sending until resume() (one the
+  // dispatcher took just before may still reach the client; in central mode a grant that arrives
+  // meanwhile goes back to the scheduler).
   void pause();
   void resume();
 

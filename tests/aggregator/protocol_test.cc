@@ -129,9 +129,10 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
   auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
   auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
   ASSERT_TRUE(w0.ok() && w1.ok());
-  // Beyond the window (a new chunk's open round is 0), 2 x f32, for a key nobody used yet.
+  // Beyond the window (a new chunk's open round is 0, and 100 is past the empty rounds a push
+  // may pass over), 2 x f32, for a key nobody used yet.
   ASSERT_TRUE(
-      (*w0)->sendValues(RawPeer::push(0, 7, 3, DType::kF32), std::vector<float>{1, 2}).ok());
+      (*w0)->sendValues(RawPeer::push(0, 7, 100, DType::kF32), std::vector<float>{1, 2}).ok());
   auto refused = (*w0)->recvSkippingAcks();
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_TRUE(refused->isReject(RejectReason::kBeyondWindow)) << refused->text();
@@ -170,9 +171,9 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
   }
 }
 
-// A round nobody contributed to is passed over by a push for the next round (every worker
+// A round nobody contributed to is passed over by a push for a later round (every worker
 // dropped it: docs/TRANSFER.md); a worker that sends it afterwards is refused finished_iteration,
-// and two rounds ahead stays beyond the window.
+// and more than 8 rounds ahead stays beyond the window.
 TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
   DaemonCluster cluster(1, 2);
   ASSERT_TRUE(cluster.start().ok());
@@ -195,9 +196,9 @@ TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
     EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
   }
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_rounds_skipped_total"), 1);
-  // Round 2 is open and empty: a push for round 4 is beyond the window.
+  // Round 2 is open and empty: a push for round 11 is past the 8 rounds a push may pass over.
   ASSERT_TRUE(
-      (*w0)->sendValues(RawPeer::push(0, 5, 4, DType::kF32), std::vector<float>{1, 2}).ok());
+      (*w0)->sendValues(RawPeer::push(0, 5, 11, DType::kF32), std::vector<float>{1, 2}).ok());
   auto far = (*w0)->recvSkippingAcks();
   ASSERT_TRUE(far.ok()) << far.status();
   EXPECT_TRUE(far->isReject(RejectReason::kBeyondWindow)) << far->text();
@@ -304,8 +305,9 @@ TEST(AggregatorProtocol, BadChunksAreRejectedWithAReasonAndCounted) {
     EXPECT_FALSE(m->text().empty()) << "a rejection must say why";
   };
 
-  // Beyond the window: the open round of a fresh chunk is iteration 0.
-  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 3, DType::kF32), two).ok());
+  // Beyond the window: the open round of a fresh chunk is iteration 0 (and 100 is past the empty
+  // rounds a push may pass over).
+  ASSERT_TRUE(a.sendValues(RawPeer::push(0, 1, 100, DType::kF32), two).ok());
   expectReject(a, RejectReason::kBeyondWindow);
   // Unknown worker: a rank outside the job, and a rank that is not the connection's.
   ASSERT_TRUE((*stranger)->sendValues(RawPeer::push(9, 1, 0, DType::kF32), two).ok());
@@ -374,7 +376,7 @@ TEST(AggregatorProtocol, ClientSeesTheRejectionReason) {
   ASSERT_TRUE(client.ok()) << client.status();
   std::vector<float> x(10, 1.0f);
   ps::PushPullOptions po;
-  po.iteration = 7;  // the daemon's open round is 0
+  po.iteration = 70;  // the daemon's open round is 0, and at most 8 empty ones are passed over
   Status s = (*client)
                  ->pushPull(3, TensorView::of(x.data(), x.size(), DType::kF32),
                             TensorView::of(x.data(), x.size(), DType::kF32), po)
