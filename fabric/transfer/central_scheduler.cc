@@ -44,9 +44,7 @@ struct Grant {
   std::shared_ptr<Conn> to;
   int dest = 0;
   uint64_t bytes = 0;
-  // The pacing slot it booked, [paceStartNs, paceEndNs) (0, 0 unpaced).
-  int64_t paceStartNs = 0;
-  int64_t paceEndNs = 0;
+  int64_t paceEndNs = 0;  // the end of the pacing slot it booked (0: unpaced)
 };
 
 }  // namespace
@@ -60,7 +58,11 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
   mutable std::mutex mu;
   bool stopped = false;
   std::vector<std::deque<std::shared_ptr<Request>>> queues;
-  std::vector<int64_t> nextFreeNs;                           // per destination: pacing clock
+  std::vector<int64_t> nextFreeNs;  // per destination: pacing clock
+  // Per destination: the ends of the slots booked by grants not given back unused. The clock
+  // never runs past the last of them (or now): a grant given back unused takes its slot out,
+  // whichever order grants come back in.
+  std::vector<std::multiset<int64_t>> bookedEnds;
   std::map<std::pair<const Conn*, uint64_t>, Grant> grants;  // (connection, request id)
   std::vector<std::shared_ptr<Conn>> conns;
   SchedulerStats stats;
@@ -183,13 +185,17 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       auto& ds = stats.destinations[static_cast<size_t>(it->second.dest)];
       ds.delivered++;
       ds.load -= it->second.bytes;
-      int64_t& clock = nextFreeNs[static_cast<size_t>(it->second.dest)];
-      if (h.iteration == 1 && it->second.paceEndNs != 0 && clock == it->second.paceEndNs) {
-        // Unused, and the last slot booked there: it goes back, or a burst of refused grants
-        // (each paced past its caller's deadline) would run the clock ahead of real time and
-        // fail every later one. A slot with later ones booked after it stays booked (taking it
-        // back from the end would hand a later grant an overlapping slot).
-        clock = std::max(nowNs(), it->second.paceStartNs);
+      if (h.iteration == 1 && it->second.paceEndNs != 0) {
+        // Unused: its slot goes back, or a burst of refused grants (each paced past its
+        // caller's deadline) would run the clock ahead of real time and fail every later one.
+        // The clock falls back to the end of the last slot still booked, never below now: a
+        // slot with later ones booked after it leaves a gap rather than an overlap.
+        const auto d = static_cast<size_t>(it->second.dest);
+        auto& ends = bookedEnds[d];
+        if (auto e = ends.find(it->second.paceEndNs); e != ends.end()) ends.erase(e);
+        const int64_t now = nowNs();
+        while (!ends.empty() && *ends.begin() <= now) ends.erase(ends.begin());
+        nextFreeNs[d] = ends.empty() ? now : std::max(now, *ends.rbegin());
       }
       grants.erase(it);
       grantLocked();
@@ -226,7 +232,7 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       ds.maxLoad = std::max(ds.maxLoad, ds.load);
       ds.maxGrant = std::max(ds.maxGrant, r.bytes);
       uint64_t delayUs = 0;
-      int64_t paceStartNs = 0, paceEndNs = 0;
+      int64_t paceEndNs = 0;
       if (options.rateBytesPerSec > 0) {
         const int64_t now = nowNs();
         const int64_t start = std::max(now, nextFreeNs[d]);
@@ -236,11 +242,13 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
         if (__builtin_add_overflow(start, busyNs, &nextFreeNs[d])) {
           nextFreeNs[d] = std::numeric_limits<int64_t>::max();
         }
-        paceStartNs = start;
         paceEndNs = nextFreeNs[d];
+        auto& ends = bookedEnds[d];
+        while (!ends.empty() && *ends.begin() <= now) ends.erase(ends.begin());  // over
+        ends.insert(paceEndNs);
         delayUs = static_cast<uint64_t>((start - now) / 1000);
       }
-      grants[{r.from.get(), r.id}] = Grant{r.from, best, r.bytes, paceStartNs, paceEndNs};
+      grants[{r.from.get(), r.id}] = Grant{r.from, best, r.bytes, paceEndNs};
       send(r.from, SchedOp::kGrant, r.id, d, delayUs);
     }
   }
@@ -282,6 +290,7 @@ StatusOr<std::unique_ptr<CentralScheduler>> CentralScheduler::create(
   const auto n = static_cast<size_t>(options.numDestinations);
   impl->queues.resize(n);
   impl->nextFreeNs.assign(n, 0);
+  impl->bookedEnds.resize(n);
   impl->stats.destinations.resize(n);
   impl->stats.destBytes = impl->options.destBytes;
   transport::ContextOptions co;

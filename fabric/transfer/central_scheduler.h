@@ -23,7 +23,7 @@
 //   kDelivered worker -> sched  key = request id (the unit was acknowledged by its daemon);
 //                               iteration = 1: given back unused (paced past the caller's
 //                               deadline, its acquire gone, its unit dropped): its pacing
-//                               slot is returned too if it is the last one booked
+//                               slot is returned too
 //   kRefuse    sched -> worker  key = request id, payload = reason text (bad destination, more
 //                               than kMaxRequestBytes, ...)
 // A worker whose connection ends releases the load of its undelivered grants.
