@@ -38,6 +38,9 @@ struct ModelStore::Slot {
 
 namespace {
 
+// Updates of one worker a chunk holds unapplied at most (ModelStore::onApply).
+constexpr std::ptrdiff_t kMaxHeldPerWorker = 16;
+
 uint64_t slotId(uint64_t key, uint32_t chunk) {
   return ps::mix64(key) ^ (static_cast<uint64_t>(chunk) * 0x9e3779b97f4a7c15ull);
 }
@@ -224,6 +227,23 @@ void ModelStore::onApply(Event& e) {
   if (e.header.iteration > (1ull << 62)) {
     e.peer->reject(metrics_, RejectReason::kMalformed, e.header,
                    "clock " + std::to_string(e.header.iteration) + " is out of range");
+    return;
+  }
+  // Each update held before being applied keeps its delta. A client that gives up waiting and
+  // goes on with its next clock (as docs/MODEL_STORE.md says it may) while the slowest worker
+  // stays stalled would pile them up without bound: past kMaxHeldPerWorker, further ones from
+  // that worker are dropped, with the reason.
+  const auto waiting = std::count_if(s->held.begin(), s->held.end(), [&](const Held& h) {
+    return h.rank == e.rank && !h.applied;
+  });
+  if (waiting >= kMaxHeldPerWorker) {
+    metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
+    answerApply(*e.peer, e.header, true, s->version, 0,
+                "update " + where(s->key, s->chunk) + " clock=" +
+                    std::to_string(e.header.iteration) + " from worker " +
+                    std::to_string(e.rank) + " dropped: " + std::to_string(waiting) +
+                    " of its updates already wait there for the staleness bound (the slowest "
+                    "worker is stalled); pull and go on from a current clock");
     return;
   }
   Held held;

@@ -258,6 +258,29 @@ TEST(ModelStore, ClocksThatSkipAheadDoNotDeferEachOtherForever) {
   EXPECT_EQ(out[0], 22.0f);
 }
 
+// A worker that gives up waiting on a deferred update and goes on with its next clock, while
+// the other one stays stalled: its held updates used to pile up, each with its delta, without
+// bound. Past 16 of them, further ones are dropped with the reason.
+TEST(ModelStore, HeldUpdatesOfOneWorkerAreBounded) {
+  TwoWorkers w({"--staleness", "0"});
+  ASSERT_TRUE(w.start().ok());
+  std::vector<float> x{0};
+  ASSERT_TRUE(w.a->init(11, view(x), kLong()).ok());
+  std::vector<float> one{1};
+  ASSERT_TRUE(w.a->apply(11, view(one), 0, Deadline::afterMs(200)).status().code() ==
+              StatusCode::kDeadlineExceeded);  // answered only once worker 1's clock 0 is in
+  // Clocks 1..16 are deferred (more than 0 ahead of worker 1, which sends nothing).
+  for (int c = 1; c <= 16; ++c) {
+    auto r = w.a->apply(11, view(one), static_cast<uint64_t>(c), Deadline::afterMs(100));
+    ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << c << ": " << r.status();
+  }
+  ASSERT_TRUE(w.cluster.waitMetric(0, "cofab_agg_model_deferred_now", 17).ok());
+  auto over = w.a->apply(11, view(one), 17, kLong());
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_EQ(over->outcome, ApplyOutcome::kDropped);
+  EXPECT_EQ(*w.cluster.metric(0, "cofab_agg_model_deferred_now"), 17);
+}
+
 // tau = 0 is BSP: a worker's answer for clock c comes only once every live worker's clock c is
 // in, so the pull that follows it (the model it computes clock c+1 on) holds all of them.
 TEST(ModelStore, StalenessZeroIsBulkSynchronous) {
