@@ -233,14 +233,13 @@ void ModelStore::onApply(Event& e) {
   // goes on with its next clock (as docs/MODEL_STORE.md says it may) while the slowest worker
   // stays stalled would pile them up without bound: past kMaxHeldPerWorker, further ones from
   // that worker are dropped, with the reason.
-  const auto waiting = std::count_if(s->held.begin(), s->held.end(), [&](const Held& h) {
-    return h.rank == e.rank && !h.applied;
-  });
+  const auto waiting = std::count_if(s->held.begin(), s->held.end(),
+                                     [&](const Held& h) { return h.rank == e.rank && !h.applied; });
   if (waiting >= kMaxHeldPerWorker) {
     metrics_.sync.modelDropped.fetch_add(1, std::memory_order_relaxed);
     answerApply(*e.peer, e.header, true, s->version, 0,
-                "update " + where(s->key, s->chunk) + " clock=" +
-                    std::to_string(e.header.iteration) + " from worker " +
+                "update " + where(s->key, s->chunk) +
+                    " clock=" + std::to_string(e.header.iteration) + " from worker " +
                     std::to_string(e.rank) + " dropped: " + std::to_string(waiting) +
                     " of its updates already wait there for the staleness bound (the slowest "
                     "worker is stalled); pull and go on from a current clock");
