@@ -27,12 +27,27 @@ std::vector<float> floatsOf(const RawMessage& m) {
   return v;
 }
 
+// One daemon for two workers and a raw connection of each (w0, w1): most tests here start so.
+struct TwoRawPeers {
+  explicit TwoRawPeers(std::vector<std::string> args = {}) : cluster(1, 2, std::move(args)) {}
+  Status start() {
+    COFAB_RETURN_IF_ERROR(cluster.start());
+    w0 = RawPeer::connect(cluster.address(0), "worker 0");
+    w1 = RawPeer::connect(cluster.address(0), "worker 1");
+    return !w0.ok() ? w0.status() : w1.status();
+  }
+  DaemonCluster cluster;
+  StatusOr<std::unique_ptr<RawPeer>> w0 = Unavailable("not started");
+  StatusOr<std::unique_ptr<RawPeer>> w1 = Unavailable("not started");
+};
+
 TEST(AggregatorProtocol, RetransmittedChunksAreAppliedOnce) {
-  DaemonCluster cluster(1, 2);
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers;
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   const auto h0 = RawPeer::push(0, 5, 0, DType::kF32);
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());  // retransmission
@@ -69,11 +84,12 @@ wire::Header pullOf(uint32_t rank, uint64_t key, uint64_t iteration, DType dtype
 // the chunk (its size, dtype and chunk count). A waiting pull for another dtype is refused once
 // the push shows the chunk's.
 TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
-  DaemonCluster cluster(1, 2);
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers;
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
   ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
   ASSERT_TRUE(
@@ -97,11 +113,12 @@ TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
 // A pull before any push does not fix the chunk for later pulls either: only the push does. A
 // second pull of the right dtype waits like the first, and only the wrong one is refused.
 TEST(AggregatorProtocol, AnEarlierPullDoesNotFixTheChunkForLaterPulls) {
-  DaemonCluster cluster(1, 2);
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers;
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
   ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
   ASSERT_TRUE((*w0)->send(pullOf(0, 5, 0, DType::kF32), {}).ok());
@@ -124,11 +141,12 @@ TEST(AggregatorProtocol, AnEarlierPullDoesNotFixTheChunkForLaterPulls) {
 // A refused push leaves no state behind: no slot, no shape for the pushes that follow, and a
 // pull waiting on the chunk is neither refused nor answered by it.
 TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
-  DaemonCluster cluster(1, 2, {"--engines", "1"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers({"--engines", "1"});
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   // Beyond the window (a new chunk's open round is 0, and 100 is past the empty rounds a push
   // may pass over), 2 x f32, for a key nobody used yet.
   ASSERT_TRUE(
@@ -175,11 +193,12 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
 // dropped it: docs/TRANSFER.md); a worker that sends it afterwards is refused finished_iteration,
 // and more than 8 rounds ahead stays beyond the window.
 TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
-  DaemonCluster cluster(1, 2);
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers;
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   ASSERT_TRUE(
       (*w0)->sendValues(RawPeer::push(0, 5, 1, DType::kF32), std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored in round 1, before worker 1 sends round 0
@@ -207,11 +226,12 @@ TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
 // The lag gauge follows the pushes the daemon stored: one refused (beyond the window) says
 // nothing about how far its worker is.
 TEST(AggregatorProtocol, WorkerLagCountsOnlyStoredPushes) {
-  DaemonCluster cluster(1, 2);
-  ASSERT_TRUE(cluster.start().ok());
-  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
-  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
-  ASSERT_TRUE(w0.ok() && w1.ok());
+  TwoRawPeers peers;
+  const Status started = peers.start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto& cluster = peers.cluster;
+  auto& w0 = peers.w0;
+  auto& w1 = peers.w1;
   ASSERT_TRUE(
       (*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored
