@@ -27,13 +27,20 @@ std::vector<float> floatsOf(const RawMessage& m) {
   return v;
 }
 
-// One daemon for two workers and a raw connection of each (w0, w1): most tests here start so.
+// One daemon for two workers and a raw connection of each (w0, w1): most tests here start so
+// (`auto& [cluster, w0, w1] = peers;`). start() records what failed.
 struct TwoRawPeers {
   explicit TwoRawPeers(std::vector<std::string> args = {}) : cluster(1, 2, std::move(args)) {}
   Status start() {
-    COFAB_RETURN_IF_ERROR(cluster.start());
+    const Status started = cluster.start();
+    if (!started.ok()) {
+      ADD_FAILURE() << started;
+      return started;
+    }
     w0 = RawPeer::connect(cluster.address(0), "worker 0");
     w1 = RawPeer::connect(cluster.address(0), "worker 1");
+    if (!w0.ok()) ADD_FAILURE() << w0.status();
+    if (!w1.ok()) ADD_FAILURE() << w1.status();
     return !w0.ok() ? w0.status() : w1.status();
   }
   DaemonCluster cluster;
@@ -43,11 +50,8 @@ struct TwoRawPeers {
 
 TEST(AggregatorProtocol, RetransmittedChunksAreAppliedOnce) {
   TwoRawPeers peers;
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   const auto h0 = RawPeer::push(0, 5, 0, DType::kF32);
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->sendValues(h0, std::vector<float>{1, 2}).ok());  // retransmission
@@ -85,11 +89,8 @@ wire::Header pullOf(uint32_t rank, uint64_t key, uint64_t iteration, DType dtype
 // the push shows the chunk's.
 TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
   TwoRawPeers peers;
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
   ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
   ASSERT_TRUE(
@@ -114,11 +115,8 @@ TEST(AggregatorProtocol, APullBeforeAnyPushWaitsAndThePushDefinesTheChunk) {
 // second pull of the right dtype waits like the first, and only the wrong one is refused.
 TEST(AggregatorProtocol, AnEarlierPullDoesNotFixTheChunkForLaterPulls) {
   TwoRawPeers peers;
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   ASSERT_TRUE((*w1)->send(pullOf(1, 5, 0, DType::kF64), {}).ok());
   ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_open_rounds", 1).ok());  // the pull is held
   ASSERT_TRUE((*w0)->send(pullOf(0, 5, 0, DType::kF32), {}).ok());
@@ -142,11 +140,8 @@ TEST(AggregatorProtocol, AnEarlierPullDoesNotFixTheChunkForLaterPulls) {
 // pull waiting on the chunk is neither refused nor answered by it.
 TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
   TwoRawPeers peers({"--engines", "1"});
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   // Beyond the window (a new chunk's open round is 0, and 100 is past the empty rounds a push
   // may pass over), 2 x f32, for a key nobody used yet.
   ASSERT_TRUE(
@@ -194,11 +189,8 @@ TEST(AggregatorProtocol, ARefusedPushLeavesNoSlotBehind) {
 // and more than 8 rounds ahead stays beyond the window.
 TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
   TwoRawPeers peers;
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   ASSERT_TRUE(
       (*w0)->sendValues(RawPeer::push(0, 5, 1, DType::kF32), std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored in round 1, before worker 1 sends round 0
@@ -227,11 +219,8 @@ TEST(AggregatorProtocol, AnEmptyRoundIsPassedOverByThePushForTheNextOne) {
 // nothing about how far its worker is.
 TEST(AggregatorProtocol, WorkerLagCountsOnlyStoredPushes) {
   TwoRawPeers peers;
-  const Status started = peers.start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto& cluster = peers.cluster;
-  auto& w0 = peers.w0;
-  auto& w1 = peers.w1;
+  ASSERT_TRUE(peers.start().ok());
+  auto& [cluster, w0, w1] = peers;
   ASSERT_TRUE(
       (*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>{1, 2}).ok());
   ASSERT_TRUE((*w0)->recv().ok());  // the ack: stored
