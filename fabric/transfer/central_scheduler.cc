@@ -233,12 +233,13 @@ struct CentralScheduler::Impl : std::enable_shared_from_this<Impl> {
       ds.maxGrant = std::max(ds.maxGrant, r.bytes);
       uint64_t delayUs = 0;
       int64_t paceEndNs = 0;
-      if (options.rateBytesPerSec > 0) {
+      const uint64_t rate = *options.rateBytesPerSec;  // resolved by create()
+      if (rate > 0) {
         const int64_t now = nowNs();
         const int64_t start = std::max(now, nextFreeNs[d]);
         // bytes <= 1 GiB (kMaxRequestBytes): the product fits; the sum saturates instead of
         // overflowing after many large grants at a very low rate.
-        const auto busyNs = static_cast<int64_t>(r.bytes * 1000000000ull / options.rateBytesPerSec);
+        const auto busyNs = static_cast<int64_t>(r.bytes * 1000000000ull / rate);
         if (__builtin_add_overflow(start, busyNs, &nextFreeNs[d])) {
           nextFreeNs[d] = std::numeric_limits<int64_t>::max();
         }
@@ -283,7 +284,7 @@ StatusOr<std::unique_ptr<CentralScheduler>> CentralScheduler::create(
     COFAB_ASSIGN_OR_RETURN(int64_t v, kSchedDestBytes.get());
     impl->options.destBytes = static_cast<uint64_t>(v);
   }
-  if (impl->options.rateBytesPerSec == 0) {
+  if (!impl->options.rateBytesPerSec) {
     COFAB_ASSIGN_OR_RETURN(int64_t v, kSchedRate.get());
     impl->options.rateBytesPerSec = static_cast<uint64_t>(v);
   }
@@ -293,6 +294,7 @@ StatusOr<std::unique_ptr<CentralScheduler>> CentralScheduler::create(
   impl->bookedEnds.resize(n);
   impl->stats.destinations.resize(n);
   impl->stats.destBytes = impl->options.destBytes;
+  impl->stats.rateBytesPerSec = *impl->options.rateBytesPerSec;
   transport::ContextOptions co;
   co.localId = "cofab-sched";
   COFAB_ASSIGN_OR_RETURN(impl->ctx, transport::Registry::create(options.transport, co));

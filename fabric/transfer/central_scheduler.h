@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,10 @@ struct SchedulerOptions {
   int numDestinations = 1;  // the aggregator daemons (destination ids 0..n-1)
   // Bytes granted and not yet delivered per destination; 0: COFAB_SCHED_DEST_BYTES (8 MiB).
   uint64_t destBytes = 0;
-  // Pacing per destination in bytes/s; 0: COFAB_SCHED_RATE (0 = unpaced).
-  uint64_t rateBytesPerSec = 0;
+  // Pacing per destination in bytes/s, 0 = unpaced; unset: COFAB_SCHED_RATE (default unpaced).
+  // Optional, not 0-means-default like destBytes: an explicit 0 (cofab-sched --rate 0) must
+  // turn pacing off even where the environment sets a rate.
+  std::optional<uint64_t> rateBytesPerSec;
   std::string transport = "tcp";
   std::string listenAddress;  // empty: the transport's default, kernel-chosen port
 };
@@ -76,7 +79,8 @@ struct SchedDestinationStats {
 
 struct SchedulerStats {
   uint64_t destBytes = 0;
-  uint64_t protocolErrors = 0;  // unknown request ids, duplicate deliveries, bad opcodes
+  uint64_t rateBytesPerSec = 0;  // the pacing in effect (0: unpaced)
+  uint64_t protocolErrors = 0;   // unknown request ids, duplicate deliveries, bad opcodes
   std::vector<SchedDestinationStats> destinations;
 };
 

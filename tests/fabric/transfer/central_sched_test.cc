@@ -15,6 +15,7 @@
 #include <future>
 #include <thread>
 
+#include "core/param.h"
 #include "fabric/transfer/central_scheduler.h"
 #include "fabric/transfer/sched_client.h"
 #include "fabric/transfer/transfer_manager.h"
@@ -181,6 +182,29 @@ TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
   // A request for a destination that does not exist is refused, not queued forever.
   auto bad = (*sc)->acquire(5, 100, Deadline::afterMs(10000));
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+}
+
+// An explicit rate of 0 (cofab-sched --rate 0) turns pacing off even where COFAB_SCHED_RATE
+// sets one; only an unset rate takes the environment's. 0 used to mean "the environment's", so
+// --rate 0 was overridden by the variable.
+TEST(CentralScheduler, AnExplicitZeroRateIsUnpacedWhateverTheEnvironmentSays) {
+  ScopedParamOverride env("COFAB_SCHED_RATE", "1000");  // 100 kB would take 100 s
+  transfer::SchedulerOptions so;
+  so.listenAddress = "127.0.0.1:0";
+  auto fromEnv = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(fromEnv.ok()) << fromEnv.status();
+  EXPECT_EQ((*fromEnv)->stats().rateBytesPerSec, 1000u);
+  so.rateBytesPerSec = 0;
+  auto sched = transfer::CentralScheduler::create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  EXPECT_EQ((*sched)->stats().rateBytesPerSec, 0u);
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  for (int i = 0; i < 2; ++i) {  // paced, the second would start 100 s after the first
+    auto g = (*sc)->acquire(0, 100000, Deadline::afterMs(30000));
+    ASSERT_TRUE(g.ok()) << "grant " << i << ": " << g.status();
+    (*sc)->delivered(*g);
+  }
 }
 
 // A grant whose pacing ends after the caller's deadline is given back at once and fails: the
