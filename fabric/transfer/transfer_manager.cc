@@ -653,14 +653,34 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
 using detail::ManagerCore;
 using detail::UpdateState;
 
-bool TransferHandle::test() const {
-  if (!state_) return true;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
+namespace {
+
+// Fails `up` for good once its own deadline has passed, without waiting for the dispatcher to
+// notice (it may be waiting for another unit's grant, up to grantTimeoutMs): what wait(),
+// test() and status() see agrees. Returns whether `up` is done.
+bool expireIfDue(const std::shared_ptr<UpdateState>& up) {
+  {
+    std::lock_guard<std::mutex> lock(up->mu);
+    if (up->done) return true;
+  }
+  if (!up->deadline.expired()) return false;
+  if (auto core = up->core.lock()) {
+    std::lock_guard<std::mutex> lock(core->mu);
+    core->expireLocked(up);
+  } else {
+    up->finish(DeadlineExceeded("transfer key=" + std::to_string(up->key) + ": deadline passed"));
+  }
+  std::lock_guard<std::mutex> lock(up->mu);
+  return up->done;  // false while chunks handed to the client are still out
 }
+
+}  // namespace
+
+bool TransferHandle::test() const { return !state_ || expireIfDue(state_); }
 
 Status TransferHandle::status() const {
   if (!state_) return FailedPrecondition("status() on an invalid TransferHandle");
+  expireIfDue(state_);
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done ? state_->status : Unavailable("in progress");
 }
@@ -677,26 +697,20 @@ Status TransferHandle::wait(Deadline deadline) const {
     }
     if (state_->done) return state_->status;
   }
-  auto core = state_->core.lock();
-  if (state_->deadline.expired()) {
-    // The update's own deadline: it fails for good (even if the dispatcher has not seen it yet).
-    if (core) {
-      std::lock_guard<std::mutex> lock(core->mu);
-      core->expireLocked(state_);
-      std::lock_guard<std::mutex> l(state_->mu);
-      if (!state_->done) {  // chunks are with the client: the tensors stay lent until back
-        return DeadlineExceeded("deadline passed: " + core->pendingText(*state_) +
-                                "; the handle completes once those handed over are back");
-      }
-    } else {
-      state_->finish(
-          DeadlineExceeded("transfer key=" + std::to_string(state_->key) + ": deadline passed"));
-    }
+  const bool expired = state_->deadline.expired();  // the update's own: it fails for good
+  if (expired && expireIfDue(state_)) {
     std::lock_guard<std::mutex> lock(state_->mu);
     return state_->status;
   }
+  auto core = state_->core.lock();
   if (!core) return DeadlineExceeded("transfer key=" + std::to_string(state_->key));
   std::lock_guard<std::mutex> lock(core->mu);
+  if (expired) {  // chunks are with the client: the tensors stay lent until back
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (state_->done) return state_->status;  // they came back meanwhile
+    return DeadlineExceeded("deadline passed: " + core->pendingText(*state_) +
+                            "; the handle completes once those handed over are back");
+  }
   return DeadlineExceeded("waiting for " + core->pendingText(*state_));
 }
 

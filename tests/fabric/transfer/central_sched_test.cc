@@ -488,6 +488,43 @@ TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
   EXPECT_EQ((*mgr)->stats().chunksSent, 1u);
 }
 
+// An update whose deadline passes while the dispatcher waits for another unit's grant: test()
+// and status() see it fail at its deadline, as wait() does. They used to report it in progress
+// until the other grant came or timed out (grantTimeoutMs, here 20 s), so a caller polling
+// test() missed the deadline by that long.
+TEST(CentralScheduler, TestAndStatusSeeADeadlinePassWhileTheDispatcherAwaitsAGrant) {
+  HeldDestination job;
+  const Status started = job.start(/*grantTimeoutMs=*/20000);
+  ASSERT_TRUE(started.ok()) << started;
+  auto* mgr = &job.mgr;
+  auto* sched = &job.sched;
+  std::vector<float> a(kChunk / sizeof(float), 1.0f);
+  std::vector<float> b(kChunk / sizeof(float), 2.0f);
+  transfer::GradientUpdate ua;
+  ua.key = 1;
+  ua.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
+  transfer::TransferHandle ha = (*mgr)->enqueue(ua);
+  auto waitFor = [&](auto pred) {
+    for (int i = 0; i < 2000 && !pred(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return pred();
+  };
+  ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
+      << "the dispatcher's request never reached the scheduler";
+  transfer::GradientUpdate ub;
+  ub.key = 2;
+  ub.tensor = TensorView::of(b.data(), b.size(), DType::kF32);
+  ub.deadline = Deadline::afterMs(100);
+  transfer::TransferHandle hb = (*mgr)->enqueue(ub);
+  EXPECT_TRUE(waitFor([&] { return hb.test(); }))
+      << "test() still false 10 s after the update's 100 ms deadline";
+  EXPECT_EQ(hb.status().code(), StatusCode::kDeadlineExceeded) << hb.status();
+  EXPECT_FALSE(ha.test()) << "the update without a deadline must still wait for its grant";
+  job.holder->delivered(job.held);
+  EXPECT_TRUE(ha.wait(Deadline::afterMs(20000)).ok()) << ha.status();
+}
+
 // A request for more than 1 GiB (transfer::kMaxRequestBytes) is refused with an error that says
 // so, whatever the destination's load: the scheduler used to grant any claimed size to an idle
 // destination, and its load and pacing arithmetic overflowed on absurd ones.
