@@ -452,10 +452,18 @@ class ModelClient::Impl {
         chunkDoneLocked(h.sequence, r, h.iteration);
         return;
       case ControlOp::kModelValue:
-        if (r.out == nullptr || payload.size() != r.count * sizeof(float)) {
+        if (r.out == nullptr) {
+          failLocked(r.call, DataLoss(chunkName + ": a value answer to a request for none"));
+          return;
+        }
+        if (payload.size() != r.count * sizeof(float)) {
+          // A pull carries no size: a value of another size is the key's, and the caller's
+          // tensor is the wrong one (the chunk layout agreed, or the answer would not match).
           failLocked(r.call,
-                     DataLoss(chunkName + " sent " + std::to_string(payload.size()) +
-                              " bytes, expected " + std::to_string(r.count * sizeof(float))));
+                     InvalidArgument(chunkName + " holds " +
+                                     std::to_string(payload.size() / sizeof(float)) +
+                                     " floats, the tensor has " + std::to_string(r.count) +
+                                     " for it: pull with the size the key was initialized with"));
           return;
         }
         std::memcpy(r.out, payload.data(), payload.size());

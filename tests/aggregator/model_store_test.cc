@@ -120,6 +120,12 @@ TEST(ModelStore, FirstInitWinsAndBadRequestsSayWhy) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("wrong_size"), std::string::npos) << st;
   EXPECT_NE(st.message().find("key=5"), std::string::npos) << st;
+  // A pull into a tensor of another size than the key's is the caller's mistake, not data lost
+  // on the way: InvalidArgument saying both sizes (it used to be DataLoss).
+  auto wrongPull = (*b)->pull(5, view(wrong), kLong());
+  EXPECT_EQ(wrongPull.status().code(), StatusCode::kInvalidArgument) << wrongPull.status();
+  EXPECT_NE(wrongPull.status().message().find("holds 3 floats"), std::string::npos)
+      << wrongPull.status();
   auto missing = (*a)->pull(6, view(out), kLong());
   EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(missing.status().message().find("init first"), std::string::npos) << missing.status();
