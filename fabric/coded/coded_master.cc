@@ -58,7 +58,10 @@ struct CodedMaster::State {
   int n = 0;
   std::vector<std::shared_ptr<transport::Connection>> conns;  // by worker; null until registered
   std::vector<std::string> dead;                              // "" while alive
-  std::vector<bool> loaded;
+  std::vector<bool> loaded;                                   // acknowledged load number `load`
+  // The running load's number, carried by kLoad and echoed by kLoaded: a late ack for an
+  // earlier load (one that timed out) must not count for this one.
+  uint64_t load = 0;
   std::string registerError;  // a connection that registered badly
   int badRegistrations = 0;   // connections that failed or registered badly (closed)
   // The running request.
@@ -83,7 +86,7 @@ struct CodedMaster::State {
     }
     switch (static_cast<CodedOp>(h.opcode)) {
       case CodedOp::kLoaded:
-        loaded[w] = true;
+        if (h.sequence == load) loaded[w] = true;
         break;
       case CodedOp::kResult:
         if (h.sequence != current || hasResult[w]) break;  // late: that request is over
@@ -362,9 +365,8 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   // A block has ceil(rows / m) rows in every mode (the coded split pads like the others; rows is
   // bounded by validate(), so rows + m - 1 cannot overflow). A block that cannot travel is
   // refused before anything changes here or on the workers.
-  COFAB_RETURN_IF_ERROR(
-      checkMatrixMessage("coded load: a block of A", (a.rows + m - 1) / m, a.cols,
-                         sizeof(LoadRecord)));
+  COFAB_RETURN_IF_ERROR(checkMatrixMessage("coded load: a block of A", (a.rows + m - 1) / m, a.cols,
+                                           sizeof(LoadRecord)));
   // blocks[w] = the floats worker w holds.
   std::vector<const float*> blockOf(n);
   std::vector<float> split;
@@ -391,6 +393,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
   COFAB_RETURN_IF_ERROR(checkLive("coded load"));
+  ++s.load;
   for (int w = 0; w < n; ++w) {
     s.loaded[w] = false;
     if (!s.dead[w].empty()) continue;
@@ -408,7 +411,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     }
     auto buf = std::make_shared<const std::vector<uint8_t>>(packRecord(
         rec, std::span<const float>(blockOf[w], static_cast<size_t>(blockRows_ * a.cols))));
-    sendTo(s.conns[w], codedHeader(CodedOp::kLoad, 0, 0), buf);
+    sendTo(s.conns[w], codedHeader(CodedOp::kLoad, 0, s.load), buf);
   }
   const Deadline deadline = Deadline::after(options_.setupTimeout);
   auto allLoaded = [&] {

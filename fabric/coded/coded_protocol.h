@@ -1,7 +1,8 @@
 // The coded task service's messages between a master and its workers (fabric/coded/).
 //
 // Every message is a wire::Header of type kData whose `opcode` is a CodedOp, `senderRank` the
-// worker index (0 from the master), `sequence` the request id (0 outside requests). Payloads
+// worker index (0 from the master), `sequence` the request id (the load's number in kLoad and
+// kLoaded, 0 in kRegister and kShutdown). Payloads
 // start with a fixed little-endian record (the structs below, copied as bytes: both ends run
 // this build) followed, where noted, by row-major f32 matrix data. Decoders check lengths and
 // shapes and answer a Status naming what was wrong; nothing from a peer is trusted.

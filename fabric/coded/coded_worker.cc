@@ -133,7 +133,7 @@ Status Worker::load(const Job& job) {
                                {.shiftMs = r.shiftMs, .tailMeanMs = r.tailMeanMs, .seed = r.seed}));
     delay_.emplace(d);
   }
-  send(CodedOp::kLoaded, 0, {});
+  send(CodedOp::kLoaded, job.request, {});  // the load's number: the master checks it
   return OkStatus();
 }
 

@@ -13,8 +13,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -495,6 +498,68 @@ TEST(CodedService, ABadRegistrationDoesNotTakeAWorkersPlace) {
   ASSERT_TRUE(master.ok()) << master.status();
   master->reset();  // tells the workers to leave
   EXPECT_EQ(cofab::testing::failures(procs.waitAll(Deadline::afterMs(20000))), "");
+  (*ctx)->join();
+}
+
+// A worker's acknowledgement of an earlier load that timed out does not count for the next
+// load: the master's load(A2) used to return OK on a late ack for A1 (both carried no load
+// number), before the worker had A2. The worker here is driven by hand: it acknowledges the
+// first load only after the master sent the second, and never the second.
+TEST(CodedService, ALateAckForAnEarlierLoadDoesNotCompleteTheNextOne) {
+  TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 1};
+  o.name = "coded-lateack";
+  o.setupTimeout = Millis(2000);
+  StatusOr<std::unique_ptr<CodedMaster>> master = Unavailable("not created");
+  std::jthread creator([&] { master = CodedMaster::create(store->get(), o); });
+  auto addr = (*store)->get(o.name + "/master", Deadline::afterMs(30000));
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  auto ctx = transport::Registry::create("tcp", {.localId = "hand worker"});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto conn =
+      (*ctx)->connect(toString(*addr), {.localId = "hand worker"}, Deadline::afterMs(30000));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  (*conn)->send(codedHeader(CodedOp::kRegister, 0, 0), nullptr, 0, [](const Status&) {});
+  creator.join();
+  ASSERT_TRUE(master.ok()) << master.status();
+  // The loads' headers as the worker receives them, in order.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<wire::Header> loads;
+  std::function<void()> post = [&] {
+    (*conn)->recvOwned([&](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
+      if (!st.ok()) return;
+      std::lock_guard<std::mutex> lock(mu);
+      if (h.opcode == static_cast<uint8_t>(CodedOp::kLoad)) loads.push_back(h);
+      cv.notify_all();
+      post();
+    });
+  };
+  post();
+  auto loadsSeen = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return loads.size() >= n; });
+  };
+  std::vector<float> a(4, 1.0f);
+  EXPECT_EQ((*master)->load({a.data(), 2, 2, 0}).code(), StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(loadsSeen(1));
+  Status second = Unavailable("not run");
+  std::jthread loader([&] { second = (*master)->load({a.data(), 2, 2, 0}); });
+  ASSERT_TRUE(loadsSeen(2)) << "the second load never reached the worker";
+  wire::Header first;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    first = loads[0];
+  }
+  // What a worker that was slow with the first load sends: its ack, echoing that load.
+  (*conn)->send(codedHeader(CodedOp::kLoaded, 0, first.sequence), nullptr, 0, [](const Status&) {});
+  loader.join();
+  EXPECT_EQ(second.code(), StatusCode::kDeadlineExceeded) << second;
+  EXPECT_NE(second.message().find("workers 0"), std::string::npos) << second;
+  master->reset();
+  (*conn)->close();
   (*ctx)->join();
 }
 
