@@ -29,6 +29,20 @@ std::string rankList(const std::vector<int>& ranks) {
 
 std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
 
+// A listen address on the same host with a kernel-chosen port: "h:p" -> "h:0" (also "[v6]:p"),
+// anything without a numeric port as it is. A sub-communicator listens where its parent does,
+// which a fixed port would collide with; before, it listened on the transport's default
+// (loopback for tcp), so remote ranks could not reach it.
+std::string anyPortOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) return address;
+  if (address.find(':') != colon && address.front() != '[') return address;  // bare IPv6
+  for (size_t i = colon + 1; i < address.size(); ++i) {
+    if (address[i] < '0' || address[i] > '9') return address;
+  }
+  return address.substr(0, colon) + ":0";
+}
+
 std::string peerIdFor(const std::string& prefix, int rank) {
   return prefix + " rank " + std::to_string(rank);
 }
@@ -100,6 +114,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   std::unique_ptr<Communicator> comm(
       new Communicator(rank, size, store, options.name, prefix, std::move(context)));
   comm->allreducePath_ = options.allreducePath;
+  comm->listenAddress_ = options.listenAddress;
   COFAB_RETURN_IF_ERROR(comm->connectMesh(options, deadline)
                             .withContext("communicator '" + options.name + "' rank " +
                                          std::to_string(rank) + " of " + std::to_string(size)));
@@ -213,6 +228,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key, 
   CommOptions options;
   options.name = prefix_ + "/split" + std::to_string(splitIndex) + "/color" + std::to_string(color);
   options.setupTimeout = timeout;
+  options.listenAddress = anyPortOf(listenAddress_);
   const int newSize = static_cast<int>(members.size());
   return create(newRank, newSize, baseStore_, newSize > 1 ? context_ : nullptr, options);
 }

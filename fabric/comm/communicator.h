@@ -77,7 +77,8 @@ class Communicator {
   // Collective over this communicator (like MPI_Comm_split): ranks passing the same `color`
   // form a sub-communicator ordered by (key, rank). A negative color takes no part and gets a
   // null pointer. The sub-communicator shares the transport context, and has its own
-  // connections and store namespace.
+  // connections and store namespace; it listens on the parent's CommOptions::listenAddress
+  // host with a kernel-chosen port ("h:p" -> "h:0").
   StatusOr<std::unique_ptr<Communicator>> split(int color, int key, Duration timeout = Duration{0});
 
   // OK while healthy, else the sticky error that failed (or will fail) every operation.
@@ -142,6 +143,8 @@ class Communicator {
   PrefixStore store_;
   std::shared_ptr<transport::Context> context_;
   std::shared_ptr<AllreducePath> allreducePath_;
+  // CommOptions::listenAddress as given (split() listens on the same host).
+  std::string listenAddress_;
   std::vector<std::shared_ptr<transport::Connection>> conns_;
   std::unique_ptr<std::atomic<uint64_t>[]> arrived_;  // per peer: highest sequence seen + 1
 

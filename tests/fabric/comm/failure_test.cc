@@ -356,6 +356,35 @@ TEST(CommSetup, OverlappingBuffersOtherThanTheInPlaceFormAreRefused) {
   EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
 }
 
+// A sub-communicator listens on its parent's host (with a port of its own): split() used to
+// drop CommOptions::listenAddress, so on a multi-host job without COFAB_SOCKET_IFNAME the
+// sub-communicator published 127.0.0.1 and remote ranks dialled their own loopback.
+TEST(CommSplit, SubCommunicatorsListenOnTheParentsHost) {
+  HashStore store;
+  std::vector<std::unique_ptr<Communicator>> subs(2);
+  auto st = runThreadRanks(2, [&](int r) -> Status {
+    CommOptions o;
+    o.name = "split-listen";
+    o.listenAddress = r == 0 ? "127.0.0.2" : "127.0.0.2:0";  // both forms, port or not
+    o.setupTimeout = Millis(20000);
+    COFAB_ASSIGN_OR_RETURN(auto parent, Communicator::create(r, 2, &store, o));
+    COFAB_ASSIGN_OR_RETURN(subs[static_cast<size_t>(r)], parent->split(0, r, Millis(10000)));
+    CollectiveOptions bo;
+    bo.timeout = Millis(10000);
+    COFAB_RETURN_IF_ERROR(barrier(*subs[static_cast<size_t>(r)], bo));
+    subs[static_cast<size_t>(r)].reset();
+    return barrier(*parent, bo);
+  });
+  ASSERT_TRUE(cofab::testing::allOk(st).ok()) << describe(st);
+  for (int r = 0; r < 2; ++r) {
+    // "<name>/<generation>/split<i>/color<c>" + "/<generation>/addr/<rank>"
+    auto addr = store.get("split-listen/1/split0/color0/1/addr/" + std::to_string(r),
+                          Deadline::afterMs(1000));
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    EXPECT_EQ(toString(*addr).rfind("127.0.0.2:", 0), 0u) << "rank " << r << ": " << toString(*addr);
+  }
+}
+
 TEST(CommSplit, SubCommunicatorsReduceWithinTheirColor) {
   auto g = makeGroup(5);
   ASSERT_TRUE(g);
