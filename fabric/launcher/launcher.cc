@@ -127,6 +127,10 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
   std::string execError = "cofab-run: cannot execute '" + argv[0] + "': ";
 
   const pid_t parent = ::getpid();
+  // A rank is not in the terminal's foreground group (setpgid below): reading a terminal would
+  // stop it with SIGTTIN for good (pdb, input(), a login prompt), and nothing would say why. It
+  // reads /dev/null instead; a pipe or file on stdin is passed on as it is.
+  const bool stdinIsTerminal = ::isatty(0) == 1;
   pid_t pid = ::fork();
   if (pid < 0) return errnoStatus(StatusCode::kIoError, "fork", errno);
   if (pid == 0) {
@@ -137,6 +141,11 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
     ::setpgid(0, 0);  // its own group, so signals reach its whole process tree
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
+    if (stdinIsTerminal) {
+      const int devNull = ::open("/dev/null", O_RDONLY);
+      if (devNull >= 0) ::dup2(devNull, 0);
+      if (devNull > 0) ::close(devNull);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -144,6 +153,7 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);  // ignored by cofab-run, and an ignored signal survives exec
     ::execvpe(cargv[0], cargv.data(), cenv.data());
     int e = errno;
     (void)!::write(2, execError.data(), execError.size());
@@ -265,7 +275,14 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   struct sigaction oldInt {
-  }, oldTerm{}, oldHup{}, oldChld{};
+  }, oldTerm{}, oldHup{}, oldChld{}, oldPipe{};
+  // Output closed under it (`cofab-run ... | tee log`, tee killed by the same Ctrl-C) must not
+  // kill cofab-run with SIGPIPE: the ranks would die by PDEATHSIG in the middle of their
+  // shutdown. Writes to a closed pipe fail with EPIPE instead, and the output is dropped.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &oldPipe);
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
   sigaction(SIGHUP, &sa, &oldHup);
@@ -458,6 +475,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   sigaction(SIGTERM, &oldTerm, nullptr);
   sigaction(SIGHUP, &oldHup, nullptr);
   sigaction(SIGCHLD, &oldChld, nullptr);
+  sigaction(SIGPIPE, &oldPipe, nullptr);
   ::close(gSignalPipe[0]);
   ::close(gSignalPipe[1]);
   gSignalPipe[0] = gSignalPipe[1] = -1;

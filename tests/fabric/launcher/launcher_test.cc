@@ -273,6 +273,40 @@ TEST(LauncherTest, OtherLaunchersRankVariablesAreNotPassedOn) {
 
 // A child that never writes a newline: its output comes out in prefixed pieces of at most
 // kMaxLine bytes instead of piling up in memory until it exits.
+// cofab-run's output pipe closing under it (`cofab-run ... | tee log`, tee gone first) does not
+// kill it with SIGPIPE: the rank finishes and cofab-run exits 0. It used to die at its next
+// write (exit 141), and the ranks with it (PDEATHSIG), before they were done.
+TEST(LauncherTest, AClosedOutputPipeDoesNotStopTheJob) {
+  testing::TempDir dir;
+  const std::string done = dir.path() + "/done";
+  const std::string job =
+      writeScript(dir, "echo a\nsleep 0.3\necho b\nsleep 0.3\ntouch " + done + "\n");
+  // `true` exits at once, closing the pipe; pipefail reports cofab-run's own status.
+  const RunResult r = testing::runShell("bash -c 'set -o pipefail; timeout -s KILL 60 " +
+                                        std::string(COFAB_RUN_BINARY) + " -n 1 -- " + job +
+                                        " | true; echo status=$?'");
+  EXPECT_NE(r.out.find("status=0"), std::string::npos) << r.out;
+  EXPECT_EQ(::access(done.c_str(), F_OK), 0) << "the rank did not finish: " << r.out;
+}
+
+// A rank started from a terminal reads /dev/null, not the terminal: it is not in the
+// terminal's foreground process group, so a read there stopped it (SIGTTIN) for good. `script`
+// gives cofab-run a terminal on stdin; a pipe or file would be passed on unchanged.
+TEST(LauncherTest, RanksDoNotReadTheTerminal) {
+  if (testing::runShell("command -v script").exitCode != 0) {
+    GTEST_SKIP() << "util-linux script(1) is not installed: no terminal to test with";
+  }
+  const RunResult r = testing::runShell("timeout -s KILL 60 script -qec '" +
+                                        std::string(COFAB_RUN_BINARY) +
+                                        " -n 1 -- readlink /proc/self/fd/0' /dev/null");
+  EXPECT_NE(r.out.find("/dev/null"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("/dev/pts"), std::string::npos) << r.out;
+  // Not a terminal: passed on (here the pipe runShell reads from is stdout; stdin is a pipe).
+  const RunResult piped = testing::runShell("echo hello | timeout -s KILL 60 " +
+                                            std::string(COFAB_RUN_BINARY) + " -n 1 -- cat");
+  EXPECT_NE(piped.out.find("hello"), std::string::npos) << piped.out;
+}
+
 TEST(LinePrefixerTest, ALineWithoutNewlineIsCutIntoBoundedPieces) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/out";
