@@ -296,9 +296,9 @@ TEST(LauncherTest, RanksDoNotReadTheTerminal) {
   if (testing::runShell("command -v script").exitCode != 0) {
     GTEST_SKIP() << "util-linux script(1) is not installed: no terminal to test with";
   }
-  const RunResult r = testing::runShell("timeout -s KILL 60 script -qec '" +
-                                        std::string(COFAB_RUN_BINARY) +
-                                        " -n 1 -- readlink /proc/self/fd/0' /dev/null");
+  const RunResult r =
+      testing::runShell("timeout -s KILL 60 script -qec '" + std::string(COFAB_RUN_BINARY) +
+                        " -n 1 -- readlink /proc/self/fd/0' /dev/null");
   EXPECT_NE(r.out.find("/dev/null"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("/dev/pts"), std::string::npos) << r.out;
   // Not a terminal: passed on (here the pipe runShell reads from is stdout; stdin is a pipe).
