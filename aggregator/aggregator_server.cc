@@ -192,6 +192,19 @@ void AggregatorServer::onPeerError(const std::shared_ptr<Peer>& peer, const Stat
       // Lost once nothing of it is left; a connection still open (a reconnect, a second
       // client) may yet carry its state again (activateLink).
       lost = w.broken && w.open == 0 && w.active == 0;
+      // Its last link closed with a Goodbye: not a failure, but nothing of it is left to push
+      // to the rounds that wait for it, so they are released like a lost worker's (naming it as
+      // left) rather than after the round timeout, naming it as connected.
+      const bool left = orderly && !cancelled && !lost && !w.lost && w.open == 0 && w.active == 0;
+      if (left) {
+        Event e;
+        e.kind = Event::Kind::kWorkerGone;
+        e.rank = peer->workerRank;
+        e.left = true;
+        e.reason = "it closed its client (Goodbye) on " + peer->describe();
+        broadcast(e);
+        w.lost = true;
+      }
       if (lost) {
         w.broken = false;
         link = std::move(w.link);

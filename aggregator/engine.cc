@@ -90,6 +90,7 @@ Engine::Engine(int index, EngineOptions options, Metrics& metrics, ForwardFn for
       groups_(GradientGroups::create(options.numWorkers, options.gradientStragglers).value()),
       goneSinceNs_(static_cast<size_t>(options.numWorkers), 0),
       goneReason_(static_cast<size_t>(options.numWorkers)),
+      goneLeft_(static_cast<size_t>(options.numWorkers), false),
       models_(std::make_unique<ModelStore>(
           ModelStoreOptions{options.numWorkers, options.staleness, options.deadWorkerMs,
                             options.versionStaleness},
@@ -154,7 +155,7 @@ void Engine::handle(Event& e) {
       break;
     case Event::Kind::kWorkerGone:
       onWorkerGone(e);
-      models_->onWorkerGone(e.rank, e.reason);
+      if (!e.left) models_->onWorkerGone(e.rank, e.reason);
       break;
     case Event::Kind::kWorkerBack:
       onWorkerBack(e);
@@ -600,6 +601,7 @@ void Engine::onWorkerGone(const Event& e) {
   if (r >= goneSinceNs_.size()) return;
   goneSinceNs_[r] = nowNs();
   goneReason_[r] = e.reason;
+  goneLeft_[r] = e.left;
 }
 
 void Engine::adoptPushShape(Slot& s, const wire::Header& h) {
@@ -640,8 +642,8 @@ std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) co
     if (s.state[r] == 1) {
       os << " (waiting for the backup's ack)";
     } else if (goneSinceNs_[r] != 0) {
-      os << " (connection lost " << (now - goneSinceNs_[r]) / 1000000
-         << " ms ago: " << goneReason_[r] << ")";
+      os << (goneLeft_[r] ? " (left " : " (connection lost ")
+         << (now - goneSinceNs_[r]) / 1000000 << " ms ago: " << goneReason_[r] << ")";
       *anyGone = true;
     } else {
       os << " (connected, not yet pushed)";

@@ -77,6 +77,9 @@ struct Event {
   Payload payload;
   int rank = -1;
   std::string reason;
+  // kWorkerGone: the worker closed its last link with a Goodbye (it left; not a failure, and not
+  // a model-store leave, which has its own op), rather than losing it.
+  bool left = false;
   // kRelease: engines still to release; the last one acknowledges.
   std::shared_ptr<std::atomic<int>> enginesLeft;
 };
@@ -161,6 +164,7 @@ class Engine {
   size_t pulledOnly_ = 0;             // slots created by a pull that no push has reached yet
   std::vector<int64_t> goneSinceNs_;  // 0: connected
   std::vector<std::string> goneReason_;
+  std::vector<bool> goneLeft_;  // gone with a Goodbye (Event::left)
   std::atomic<uint64_t> openRounds_{0};
   std::unique_ptr<ModelStore> models_;
   std::deque<std::pair<uint64_t, uint64_t>> released_;  // [first, first + count) key ranges

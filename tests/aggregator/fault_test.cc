@@ -127,6 +127,35 @@ TEST(AggregatorFaults, AConnectionThatBreaksBeforeItsFirstPushIsALostWorker) {
   EXPECT_NE(why.find("(not yet pushed)"), std::string::npos) << why;
 }
 
+// A worker that closed its client (Goodbye) with nothing else of it connected cannot push to
+// the rounds still waiting for it: they are released after the dead-worker deadline, naming it
+// as gone with that reason. They used to wait the round timeout (an hour here) and then named
+// it "(connected, not yet pushed)", a process that had exited.
+TEST(AggregatorFaults, AWorkerThatSaidGoodbyeIsNamedAsGoneAndItsRoundsReleased) {
+  DaemonCluster cluster(1, 2, {"--dead-worker-ms", "1", "--round-timeout-ms", "3600000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  {
+    auto leaving = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(leaving.ok()) << leaving.status();
+    wire::Header bye;
+    bye.type = wire::MessageType::kGoodbye;
+    bye.senderRank = 1;
+    ASSERT_TRUE((*leaving)->send(bye, {}).ok());
+  }
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto failed = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
+  const std::string why(failed->payload.begin(), failed->payload.end());
+  EXPECT_NE(why.find("worker 1 (left"), std::string::npos) << why;
+  EXPECT_NE(why.find("Goodbye"), std::string::npos) << why;
+  // Not a broken connection: the lost-worker count stays 0.
+  EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 0);
+}
+
 // A worker is lost only once no connection of it is left: while a second one is open (a
 // reconnect the daemon accepted before it noticed the old link break, or a second client), the
 // broken link does not release its rounds; that connection carries its pushes instead.
