@@ -66,6 +66,9 @@ class AlgorithmBase : public SyncAlgorithm {
   // Adds this worker's samples since the last call to the job's counter in the store and
   // remembers the total.
   Status publishSamples();
+  // "<client storePrefix>/sync/<name>/<generation>/<what>": the generation is this
+  // rank's count of start()s under that name, so every run (and every group of daemons) has
+  // keys of its own, as the communicator's do.
   std::string storeKey(const std::string& what) const;
 
   const std::string name_;
@@ -77,6 +80,7 @@ class AlgorithmBase : public SyncAlgorithm {
   std::vector<size_t> offsets_, counts_;
   size_t total_ = 0;
   std::chrono::steady_clock::time_point started_;
+  std::string keyPrefix_;  // storeKey()'s, set by start()
   // Written by start(), read by the training threads' step() (which the caller starts after it).
   std::atomic<bool> startedOk_{false};
 

@@ -45,6 +45,9 @@ class ModelStoreSync : public AlgorithmBase {
     // clock; leaving first lets them finish their last steps and reach the barrier too.
     client_->leave();
     if (s.ok()) s = storeBarrier("finish");
+    // Past the barrier every worker has published its last samples: read the total again
+    // (adding nothing), so globalSamples() is the job's on every worker, not only the last.
+    if (s.ok()) s = publishSamples();
     if (s.ok()) s = pullAll(buf_);
     if (s.ok()) model_.assign(buf_);
     recordBytes();

@@ -26,6 +26,14 @@ Status AlgorithmBase::start(std::span<const float> initial,
     return FailedPrecondition("sync " + name_ + ": already started; finish() first");
   }
   startedOk_.store(false, std::memory_order_release);
+  keyPrefix_ = env_.client.storePrefix + "/sync/" + name_ + "/";
+  if (env_.store != nullptr) {
+    // A run's barrier and sample counter must not meet an earlier run's (a sweep on one store)
+    // or another group's: they used to be "cofab/sync/<name>/..." for every job on the store.
+    COFAB_ASSIGN_OR_RETURN(int64_t generation,
+                           env_.store->add(keyPrefix_ + "generation/" + std::to_string(env_.rank), 1));
+    keyPrefix_ += std::to_string(generation) + "/";
+  }
   Status s = doStart(initial, tensorCounts);
   startedOk_.store(s.ok(), std::memory_order_release);
   return s;
@@ -101,7 +109,7 @@ float AlgorithmBase::alpha() const {
 }
 
 std::string AlgorithmBase::storeKey(const std::string& what) const {
-  return "cofab/sync/" + name_ + "/" + what;
+  return keyPrefix_ + what;
 }
 
 Status AlgorithmBase::storeBarrier(const std::string& what) {

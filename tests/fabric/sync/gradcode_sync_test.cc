@@ -50,6 +50,10 @@ struct Outcome {
   std::vector<int> doneMarksLeft;  // rounds whose done mark is still in the store at the end
 };
 
+// Where gradcode keeps its marks in the store: the client's default storePrefix, the first
+// start() of the algorithm on this (fresh) store.
+std::string syncKey(const std::string& what) { return "cofab/agg/sync/gradcode/1/" + what; }
+
 // `steps` steps; `straggler` (or -1) is held after start() until the others finished, or, with
 // `releaseAtProgress` > 0, until every other worker has published at least that progress (its
 // bounded-lag mark in the store); `atRelease` then runs on the store before the straggler goes on.
@@ -90,8 +94,13 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
       if (rank == straggler && releaseAtProgress > 0) {
         for (int r = 0; r < kWorkers; ++r) {
           if (r == straggler) continue;
-          const std::string key = "cofab/sync/gradcode/progress/" + std::to_string(r);
-          for (;;) {  // a condition, not a time: the others stop at the bounded-lag check
+          const std::string key = syncKey("progress/" + std::to_string(r));
+          // A condition, not a time: the others stop at the bounded-lag check (bounded, so a
+          // key this loop does not know fails the test instead of hanging it).
+          for (const Deadline d = Deadline::afterMs(20000);;) {
+            if (d.expired()) {
+              return DeadlineExceeded("worker " + std::to_string(r) + " never published " + key);
+            }
             COFAB_ASSIGN_OR_RETURN(bool there, store.check({key}));
             if (there) {
               COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(key, Deadline::afterMs(20000)));
@@ -123,7 +132,7 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
   (*server)->shutdown("test done");
   out.status = testing::allOk(results);
   for (int r = 0; r < steps; ++r) {
-    auto there = store.check({"cofab/sync/gradcode/done/" + std::to_string(r)});
+    auto there = store.check({syncKey("done/" + std::to_string(r))});
     if (!there.ok() || *there) out.doneMarksLeft.push_back(r);
   }
   return out;
@@ -158,8 +167,8 @@ TEST(GradcodeSyncTest, AStalledWorkerHoldsTheOthersAtHalfTheWindow) {
   bool round6Done = true, round5Done = false;
   Outcome o = run(/*straggler=*/3, /*steps=*/20, /*window=*/8, 1, /*releaseAtProgress=*/6,
                   [&](Store& store) {
-                    auto five = store.check({"cofab/sync/gradcode/done/5"});
-                    auto six = store.check({"cofab/sync/gradcode/done/6"});
+                    auto five = store.check({syncKey("done/5")});
+                    auto six = store.check({syncKey("done/6")});
                     round5Done = five.ok() && *five;
                     round6Done = !six.ok() || *six;
                   });

@@ -569,5 +569,69 @@ TEST(SyncAlgorithmTest, OnlyAlgorithmsWithSeveralThreadsOnTheModelUseAtomics) {
   }
 }
 
+// Two runs of one algorithm on one store (a sweep; or two groups of a job, each with its own
+// daemons) do not share the store's sample counter or finish barrier: each start() takes a
+// fresh namespace. The second run's globalSamples() used to start at the first's total.
+TEST(SyncAlgorithmTest, TwoRunsOnOneStoreCountTheirOwnSamples) {
+  HashStore store;
+  for (int run = 0; run < 2; ++run) {
+    aggregator::ServerOptions so;
+    so.numWorkers = 1;
+    so.listenAddress = "127.0.0.1:0";
+    auto server = aggregator::AggregatorServer::create(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    SyncEnv env;
+    env.store = &store;
+    env.client.serverAddresses = {(*server)->address()};
+    SyncOptions o;
+    o.algorithm = "easgd";
+    o.timeoutMs = 20000;
+    auto algo = makeSyncAlgorithm(o, env);
+    ASSERT_TRUE(algo.ok()) << algo.status();
+    const std::vector<float> model(8, 0.0f), grad(8, 1.0f);
+    ASSERT_TRUE((*algo)->start(model, {8}).ok());
+    ASSERT_TRUE((*algo)->step(0, grad, 0, 10).ok());
+    std::vector<float> out(8);
+    ASSERT_TRUE((*algo)->finish(out).ok());
+    EXPECT_EQ((*algo)->globalSamples(), 10u) << "run " << run;
+  }
+}
+
+// After finish(), globalSamples() counts every worker's samples, also those a later worker
+// published after this one had: it is read again past the finish barrier. A worker that
+// finished first used to miss the others' last (unpublished) steps.
+TEST(SyncAlgorithmTest, GlobalSamplesAfterFinishAreTheJobsTotal) {
+  aggregator::ServerOptions so;
+  so.numWorkers = 2;
+  so.listenAddress = "127.0.0.1:0";
+  auto server = aggregator::AggregatorServer::create(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  HashStore store;
+  std::vector<uint64_t> totals(2);
+  auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    SyncEnv env;
+    env.rank = rank;
+    env.worldSize = 2;
+    env.store = &store;
+    env.client.serverAddresses = {(*server)->address()};
+    SyncOptions o;
+    o.algorithm = "easgd";
+    o.syncEvery = 100;  // no elastic move (and no publish) during the 5 steps
+    o.timeoutMs = 20000;
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+    const std::vector<float> model(8, 0.0f), grad(8, 1.0f);
+    COFAB_RETURN_IF_ERROR(algo->start(model, {8}));
+    for (uint64_t s = 0; s < 5; ++s) COFAB_RETURN_IF_ERROR(algo->step(0, grad, s, 10));
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<float> out(8);
+    COFAB_RETURN_IF_ERROR(algo->finish(out));
+    totals[size_t(rank)] = algo->globalSamples();
+    return OkStatus();
+  });
+  ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+  EXPECT_EQ(totals[0], 100u);
+  EXPECT_EQ(totals[1], 100u);
+}
+
 }  // namespace
 }  // namespace cofab::sync
