@@ -30,8 +30,9 @@ Status AlgorithmBase::start(std::span<const float> initial,
   if (env_.store != nullptr) {
     // A run's barrier and sample counter must not meet an earlier run's (a sweep on one store)
     // or another group's: they used to be "cofab/sync/<name>/..." for every job on the store.
-    COFAB_ASSIGN_OR_RETURN(int64_t generation,
-                           env_.store->add(keyPrefix_ + "generation/" + std::to_string(env_.rank), 1));
+    COFAB_ASSIGN_OR_RETURN(
+        int64_t generation,
+        env_.store->add(keyPrefix_ + "generation/" + std::to_string(env_.rank), 1));
     keyPrefix_ += std::to_string(generation) + "/";
   }
   Status s = doStart(initial, tensorCounts);
