@@ -26,6 +26,13 @@ class GossipSync final : public AlgorithmBase {
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
     if (env_.comm == nullptr) return InvalidArgument("sync gossip needs env.comm (a Communicator)");
+    if (env_.comm->rank() != env_.rank || env_.comm->size() != env_.worldSize) {
+      // The pairs come from env's rank and size, the messages go over the communicator.
+      return InvalidArgument("sync gossip: env says rank " + std::to_string(env_.rank) + " of " +
+                             std::to_string(env_.worldSize) + ", env.comm is rank " +
+                             std::to_string(env_.comm->rank()) + " of " +
+                             std::to_string(env_.comm->size()) + ": pass the job's communicator");
+    }
     if (options_.gossipPeers != "ring" && options_.gossipPeers != "random") {
       return InvalidArgument("sync gossip: gossipPeers '" + options_.gossipPeers +
                              "' is not 'ring' or 'random'");

@@ -499,6 +499,21 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   ASSERT_TRUE(g.ok());
   std::vector<float> init(3, 0.0f);
   EXPECT_EQ((*g)->start(init, {3}).code(), StatusCode::kInvalidArgument);  // no communicator
+  // A communicator whose rank or size is not env's: gossip's pairs come from env and its
+  // messages go over the communicator, so they would not agree (start() used to succeed and the
+  // first exchange waited for its timeout, naming a rank that had arrived).
+  HashStore commStore;
+  auto comm = comm::Communicator::create(0, 1, &commStore, comm::CommOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  SyncEnv two;
+  two.rank = 1;
+  two.worldSize = 2;
+  two.comm = comm->get();
+  auto mismatched = makeSyncAlgorithm(o, two);
+  ASSERT_TRUE(mismatched.ok()) << mismatched.status();
+  const Status st = (*mismatched)->start(init, {3});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("rank 0 of 1"), std::string::npos) << st;
 }
 
 // Numeric options that are NaN or infinite (or negative where that means nothing) are refused
