@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "fabric/rendezvous/tcp_socket.h"
 #include "fabric/rendezvous/tcp_store_protocol.h"
@@ -66,6 +67,11 @@ class TcpStoreServer::Loop {
   void closeConn(int fd, const char* why);
   int nextTimeoutMs() const;
   void updateBuffered();
+  // Out of descriptors: the listening socket stays readable while its connection waits in the
+  // backlog, so it is taken out of the epoll set (else epoll_wait returns at once, forever: a
+  // core at 100 % and a log line per turn) and put back once the pause is over.
+  void pauseAccepting();
+  void resumeAcceptingIfDue();
 
   int listenFd_;
   int maxConnections_;
@@ -75,6 +81,7 @@ class TcpStoreServer::Loop {
   std::unordered_map<int, Conn> conns_;
   uint64_t nextConnId_ = 1;
   std::deque<Parked> parked_;
+  Deadline acceptPausedUntil_ = Deadline::never();  // never: accepting
   std::map<std::string, Bytes, std::less<>> data_;
 
   mutable std::mutex statsMu_;
@@ -124,7 +131,7 @@ TcpStoreServer::Stats TcpStoreServer::Loop::stats() const {
 }
 
 int TcpStoreServer::Loop::nextTimeoutMs() const {
-  int ms = -1;
+  int ms = acceptPausedUntil_.isNever() ? -1 : acceptPausedUntil_.remainingMsForPoll();
   for (const auto& p : parked_) {
     int left = p.deadline.remainingMsForPoll();
     if (ms < 0 || left < ms) ms = left;
@@ -160,6 +167,24 @@ void TcpStoreServer::Loop::run() {
     }
     serviceParked();
     updateBuffered();
+    resumeAcceptingIfDue();
+  }
+}
+
+void TcpStoreServer::Loop::pauseAccepting() {
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, listenFd_, nullptr);
+  acceptPausedUntil_ = Deadline::afterMs(100);
+}
+
+void TcpStoreServer::Loop::resumeAcceptingIfDue() {
+  if (acceptPausedUntil_.isNever() || !acceptPausedUntil_.expired()) return;
+  acceptPausedUntil_ = Deadline::never();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, listenFd_, &ev) != 0) {
+    COFAB_LOG(kError, "store") << "cannot watch the listening socket again: " << strerror(errno)
+                               << "; no longer accepting";
   }
 }
 
@@ -167,8 +192,21 @@ void TcpStoreServer::Loop::acceptAll() {
   while (true) {
     int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        COFAB_LOG(kWarn, "store") << "accept failed: " << strerror(errno);
+      const int err = errno;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        uint64_t failures;
+        {
+          std::lock_guard<std::mutex> lock(statsMu_);
+          failures = ++stats_.acceptFailures;
+        }
+        if (failures == 1 || failures % 100 == 0) {  // once, then every 10 s of it
+          COFAB_LOG(kWarn, "store") << "accept failed: " << strerror(err)
+                                    << " (raise ulimit -n); accepting again in 100 ms ("
+                                    << failures << " failures so far)";
+        }
+        pauseAccepting();
+      } else if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        COFAB_LOG(kWarn, "store") << "accept failed: " << strerror(err);
       }
       return;
     }

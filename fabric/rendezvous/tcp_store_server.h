@@ -33,6 +33,9 @@ class TcpStoreServer {
     uint64_t openConnections = 0;
     uint64_t bufferedBytes = 0;     // bytes held in connection buffers right now
     uint64_t keys = 0;
+    // accept() failures for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM):
+    // each pauses accepting for 100 ms instead of retrying at once.
+    uint64_t acceptFailures = 0;
   };
 
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const TcpStoreServerOptions& options);
