@@ -201,8 +201,8 @@ void TcpStoreServer::Loop::acceptAll() {
         }
         if (failures == 1 || failures % 100 == 0) {  // once, then every 10 s of it
           COFAB_LOG(kWarn, "store") << "accept failed: " << strerror(err)
-                                    << " (raise ulimit -n); accepting again in 100 ms ("
-                                    << failures << " failures so far)";
+                                    << " (raise ulimit -n); accepting again in 100 ms (" << failures
+                                    << " failures so far)";
         }
         pauseAccepting();
       } else if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
