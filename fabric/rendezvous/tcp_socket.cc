@@ -61,7 +61,11 @@ StatusOr<addrinfo*> resolve(const HostPort& addr, bool passive) {
   std::string port = std::to_string(addr.port);
   int rc = getaddrinfo(addr.host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) {
-    return InvalidArgument("cannot resolve '" + addr.host + "': " + gai_strerror(rc));
+    // A name not (yet) in DNS or a resolver that did not answer may resolve later (a master's
+    // service record appears once its pod runs): Unavailable, which connectTcp retries.
+    const bool mayResolveLater = rc == EAI_AGAIN || rc == EAI_NONAME || rc == EAI_FAIL;
+    const std::string what = "cannot resolve '" + addr.host + "': " + gai_strerror(rc);
+    return mayResolveLater ? Unavailable(what) : InvalidArgument(what);
   }
   return res;
 }
@@ -101,11 +105,21 @@ StatusOr<int> connectOnce(const addrinfo* ai, Deadline deadline, const std::stri
 
 StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
   std::string peer = addr.toString();
-  COFAB_ASSIGN_OR_RETURN(addrinfo * res, resolve(addr, false));
+  addrinfo* res = nullptr;  // resolved inside the loop: the name may appear before the deadline
   auto backoff = std::chrono::milliseconds(5);
   Status last;
   int attempts = 0;
   while (true) {
+    if (res == nullptr) {
+      StatusOr<addrinfo*> resolved = resolve(addr, false);
+      if (resolved.ok()) {
+        res = *resolved;
+      } else if (resolved.status().code() == StatusCode::kUnavailable) {
+        last = resolved.status();
+      } else {
+        return resolved.status();
+      }
+    }
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
       ++attempts;
       auto fd = connectOnce(ai, deadline, peer);
@@ -119,7 +133,7 @@ StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
-  freeaddrinfo(res);
+  if (res != nullptr) freeaddrinfo(res);
   return DeadlineExceeded("could not connect to " + peer + " before the deadline (" +
                           std::to_string(attempts) + " attempts; last: " + last.message() + ")");
 }

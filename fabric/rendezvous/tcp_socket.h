@@ -22,7 +22,9 @@ struct HostPort {
 StatusOr<HostPort> parseHostPort(std::string_view text);
 
 // Connects a TCP socket (TCP_NODELAY, close-on-exec), retrying refused or unreachable
-// attempts with exponential backoff until the deadline. Returns the fd.
+// attempts, and a host name that does not resolve yet (EAI_NONAME, EAI_AGAIN, EAI_FAIL), with
+// exponential backoff until the deadline: DeadlineExceeded then names the last error. Returns
+// the fd.
 StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline);
 
 // Binds and listens on addr (port 0: ephemeral). Returns the fd; *boundPort gets the port.

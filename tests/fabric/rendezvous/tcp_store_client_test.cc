@@ -186,5 +186,20 @@ TEST(TcpStoreClientTest, AMalformedResultIsDataLoss) {
   EXPECT_EQ(n.status().code(), StatusCode::kDataLoss) << n.status();
 }
 
+// A store host whose name does not resolve (yet) is retried until the deadline, like a refused
+// connection: a master's DNS record may appear only once it runs. It used to fail at once with
+// InvalidArgument. (".invalid" never resolves, RFC 6761.)
+TEST(TcpStoreClientTest, AHostThatDoesNotResolveIsRetriedUntilTheDeadline) {
+  const auto start = std::chrono::steady_clock::now();
+  auto fd = connectTcp(HostPort{"no-such-host.invalid", 1}, Deadline::afterMs(1000));
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ(fd.status().code(), StatusCode::kDeadlineExceeded) << fd.status();
+  EXPECT_NE(fd.status().message().find("cannot resolve 'no-such-host.invalid'"), std::string::npos)
+      << fd.status();
+  // Not a timing threshold: the call must have waited for its deadline rather than return at
+  // once.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+}
+
 }  // namespace
 }  // namespace cofab
