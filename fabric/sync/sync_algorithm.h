@@ -93,8 +93,11 @@ struct SyncOptions {
   // average over 4 seeds instead of 1.1 (docs/COMPRESSION.md "Nesterov look-ahead").
   bool onebitNesterov = true;
   uint64_t seed = 1;
-  // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long.
-  int64_t timeoutMs = 120000;
+  // Every wait (a push-pull, a PS call, a gossip exchange) fails after this long. Longer than
+  // cofab-aggd's --round-timeout-ms default (120 s): a round missing a worker then fails on the
+  // daemon first, with an error that names the worker; the worker's own deadline, started before
+  // its push, would come first and could only say which chunks were still missing.
+  int64_t timeoutMs = 150000;
 };
 
 struct SyncStats {

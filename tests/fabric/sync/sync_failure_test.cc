@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "aggregator/aggregator_server.h"
+#include "aggregator/daemon_config.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/sync/sync_algorithm.h"
@@ -146,6 +147,46 @@ TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
   for (float v : out) {
     ASSERT_EQ(v, 1.0f) << "a failed step changed the model";
   }
+}
+
+// A step whose round misses a live worker fails with the daemon's RoundFailed, which names the
+// worker, when the daemon's round timeout ends before the step's own timeout. With the
+// defaults that is so: cofab-aggd's --round-timeout-ms (120 s) is below SyncOptions::timeoutMs
+// (150 s). They used to be equal, and the worker's own deadline (started before its push) came
+// first: the error then said "1 of 1 chunks still missing ... (aggregator 0)", not who.
+TEST(SyncFailureTest, AStepMissingAWorkerNamesItWhenTheRoundTimesOutFirst) {
+  auto daemon = aggregator::parseDaemonArgs({"--workers", "2", "--store", "file:///tmp/unused"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_LT(daemon->server.engine.roundTimeoutMs, SyncOptions{}.timeoutMs)
+      << "the sync timeout must outlast cofab-aggd's round timeout by default";
+
+  aggregator::ServerOptions so;
+  so.numWorkers = 2;
+  so.listenAddress = "127.0.0.1:0";
+  so.drainTimeoutMs = 0;
+  so.engine.roundTimeoutMs = 300;
+  auto server = aggregator::AggregatorServer::create(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  RawWorker peer;
+  Status connected = peer.connect(/*rank=*/1, /*worldSize=*/2, (*server)->address());
+  ASSERT_TRUE(connected.ok()) << connected;
+  std::vector<ps::PushPullHandle> initial =
+      peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kAverage);
+  SyncEnv env;
+  env.worldSize = 2;
+  env.client.serverAddresses = {(*server)->address()};
+  SyncOptions o;
+  o.algorithm = "sync";
+  o.timeoutMs = kWaitMs;  // far beyond the round timeout
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  std::vector<float> model(kModel, 1.0f);
+  ASSERT_TRUE((*algo)->start(model, kLayout).ok());
+  ASSERT_TRUE(waitEvery(initial).ok());
+  std::vector<float> grad(kModel, 2.0f);
+  const Status st = (*algo)->step(0, grad, 0, 1);  // the peer never pushes round 0
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st;
 }
 
 // A gradcode job of 4 workers, s = 1 (groups {0,1} and {2,3}), past start(): worker 0 is the
