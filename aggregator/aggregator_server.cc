@@ -1,5 +1,6 @@
 #include "aggregator/aggregator_server.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "aggregator/model_store.h"
@@ -113,6 +114,7 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   metrics_.connectionsAccepted.fetch_add(1, std::memory_order_relaxed);
   auto peer = std::make_shared<Peer>();
   peer->conn = std::move(conn);
+  peer->unsent = unsent_;
   const int w = ps::parseWorkerPeerId(peer->conn->peerId());
   if (w >= 0 && w < options_.numWorkers) {
     peer->workerRank = w;
@@ -137,7 +139,7 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
     h.opcode = static_cast<uint8_t>(ps::ControlOp::kCredit);
     h.dtype = DType::kU8;
     h.senderRank = static_cast<uint32_t>(peer->workerRank);
-    peer->conn->send(h, window->data(), window->size(), [window](const Status&) {});
+    peer->send(h, window->data(), window->size(), window);
   }
   postRecv(peer);
 }
@@ -505,7 +507,14 @@ void AggregatorServer::shutdown(const std::string& why) {
   broadcast(drain);
   stopped_ = true;
   for (auto& e : engines_) e->stop();
-  std::this_thread::sleep_for(Millis(20));  // let the last answers reach the sockets
+  // Let the answers already queued (results of rounds that completed while draining, the
+  // RoundFailed texts) reach the sockets: closing the context cancels queued sends, and peers
+  // saw a message cut off (a fixed 20 ms used to stand in for this). Bounded: a peer that does
+  // not read holds its sends back.
+  const Deadline flushed = Deadline::afterMs(std::max<int64_t>(options_.drainTimeoutMs, 100));
+  while (unsent_->load(std::memory_order_acquire) > 0 && !flushed.expired()) {
+    std::this_thread::sleep_for(Millis(1));
+  }
   if (ctx_) {
     ctx_->close();
     ctx_->join();

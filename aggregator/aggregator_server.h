@@ -114,6 +114,8 @@ class AggregatorServer {
   std::mutex inProcessMu_;
   std::vector<std::shared_ptr<transport::PipeEnd>> inProcess_;  // server ends, joined at shutdown
   std::atomic<bool> draining_{false};
+  // Sends to peers not completed yet (Peer::unsent): shutdown() waits for them, bounded.
+  const std::shared_ptr<std::atomic<int64_t>> unsent_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> stopped_{false};
   // Per worker rank: its connections, and whether it is lost. A worker is lost once the link
   // that carried its state broke (no goodbye) and no connection of it is left: while another

@@ -56,12 +56,12 @@ void answer(const Peer& peer, ControlOp op, const wire::Header& about, uint64_t 
   h.iteration = version;
   h.dtype = dtype;
   if (!payload) {
-    peer.conn->send(h, nullptr, 0, [](const Status&) {});
+    peer.send(h, nullptr, 0, nullptr);
     return;
   }
   const uint8_t* data = payload->data();
   const size_t size = payload->size();
-  peer.conn->send(h, data, size, [payload](const Status&) {});
+  peer.send(h, data, size, std::move(payload));
 }
 
 void answerApply(const Peer& peer, const wire::Header& about, bool dropped, uint64_t version,
@@ -303,7 +303,7 @@ void ModelStore::onApplyPull(Event& e) {
   h.iteration = s->version;
   h.dtype = DType::kU8;
   const uint8_t* data = p.get();
-  e.peer->conn->send(h, data, size, [p = std::move(p)](const Status&) {});
+  e.peer->send(h, data, size, std::move(p));
 }
 
 bool ModelStore::tryApply(Slot& s, Held& held, int64_t now) {

@@ -2,15 +2,23 @@
 
 namespace cofab::aggregator {
 
+void Peer::send(const wire::Header& h, const void* data, size_t size,
+                std::shared_ptr<const void> keep) const {
+  if (unsent) unsent->fetch_add(1, std::memory_order_relaxed);
+  conn->send(h, data, size, [keep = std::move(keep), counter = unsent](const Status&) {
+    if (counter) counter->fetch_sub(1, std::memory_order_release);
+  });
+}
+
 void Peer::sendControl(ps::ControlOp op, const wire::Header& about) const {
-  conn->send(ps::controlHeader(op, about), nullptr, 0, [](const Status&) {});
+  send(ps::controlHeader(op, about), nullptr, 0, nullptr);
 }
 
 void Peer::sendText(ps::ControlOp op, const wire::Header& about, std::string_view text) const {
   auto payload = std::make_shared<std::string>(text);
   wire::Header h = ps::controlHeader(op, about);
   h.dtype = DType::kU8;  // the payload is text, not elements of the chunk's dtype
-  conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
+  send(h, payload->data(), payload->size(), payload);
 }
 
 void Peer::reject(Metrics& metrics, ps::RejectReason reason, const wire::Header& about,
@@ -21,7 +29,7 @@ void Peer::reject(Metrics& metrics, ps::RejectReason reason, const wire::Header&
   payload->append(text);
   wire::Header h = ps::controlHeader(ps::ControlOp::kReject, about);
   h.dtype = DType::kU8;  // the payload is a reason, not elements of the chunk's dtype
-  conn->send(h, payload->data(), payload->size(), [payload](const Status&) {});
+  send(h, payload->data(), payload->size(), payload);
 }
 
 void Peer::sendResult(Metrics& metrics, const wire::Header& about,
@@ -35,7 +43,7 @@ void Peer::sendResult(Metrics& metrics, const wire::Header& about,
   h.dtype = about.dtype;
   h.senderRank = about.senderRank;
   metrics.bytesOut.fetch_add(result->size(), std::memory_order_relaxed);
-  conn->send(h, result->data(), result->size(), [result](const Status&) {});
+  send(h, result->data(), result->size(), result);
 }
 
 }  // namespace cofab::aggregator

@@ -31,7 +31,16 @@ struct Peer {
   // The push being received into a pool buffer (AggregatorServer::routePush); I/O thread only.
   std::shared_ptr<std::vector<uint8_t>> routed;
 
+  // Messages sent to any peer whose send has not completed yet (handed to the transport),
+  // daemon-wide: shutdown() lets them reach the sockets before closing the connections, which
+  // would cancel them. Null: not counted.
+  std::shared_ptr<std::atomic<int64_t>> unsent;
+
   std::string describe() const { return conn ? conn->describe() : "(no connection)"; }
+
+  // Every answer to the peer goes through here: `keep` holds `data` until the send completes.
+  void send(const wire::Header& h, const void* data, size_t size,
+            std::shared_ptr<const void> keep) const;
 
   void sendControl(ps::ControlOp op, const wire::Header& about) const;
   // kReject with the reason byte and text; counts it.

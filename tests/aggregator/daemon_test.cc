@@ -7,6 +7,7 @@
 #include "fabric/ps/aggregator_collectives.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/raw_peer.h"
 #include "tests/aggregator/test_data.h"
 #include "tests/support/thread_ranks.h"
 
@@ -142,6 +143,35 @@ TEST(DaemonLifecycle, HealthMetricsAndSigtermExitsZero) {
   ASSERT_TRUE(lost.ok());
   EXPECT_EQ(*lost, 0) << "an orderly close() must not count as a lost worker";
   cluster.signal(0, SIGTERM);
+  EXPECT_EQ(cluster.wait(0, Deadline::afterMs(20000)), 0);
+}
+
+// SIGTERM while large results are still queued for workers that have not read them yet: the
+// daemon lets them reach the sockets before it closes the connections. It closed them a fixed
+// 20 ms after its engines stopped, cancelling what was still queued, and the workers saw the
+// stream cut off in the middle of their result.
+TEST(AggregatorDaemon, SigtermDeliversTheResultsAlreadyQueued) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  constexpr size_t kFloats = 8u << 20;  // 32 MiB: far more than the sockets buffer
+  std::vector<std::unique_ptr<RawPeer>> w;
+  for (int r = 0; r < 2; ++r) {
+    auto p = RawPeer::connect(cluster.address(0), "worker " + std::to_string(r));
+    ASSERT_TRUE(p.ok()) << p.status();
+    w.push_back(std::move(*p));
+    ASSERT_TRUE(w[r]->sendValues(RawPeer::push(r, 1, 0, DType::kF32),
+                                 std::vector<float>(kFloats, static_cast<float>(r + 1)))
+                    .ok());
+  }
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_rounds_completed_total", 1).ok());
+  cluster.signal(0, SIGTERM);  // the results are queued; nobody has read them yet
+  for (int r = 0; r < 2; ++r) {
+    auto sum = w[r]->recvResult();
+    ASSERT_TRUE(sum.ok()) << "worker " << r << ": " << sum.status();
+    ASSERT_EQ(sum->size(), kFloats);
+    EXPECT_EQ((*sum)[0], 3.0f);
+    EXPECT_EQ((*sum)[kFloats - 1], 3.0f);
+  }
   EXPECT_EQ(cluster.wait(0, Deadline::afterMs(20000)), 0);
 }
 
