@@ -80,6 +80,14 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
   std::optional<BootstrapInfo> chosen;
   for (const auto& src : kSources) {
     std::string r, s, l;
+    const bool slurm = std::string_view(src.name) == "Slurm";
+    // Slurm's variables describe an allocation as well as a step. Where a launcher that runs
+    // inside allocations (torchrun, mpirun) already placed this process, they are the outer
+    // launch: a batch script's shell passes SLURM_PROCID=0 to every rank mpirun starts from it.
+    // salloc sets SLURM_NTASKS alone: an allocation without a step, not this rank's place. Left-
+    // over COFAB_* next to a real srun step are still checked against it (below).
+    if (slurm && chosen && chosen->source != "cofab") continue;
+    if (slurm && !env(src.rank, &r)) continue;
     bool hasRank = lookup(src.rank, &r);
     bool hasSize = lookup(src.size, &s);
     bool hasLocal = lookup(src.localRank, &l);
@@ -126,7 +134,13 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
     chosen->storeUrl = store;
   } else if (lookup("MASTER_ADDR", &addr) && lookup("MASTER_PORT", &port)) {
     // torchrun's rendezvous address; cofab runs its own store protocol there, so rank 0 hosts
-    // a TcpStore server on MASTER_PORT+1 (bootstrapFromEnv), never on torch's own port.
+    // a TcpStore server on MASTER_PORT+1 (bootstrapFromEnv), never on torch's own port. Under
+    // any other launcher nobody hosts one there.
+    if (chosen->source != "torchrun") {
+      return fail("no store: MASTER_ADDR/MASTER_PORT name a store only under torchrun (its rank 0 "
+                  "hosts it next to torch's port); under " + chosen->source +
+                  " set COFAB_STORE=tcp://host:port (cofab-store) or file:///dir");
+    }
     COFAB_ASSIGN_OR_RETURN(int p, parseInt("MASTER_PORT", port));
     if (p + 1 > 65535) return fail("MASTER_PORT too large");
     chosen->storeUrl = "tcp://" + addr + ":" + std::to_string(p + 1);

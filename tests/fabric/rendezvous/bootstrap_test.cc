@@ -86,6 +86,42 @@ TEST(BootstrapEnvTest, AnOuterLauncherWithAnotherWorldSizeIsNotAContradiction) {
   EXPECT_EQ(stale.status().code(), StatusCode::kInvalidArgument) << stale.status();
 }
 
+// Slurm's variables where no srun step launched the process: a batch script's shell carries
+// SLURM_PROCID=0 and SLURM_NTASKS=n into every rank that mpirun or torchrun starts from it, and
+// salloc sets SLURM_NTASKS alone. Neither is this rank's place: they were refused ("Open MPI
+// says rank 3 of 8 but Slurm says rank 0 of 8"; "Slurm sets only one of ...").
+TEST(BootstrapEnvTest, AnAllocationsSlurmVariablesDoNotOverruleTheLauncher) {
+  auto mpirunInSbatch = readBootstrapEnv(fakeEnv(
+      {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"SLURM_PROCID", "0"},
+       {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"}, {"COFAB_STORE", "tcp://a:1"}}));
+  ASSERT_TRUE(mpirunInSbatch.ok()) << mpirunInSbatch.status();
+  EXPECT_EQ(mpirunInSbatch->source, "Open MPI");
+  EXPECT_EQ(mpirunInSbatch->rank, 3);
+  auto torchrunInSbatch = readBootstrapEnv(
+      fakeEnv({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"}, {"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "29500"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}}));
+  ASSERT_TRUE(torchrunInSbatch.ok()) << torchrunInSbatch.status();
+  EXPECT_EQ(torchrunInSbatch->rank, 3);
+  auto byHandInSalloc = readBootstrapEnv(fakeEnv({{"COFAB_RANK", "1"}, {"COFAB_WORLD_SIZE", "4"},
+                                                  {"COFAB_STORE", "tcp://a:1"},
+                                                  {"SLURM_NTASKS", "4"}}));
+  ASSERT_TRUE(byHandInSalloc.ok()) << byHandInSalloc.status();
+  EXPECT_EQ(byHandInSalloc->rank, 1);
+}
+
+// MASTER_ADDR/MASTER_PORT name a store only under torchrun, whose rank 0 hosts it next to
+// torch's port. Exported in a Slurm script and launched with srun, they used to become a store
+// address nobody served: every rank waited out its connect deadline on "Connection refused".
+TEST(BootstrapEnvTest, MasterAddrOutsideTorchrunIsNoStore) {
+  auto srun = readBootstrapEnv(fakeEnv({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                        {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}));
+  ASSERT_FALSE(srun.ok());
+  EXPECT_EQ(srun.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(srun.status().message().find("only under torchrun"), std::string::npos)
+      << srun.status();
+  EXPECT_NE(srun.status().message().find("COFAB_STORE"), std::string::npos) << srun.status();
+}
+
 TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
   struct Case {
     std::map<std::string, std::string> env;
