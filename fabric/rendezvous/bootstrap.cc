@@ -137,9 +137,10 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
     // a TcpStore server on MASTER_PORT+1 (bootstrapFromEnv), never on torch's own port. Under
     // any other launcher nobody hosts one there.
     if (chosen->source != "torchrun") {
-      return fail("no store: MASTER_ADDR/MASTER_PORT name a store only under torchrun (its rank 0 "
-                  "hosts it next to torch's port); under " + chosen->source +
-                  " set COFAB_STORE=tcp://host:port (cofab-store) or file:///dir");
+      return fail(
+          "no store: MASTER_ADDR/MASTER_PORT name a store only under torchrun (its rank 0 "
+          "hosts it next to torch's port); under " +
+          chosen->source + " set COFAB_STORE=tcp://host:port (cofab-store) or file:///dir");
     }
     COFAB_ASSIGN_OR_RETURN(int p, parseInt("MASTER_PORT", port));
     if (p + 1 > 65535) return fail("MASTER_PORT too large");
