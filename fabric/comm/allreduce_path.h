@@ -9,7 +9,9 @@
 // allreduces in the same order (the collective API's rule), from the thread that issued the
 // collective; start() returns at once and the returned PendingOp completes exactly once; the
 // caller lends `in` and `out` until it has. A path is shared by one communicator's rank only
-// (not by its split() sub-communicators, which use their peers).
+// (not by its split() sub-communicators, which use their peers). A path's allreduce starts when
+// issued, outside the communicator's queue: it does not wait for earlier async operations, nor
+// later ones for it (docs/AGGREGATOR.md §8).
 #pragma once
 
 #include <memory>
