@@ -56,38 +56,57 @@ StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, u
     COFAB_ASSIGN_OR_RETURN(timeout, storeCallTimeoutMs());
   }
   std::unique_ptr<TcpStore> store(new TcpStore(HostPort{host, port}, timeout));
-  COFAB_ASSIGN_OR_RETURN(store->fd_, connectTcp(store->addr_, deadline));
+  COFAB_ASSIGN_OR_RETURN(int fd, connectTcp(store->addr_, deadline));
+  store->idle_.push_back(fd);
   return store;
 }
 
-TcpStore::~TcpStore() { disconnect(); }
-
-void TcpStore::disconnect() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+TcpStore::~TcpStore() {
+  for (int fd : idle_) ::close(fd);
 }
 
-StatusOr<Bytes> TcpStore::exchangeOnce(const Bytes& request, Deadline deadline, bool* sent) {
+int TcpStore::takeConnection() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.empty()) return -1;
+  const int fd = idle_.back();
+  idle_.pop_back();
+  return fd;
+}
+
+void TcpStore::returnConnection(int fd) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < kIdleConnections) {
+      idle_.push_back(fd);
+      return;
+    }
+  }
+  ::close(fd);
+}
+
+StatusOr<Bytes> TcpStore::exchangeOnce(int* fd, const Bytes& request, Deadline deadline,
+                                       bool* sent) {
   std::string peer = "store " + describe();
-  if (fd_ < 0) {
-    COFAB_ASSIGN_OR_RETURN(fd_, connectTcp(addr_, deadline));
+  if (*fd < 0) {
+    COFAB_ASSIGN_OR_RETURN(*fd, connectTcp(addr_, deadline));
   }
   *sent = true;  // from here on the server may have seen (part of) the request
-  COFAB_RETURN_IF_ERROR(sendAll(fd_, request.data(), request.size(), deadline, peer));
+  COFAB_RETURN_IF_ERROR(sendAll(*fd, request.data(), request.size(), deadline, peer));
   Deadline replyDeadline = withGrace(deadline);
   uint8_t header[store_proto::kFrameHeaderBytes];
-  COFAB_RETURN_IF_ERROR(recvAll(fd_, header, sizeof(header), replyDeadline, peer));
+  COFAB_RETURN_IF_ERROR(recvAll(*fd, header, sizeof(header), replyDeadline, peer));
   // Checked before anything is allocated: a length over the protocol's limit is not read.
   auto len = store_proto::parseFrameHeader(header, store_proto::kResponseMagic);
   if (!len.ok()) return malformedReply(describe(), len.status().message());
   Bytes body(*len);
-  COFAB_RETURN_IF_ERROR(recvAll(fd_, body.data(), body.size(), replyDeadline, peer));
+  COFAB_RETURN_IF_ERROR(recvAll(*fd, body.data(), body.size(), replyDeadline, peer));
   return body;
 }
 
 StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bool idempotent,
                                     const std::vector<std::string>* waitKeys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // This call's connection, not shared while the call runs: another thread's call takes another.
+  int fd = takeConnection();
   auto backoff = std::chrono::milliseconds(10);
   while (true) {
     // Framed per attempt: a resent get/wait must ask the server to wait only for what is left
@@ -102,8 +121,9 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
       frame = request.frame(store_proto::kRequestMagic);
     }
     bool sent = false;
-    auto body = exchangeOnce(frame, deadline, &sent);
+    auto body = exchangeOnce(&fd, frame, deadline, &sent);
     if (body.ok()) {
+      returnConnection(fd);  // a whole reply was read: the stream is at a message boundary
       Reader r(body->data(), body->size());
       auto reply = r.u8();
       if (!reply.ok()) return malformedReply(describe(), "no status byte");
@@ -132,7 +152,8 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
       }
       return malformedReply(describe(), "unknown reply status " + std::to_string(*reply));
     }
-    disconnect();
+    if (fd >= 0) ::close(fd);  // the stream may be mid-message: never reused
+    fd = -1;
     const Status& err = body.status();
     // A malformed frame is not a lost connection: the server would answer a resend the same
     // way, so say so now rather than retry until the deadline.

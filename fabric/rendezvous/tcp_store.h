@@ -1,13 +1,15 @@
 // TcpStore: the Store client for a TcpStoreServer (multi-host rendezvous).
 //
-// One connection per client object, one request at a time (calls from several threads are
-// serialised by a mutex). A lost connection is re-established with backoff until the call's
-// deadline. Requests that cannot be applied twice (add, compareSet) are not resent once they
+// One request at a time per connection; calls from several threads each take a connection of
+// their own (idle ones are kept, up to kIdleConnections), so a get() parked on the server for a
+// key never holds up another thread's call, the set() of that key included. A lost connection
+// is re-established with backoff until the call's deadline. Requests that cannot be applied twice (add, compareSet) are not resent once they
 // may have reached the server: they fail with Unavailable saying the outcome is unknown.
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "fabric/rendezvous/store.h"
 #include "fabric/rendezvous/tcp_socket.h"
@@ -51,13 +53,17 @@ class TcpStore final : public Store {
   // passes on this side names the keys as the server's timeout reply would.
   StatusOr<Bytes> roundTrip(const store_proto::Writer& body, Deadline deadline, bool idempotent,
                             const std::vector<std::string>* waitKeys = nullptr);
-  StatusOr<Bytes> exchangeOnce(const Bytes& request, Deadline deadline, bool* sent);
-  void disconnect();
+  // One request on `*fd` (connected first when -1); the connection is left open on success.
+  StatusOr<Bytes> exchangeOnce(int* fd, const Bytes& request, Deadline deadline, bool* sent);
+  // An idle connection, or -1 (exchangeOnce connects); back to the idle set after a call.
+  int takeConnection();
+  void returnConnection(int fd);
 
+  static constexpr size_t kIdleConnections = 4;
   HostPort addr_;
   int64_t opTimeoutMs_;
   std::mutex mu_;
-  int fd_ = -1;
+  std::vector<int> idle_;  // under mu_
 };
 
 }  // namespace cofab

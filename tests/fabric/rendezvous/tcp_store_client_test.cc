@@ -13,6 +13,7 @@
 #include "fabric/rendezvous/tcp_socket.h"
 #include "fabric/rendezvous/tcp_store.h"
 #include "fabric/rendezvous/tcp_store_protocol.h"
+#include "fabric/rendezvous/tcp_store_server.h"
 
 namespace cofab {
 namespace {
@@ -199,6 +200,26 @@ TEST(TcpStoreClientTest, AHostThatDoesNotResolveIsRetriedUntilTheDeadline) {
   // Not a timing threshold: the call must have waited for its deadline rather than return at
   // once.
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+}
+
+// One TcpStore shared by threads: a get that waits for a key does not hold up the other
+// threads' calls, the set of that very key included. Calls used to be serialised over one
+// connection: the set waited behind the get, and the get ran into its deadline.
+TEST(TcpStoreClientTest, AWaitingGetDoesNotBlockOtherThreadsCalls) {
+  auto server = TcpStoreServer::start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto store = TcpStore::connect("127.0.0.1", (*server)->port(), {}, Deadline::afterMs(5000));
+  ASSERT_TRUE(store.ok()) << store.status();
+  StatusOr<Bytes> got = Unavailable("not run");
+  std::thread waiter([&] { got = (*store)->get("k", Deadline::afterMs(10000)); });
+  // The get is parked on the server before the set is sent (else this tests nothing).
+  for (int i = 0; i < 2000 && (*server)->stats().requests < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE((*store)->set("k", toBytes("v")).ok());
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(toString(*got), "v");
 }
 
 }  // namespace
