@@ -3,8 +3,9 @@
 // One request at a time per connection; calls from several threads each take a connection of
 // their own (idle ones are kept, up to kIdleConnections), so a get() parked on the server for a
 // key never holds up another thread's call, the set() of that key included. A lost connection
-// is re-established with backoff until the call's deadline. Requests that cannot be applied twice (add, compareSet) are not resent once they
-// may have reached the server: they fail with Unavailable saying the outcome is unknown.
+// is re-established with backoff until the call's deadline. Requests that cannot be applied
+// twice (add, compareSet) are not resent once they may have reached the server: they fail with
+// Unavailable saying the outcome is unknown.
 #pragma once
 
 #include <memory>
