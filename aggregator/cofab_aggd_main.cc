@@ -56,6 +56,8 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
       COFAB_RETURN_IF_ERROR(
           store->set(c.storePrefix + "/http/" + std::to_string(o.id), toBytes(httpAddress)));
     }
+    COFAB_RETURN_IF_ERROR(store->set(ps::serverMaxChunkKey(c.storePrefix, o.id),
+                                     toBytes(std::to_string(o.maxChunkBytes))));
     COFAB_RETURN_IF_ERROR(
         store->set(ps::serverAddressKey(c.storePrefix, o.id), toBytes(server.address())));
     COFAB_RETURN_IF_ERROR(

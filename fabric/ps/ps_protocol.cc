@@ -83,6 +83,9 @@ std::string serverAddressKey(std::string_view prefix, int id) {
   return std::string(prefix) + "/server/" + std::to_string(id);
 }
 std::string serverCountKey(std::string_view prefix) { return std::string(prefix) + "/count"; }
+std::string serverMaxChunkKey(std::string_view prefix, int id) {
+  return std::string(prefix) + "/max_chunk_bytes/" + std::to_string(id);
+}
 
 wire::Header controlHeader(ControlOp op, const wire::Header& about) {
   wire::Header h;

@@ -136,6 +136,9 @@ int parseAggregatorPeerId(std::string_view peerId);
 // Store keys under the daemons' prefix.
 std::string serverAddressKey(std::string_view prefix, int id);  // "<prefix>/server/<id>"
 std::string serverCountKey(std::string_view prefix);            // "<prefix>/count"
+// "<prefix>/max_chunk_bytes/<i>": daemon i's --max-chunk-bytes. A frame over twice that breaks
+// the connection instead of being rejected, so clients check their chunk size at connect.
+std::string serverMaxChunkKey(std::string_view prefix, int id);
 
 // A control header echoing the chunk identity of `about`.
 wire::Header controlHeader(ControlOp op, const wire::Header& about);

@@ -146,6 +146,28 @@ TEST(DaemonLifecycle, HealthMetricsAndSigtermExitsZero) {
   EXPECT_EQ(cluster.wait(0, Deadline::afterMs(20000)), 0);
 }
 
+// A client whose chunks exceed a daemon's --max-chunk-bytes is refused at connect, naming the
+// daemon and both sizes: chunks over twice the limit broke the connection (the daemon's frame
+// limit) instead of being rejected, so the worker failed over and every daemon counted it lost.
+TEST(AggregatorDaemon, AChunkSizeAboveADaemonsLimitIsRefusedAtConnect) {
+  DaemonCluster cluster(1, 1, {"--max-chunk-bytes", "1048576"});
+  ASSERT_TRUE(cluster.start().ok());
+  ps::ClientOptions co;
+  co.chunkBytes = 4u << 20;
+  auto refused = cluster.connect(0, co);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("aggregator 0's --max-chunk-bytes 1048576"),
+            std::string::npos)
+      << refused.status();
+  co.chunkBytes = 1u << 20;  // at the limit: fine
+  auto fits = cluster.connect(0, co);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  std::vector<float> x(1u << 19, 1.0f);  // two chunks
+  const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
+  EXPECT_TRUE((*fits)->pushPull(1, v, v).wait(Deadline::afterMs(20000)).ok());
+}
+
 // SIGTERM while large results are still queued for workers that have not read them yet: the
 // daemon lets them reach the sockets before it closes the connections. It closed them a fixed
 // 20 ms after its engines stopped, cancelling what was still queued, and the workers saw the
