@@ -974,8 +974,8 @@ Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, s
     if (limit > 0 && chunkBytes > static_cast<uint64_t>(limit)) {
       return InvalidArgument("PushPullClient::connect: chunks of " + std::to_string(chunkBytes) +
                              " bytes (ClientOptions::chunkBytes / COFAB_PS_CHUNK_BYTES) exceed "
-                             "aggregator " + std::to_string(i) + "'s --max-chunk-bytes " +
-                             std::to_string(limit));
+                             "aggregator " +
+                             std::to_string(i) + "'s --max-chunk-bytes " + std::to_string(limit));
     }
   }
   return OkStatus();
@@ -990,8 +990,8 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank
       daemonAddresses(store, options.storePrefix, options.serverAddresses,
                       Deadline::afterMs(options.connectTimeoutMs), "PushPullClient::connect"));
   if (store != nullptr && options.serverAddresses.empty()) {
-    COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
-                                         impl->chunkBytes_));
+    COFAB_RETURN_IF_ERROR(
+        checkChunkSize(*store, options.storePrefix, addresses.size(), impl->chunkBytes_));
   }
   COFAB_RETURN_IF_ERROR(impl->start(addresses));
   return impl;
