@@ -10,7 +10,8 @@
 //     receives were posted; messages are matched to posted receives in arrival order;
 //   - the first error is sticky: it fails every pending operation and every later one with the
 //     same Status (RemoteError naming the peer when it closed or died, DataLoss for a corrupt
-//     stream, InvalidArgument for a payload-size mismatch, ...);
+//     stream, InvalidArgument for a payload-size mismatch, ...), already inside the callback of
+//     the operation that failed first (status() says it there; a send posted there fails);
 //   - close() fails pending operations with Cancelled; operations posted after close() fail with
 //     FailedPrecondition.
 // The caller owns payload memory and lends it until the operation's callback has run. Sending

@@ -277,6 +277,10 @@ class Core : public std::enable_shared_from_this<Core> {
       }
     }
     finishSend(snd, OkStatus());
+    if (!bad.ok()) {  // sticky already in the failing receive's callback (status(), sends)
+      std::lock_guard<std::mutex> lock(mu_);
+      if (side_[toSide].error.ok()) side_[toSide].error = bad;
+    }
     finishRecv(rcv, bad, h, bad.ok() ? std::move(owned) : std::vector<uint8_t>{});
     snd = SendItem{};
     rcv = RecvItem{};

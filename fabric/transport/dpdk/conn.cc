@@ -669,6 +669,7 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
         const Status s = h.status().withContext("recv on " + describe());
         RecvOp failed = std::move(op);
         recvs_.pop_front();
+        setError(s);  // sticky already in the callback (status())
         completeRecv(failed, s, wire::Header{}, {});
         fail(s);
         return false;
@@ -689,6 +690,7 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
             h->describe() + ")");
         RecvOp failed = std::move(op);
         recvs_.pop_front();
+        setError(s);  // sticky already in the callback (status())
         completeRecv(failed, s, *h, {});
         fail(s);
         return false;
@@ -751,6 +753,7 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
       if (curHeader_.hasPayloadCrc() && payloadCrc_ != curHeader_.payloadCrc) {
         const Status s = DataLoss("recv on " + describe() + ": payload CRC32C mismatch (" +
                                   curHeader_.describe() + "): corrupted in transit");
+        setError(s);  // sticky already in the callback (status())
         completeRecv(done, s, curHeader_, {});
         fail(s);
         return false;

@@ -523,6 +523,7 @@ bool TcpConnectionImpl::readHeader(RecvOp& op) {
             InvalidArgument("recvRouted on " + describe() + ": message payload is " +
                             std::to_string(header_.payloadLength) + " bytes but the route gave " +
                             std::to_string(routed.size) + " bytes (" + header_.describe() + ")");
+        markFailed(s);  // sticky already in the callback finishRecv() runs
         finishRecv(s);
         fail(s);
         return false;
@@ -541,6 +542,7 @@ bool TcpConnectionImpl::readHeader(RecvOp& op) {
           "recv on " + describe() + ": message payload is " +
           std::to_string(header_.payloadLength) + " bytes but the posted receive expects " +
           std::to_string(op.expected) + " bytes (" + header_.describe() + ")");
+      markFailed(s);  // sticky already in the callback finishRecv() runs
       finishRecv(s);
       fail(s);
       return false;
@@ -596,6 +598,7 @@ bool TcpConnectionImpl::readPayload(RecvOp& op) {
     if (crc != header_.payloadCrc) {
       const Status s = DataLoss("recv on " + describe() + ": payload CRC32C mismatch (" +
                                 header_.describe() + "): corrupted in transit");
+      markFailed(s);  // sticky already in the callback finishRecv() runs
       finishRecv(s);
       fail(s);
       return false;
@@ -651,13 +654,15 @@ void TcpConnectionImpl::completeRecv(std::unique_ptr<RecvOp> op, Status status,
   if (done) done(status, header);
 }
 
+void TcpConnectionImpl::markFailed(const Status& status) {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  if (error_.ok()) error_ = status;
+}
+
 void TcpConnectionImpl::fail(const Status& status) {
   if (failed_) return;
   failed_ = true;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    if (error_.ok()) error_ = status;
-  }
+  markFailed(status);
   std::vector<std::unique_ptr<SendOp>> sends;
   std::vector<std::unique_ptr<SendOp>> written;
   size_t sendHead = 0;

@@ -107,6 +107,10 @@ class TcpConnectionImpl final : public EpollHandler,
   void completeSend(std::unique_ptr<SendOp> op, Status status);
   void completeRecv(std::unique_ptr<RecvOp> op, Status status, const wire::Header& header);
   void fail(const Status& status);
+  // Records `status` as the connection's sticky error (if none yet) without failing anything:
+  // before a failing receive's callback runs, so that status() and sends posted from inside it
+  // see the error.
+  void markFailed(const Status& status);
   Status ioError(const char* call, int err) const;
   Status peerClosed() const;
 

@@ -103,6 +103,28 @@ TEST(InProcessPipeTest, SizeMismatchFailsTheReceiveAndTheConnection) {
   EXPECT_EQ(p.b->status().code(), StatusCode::kInvalidArgument);
 }
 
+// As on every transport (TransportContractTest.AFailedReceiveIsStickyInItsOwnCallback): inside
+// the failing receive's callback, status() already says the error. The pipe recorded it only
+// after the callback had run.
+TEST(InProcessPipeTest, AFailedReceiveIsStickyInItsOwnCallback) {
+  PipeEnds p = makeInProcessPipe("a", "b");
+  std::vector<uint8_t> small(10);
+  std::vector<uint8_t> payload(11, 1);
+  Status seen = OkStatus();
+  Recorder got;
+  Recorder sent;
+  Connection* b = p.b.get();
+  p.b->recv(small.data(), small.size(), [&](const Status& st, const wire::Header&) {
+    seen = b->status();
+    got.record(st);
+  });
+  p.a->send(wire::Header{}, payload.data(), payload.size(), sent.sendCb());
+  ASSERT_TRUE(got.wait(1));
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_EQ(got.statuses()[0].code(), StatusCode::kInvalidArgument) << got.statuses()[0];
+  EXPECT_EQ(seen.code(), StatusCode::kInvalidArgument) << "status() inside the callback: " << seen;
+}
+
 TEST(InProcessPipeTest, CloseCancelsHereAndIsARemoteErrorThere) {
   PipeEnds p = makeInProcessPipe("worker 0", "agg 0");
   Recorder mine, theirs;

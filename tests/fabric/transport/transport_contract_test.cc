@@ -538,6 +538,34 @@ TEST_P(TransportContractTest, SizeMismatchIsAClearErrorAndSticky) {
   EXPECT_EQ(p.server->status().code(), StatusCode::kInvalidArgument);
 }
 
+// The error is sticky already in the failing receive's own callback: status() says it, and a
+// send posted from there fails. On tcp the callback ran before the error was recorded, so
+// status() was OK there and a small send went out and completed OK on a failed connection.
+TEST_P(TransportContractTest, AFailedReceiveIsStickyInItsOwnCallback) {
+  auto p = connectPair();
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> src(100);
+  std::vector<uint8_t> dst(64);
+  std::vector<uint8_t> reply(16);
+  Status seen = OkStatus();
+  Recorder rec;
+  Recorder replied;  // reply is lent until this completes
+  Connection* server = p.server.get();
+  p.server->recv(dst.data(), dst.size(), [&](const Status& st, const wire::Header&) {
+    seen = server->status();
+    server->send(wire::Header{}, reply.data(), reply.size(), replied.sendCb());
+    rec.record(st);
+  });
+  Recorder sent;  // src is lent until this completes
+  p.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(rec.wait(1));
+  ASSERT_TRUE(replied.wait(1));
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_EQ(rec.statuses()[0].code(), StatusCode::kInvalidArgument) << rec.statuses()[0];
+  EXPECT_EQ(seen.code(), StatusCode::kInvalidArgument) << "status() inside the callback: " << seen;
+  EXPECT_FALSE(replied.statuses()[0].ok()) << "a send from the callback went out";
+}
+
 TEST_P(TransportContractTest, BadInputGivesClearStatus) {
   auto p = connectPair();
   ASSERT_TRUE(p.client && p.server);
