@@ -61,6 +61,17 @@ StatusOr<SockAddr> parseAddress(std::string_view text) {
     if (colon != std::string_view::npos) port = std::string(text.substr(colon + 1));
   }
   if (host.empty()) return InvalidArgument("tcp address '" + std::string(text) + "': no host");
+  // A host name or IP literal has no other characters: such text is a mistake, not a name that
+  // may resolve later (connect() retries those).
+  for (const char ch : host) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_' ||
+                    ch == ':' || ch == '%';
+    if (!ok) {
+      return InvalidArgument("tcp address '" + std::string(text) + "': '" + host +
+                             "' is not a host name or IP address");
+    }
+  }
   char* end = nullptr;
   errno = 0;
   const long p = std::strtol(port.c_str(), &end, 10);
@@ -74,8 +85,12 @@ StatusOr<SockAddr> parseAddress(std::string_view text) {
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || res == nullptr) {
-    return InvalidArgument("tcp address '" + std::string(text) + "': cannot resolve host '" +
-                           host + "': " + ::gai_strerror(rc));
+    // A name not (yet) in DNS, or a resolver that did not answer, may resolve later:
+    // Unavailable, which connect() retries until its deadline.
+    const std::string what = "tcp address '" + std::string(text) + "': cannot resolve host '" +
+                             host + "': " + ::gai_strerror(rc);
+    const bool mayResolveLater = rc == EAI_AGAIN || rc == EAI_NONAME || rc == EAI_FAIL;
+    return mayResolveLater ? Unavailable(what) : InvalidArgument(what);
   }
   SockAddr out;
   std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);

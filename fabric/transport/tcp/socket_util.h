@@ -53,6 +53,8 @@ struct SockAddr {
 
 // Parses "host:port", "[v6]:port" or "host" (port 0). Host names are resolved (getaddrinfo);
 // InvalidArgument names the text and what was wrong.
+// A host that does not resolve (yet) is Unavailable (connect retries it), other errors
+// InvalidArgument.
 StatusOr<SockAddr> parseAddress(std::string_view text);
 
 // The first IPv4 (else IPv6) address of interface `ifname`; InvalidArgument listing the

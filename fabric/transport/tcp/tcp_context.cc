@@ -224,7 +224,20 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
     return InvalidArgument("tcp connect: localId is " + std::to_string(options.localId.size()) +
                            " bytes (at most " + std::to_string(kMaxHandshakeId) + ")");
   }
-  COFAB_ASSIGN_OR_RETURN(SockAddr addr, parseAddress(address));
+  // Resolved again until the deadline while the name does not resolve (yet): a peer's DNS
+  // record may appear only once it runs (cofab-aggd --peers agg-0:7000 before agg-0 exists).
+  StatusOr<SockAddr> parsed = parseAddress(address);
+  for (auto backoff = Millis(10);
+       !parsed.ok() && parsed.status().code() == StatusCode::kUnavailable;
+       backoff = std::min<Millis>(backoff * 2, Millis(500))) {
+    if (deadline.expired()) {
+      return DeadlineExceeded("tcp connect to " + address + ": " + parsed.status().message() +
+                              " (until the deadline)");
+    }
+    std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
+    parsed = parseAddress(address);
+  }
+  COFAB_ASSIGN_OR_RETURN(SockAddr addr, std::move(parsed));
   const int n = state_->socketsPerPeer;
   if (n == 1) return connectSocket(addr, address, options, StripeGroup{}, deadline);
   // The token only has to tell this connection's sockets apart from other groups in flight at

@@ -399,6 +399,25 @@ TEST(TcpTest, AListenerOutOfDescriptorsAcceptsAgainOnceSomeAreFree) {
   (*server)->join();
 }
 
+// A peer whose name does not resolve (yet) is retried until the connect deadline, like a
+// refused connection, and DeadlineExceeded names the resolver's answer; it used to fail at once
+// with InvalidArgument. (".invalid" never resolves, RFC 6761.)
+TEST(TcpTest, AHostThatDoesNotResolveIsRetriedUntilTheDeadline) {
+  auto ctx = tcp::createContext({.localId = "c"}, {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const auto start = std::chrono::steady_clock::now();
+  auto c = (*ctx)->connect("no-such-host.invalid:7000", {.localId = "c"}, Deadline::afterMs(1000));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status();
+  EXPECT_NE(c.status().message().find("cannot resolve host 'no-such-host.invalid'"),
+            std::string::npos)
+      << c.status();
+  // Not a timing threshold: it waited for its deadline instead of returning at once.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+  (*ctx)->close();
+  (*ctx)->join();
+}
+
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   TcpPair p;
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
