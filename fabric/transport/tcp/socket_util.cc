@@ -65,8 +65,8 @@ StatusOr<SockAddr> parseAddress(std::string_view text) {
   // may resolve later (connect() retries those).
   for (const char ch : host) {
     const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_' ||
-                    ch == ':' || ch == '%';
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
+                    ch == '%';
     if (!ok) {
       return InvalidArgument("tcp address '" + std::string(text) + "': '" + host +
                              "' is not a host name or IP address");
