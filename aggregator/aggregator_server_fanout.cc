@@ -6,10 +6,6 @@
 
 namespace cofab::aggregator {
 
-namespace {
-// At most this many keys per release (a malicious count must not stall the engines).
-constexpr uint64_t kMaxReleaseKeys = 1ull << 24;
-}  // namespace
 
 void AggregatorServer::onFanOutRelease(const std::shared_ptr<Peer>& peer, const wire::Header& h,
                                        std::vector<uint8_t>&& payload) {
@@ -22,7 +18,7 @@ void AggregatorServer::onFanOutRelease(const std::shared_ptr<Peer>& peer, const 
   for (size_t i = 0; i < 8 && i < payload.size(); ++i) {
     count |= static_cast<uint64_t>(payload[i]) << (8 * i);
   }
-  if (payload.size() != 8 || count == 0 || count > kMaxReleaseKeys || h.key + count < h.key) {
+  if (payload.size() != 8 || count == 0 || count > ps::kMaxFanOutReleaseKeys || h.key + count < h.key) {
     peer->reject(metrics_, ps::RejectReason::kMalformed, h,
                  "a fan-out release carries a key count in [1, 2^24] (8 bytes) and must not wrap");
     return;

@@ -286,6 +286,17 @@ void Engine::onPush(Event& e) {
   }
   const bool deliver = (h.opcode & ps::kPushDeliver) != 0;
   if (s.hasLast && h.iteration == s.lastIter) {
+    // A fan-out upload is the round's result itself, so a resend carries the same bytes. Other
+    // bytes are another upload to keys nobody released (a second shuffle of the same shape, a
+    // job resumed at an epoch it never released): acking it as a resend would leave the old
+    // rows for the workers to decode, with no error anywhere. Compared only on this rare path.
+    if ((h.opcode & ps::kPushFanOut) != 0 && !forwarded && s.fanOut && s.lastResult &&
+        *s.lastResult != *e.payload) {
+      e.peer->reject(metrics_, RejectReason::kWrongOp, h,
+                     "these keys still hold another upload of iteration " +
+                         std::to_string(s.lastIter) + ": release it first (or use other keys)");
+      return;
+    }
     // A resend for the round finished last (lost ack, or a failover): answer, never apply.
     metrics_.chunksDuplicate.fetch_add(1, std::memory_order_relaxed);
     if (forwarded) {

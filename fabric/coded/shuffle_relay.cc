@@ -194,6 +194,17 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
 }
 
 Status ShuffleEndpoint::release(uint64_t keyBase, uint64_t count, Deadline deadline) {
+  // A daemon takes at most kMaxFanOutReleaseKeys keys per request: an epoch of more uploads
+  // (allowed up to 2^32 - 1) used to fail its release and leave every slot allocated.
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(count - done, ps::kMaxFanOutReleaseKeys);
+    COFAB_RETURN_IF_ERROR(releaseOnce(keyBase + done, n, deadline));
+    done += n;
+  }
+  return OkStatus();
+}
+
+Status ShuffleEndpoint::releaseOnce(uint64_t keyBase, uint64_t count, Deadline deadline) {
   if (count == 0) return OkStatus();
   // Owned by the send: an error return below must not free it under a queued send.
   auto payload = std::make_shared<std::vector<uint8_t>>(8);

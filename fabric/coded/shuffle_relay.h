@@ -64,6 +64,8 @@ class ShuffleEndpoint {
   struct Reply;
 
  private:
+  // One kFanOutRelease request (count <= ps::kMaxFanOutReleaseKeys) and its answer.
+  Status releaseOnce(uint64_t keyBase, uint64_t count, Deadline deadline);
   ShuffleEndpoint() = default;
   void postRecv();
   StatusOr<Reply> next(Deadline deadline);

@@ -139,6 +139,9 @@ std::string serverCountKey(std::string_view prefix);            // "<prefix>/cou
 // "<prefix>/max_chunk_bytes/<i>": daemon i's --max-chunk-bytes. A frame over twice that breaks
 // the connection instead of being rejected, so clients check their chunk size at connect.
 std::string serverMaxChunkKey(std::string_view prefix, int id);
+// The most keys one ControlOp::kFanOutRelease may name (a daemon refuses more, so that one
+// request cannot stall its engines); a client releases a larger range in pieces.
+inline constexpr uint64_t kMaxFanOutReleaseKeys = uint64_t{1} << 24;
 
 // A control header echoing the chunk identity of `about`.
 wire::Header controlHeader(ControlOp op, const wire::Header& about);

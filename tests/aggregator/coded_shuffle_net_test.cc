@@ -11,6 +11,7 @@
 
 #include "coding/shuffle/coded_shuffle.h"
 #include "fabric/coded/shuffle_relay.h"
+#include "fabric/ps/ps_protocol.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/support/thread_ranks.h"
 
@@ -137,6 +138,43 @@ TEST(CodedShuffleNet, ReleasedEpochsKeepTheDaemonsSlotsBounded) {
       EXPECT_NE(late.message().find("released"), std::string::npos) << late;
     }
   }
+}
+
+// An upload to keys that still hold an unreleased upload with other bytes (a second shuffle of
+// the same shape on the daemon, or a resumed job at an epoch it never released) is refused: the
+// daemon used to take it for a resend of the finished round, ack it and keep the old rows, so
+// workers decoded the old upload's messages with no error anywhere. A true resend (the same
+// bytes) is still acknowledged.
+TEST(CodedShuffleNet, ADifferentUploadToUnreleasedKeysIsRefused) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto master = coded::ShuffleEndpoint::connect(cluster.address(0), 1, Deadline::afterMs(10000));
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::vector<uint8_t> first(4 * 16, 1), second(4 * 16, 2);
+  ASSERT_TRUE((*master)->upload(0, 500, first, 16, Deadline::afterMs(10000)).ok());
+  EXPECT_TRUE((*master)->upload(0, 500, first, 16, Deadline::afterMs(10000)).ok())
+      << "a resend of the same rows";
+  auto other = (*master)->upload(0, 500, second, 16, Deadline::afterMs(10000));
+  ASSERT_FALSE(other.ok()) << "other rows on keys that still hold an upload";
+  EXPECT_NE(other.status().message().find("release"), std::string::npos) << other.status();
+}
+
+// An epoch may have up to 2^32 - 1 uploads, a daemon frees at most 2^24 keys per release
+// request: the endpoint releases a larger range in pieces. It sent one request, the daemon
+// refused it as malformed, and the epoch's slots stayed allocated.
+TEST(CodedShuffleNet, AReleaseOfMoreKeysThanOneRequestTakesIsSplit) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto master = coded::ShuffleEndpoint::connect(cluster.address(0), 1, Deadline::afterMs(10000));
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::vector<uint8_t> rows(2 * 16, 3);
+  ASSERT_TRUE((*master)->upload(0, 500, rows, 16, Deadline::afterMs(10000)).ok());
+  const Status released =
+      (*master)->release(500, ps::kMaxFanOutReleaseKeys + 1, Deadline::afterMs(60000));
+  EXPECT_TRUE(released.ok()) << released;
+  auto freed = cluster.metric(0, "cofab_agg_fanout_released_total");
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, 2);
 }
 
 }  // namespace
