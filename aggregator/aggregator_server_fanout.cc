@@ -6,7 +6,6 @@
 
 namespace cofab::aggregator {
 
-
 void AggregatorServer::onFanOutRelease(const std::shared_ptr<Peer>& peer, const wire::Header& h,
                                        std::vector<uint8_t>&& payload) {
   if (peer->workerRank < 0 || h.senderRank != static_cast<uint32_t>(peer->workerRank)) {

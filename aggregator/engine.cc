@@ -653,8 +653,8 @@ std::string Engine::missingWorkers(const Slot& s, int64_t now, bool* anyGone) co
     if (s.state[r] == 1) {
       os << " (waiting for the backup's ack)";
     } else if (goneSinceNs_[r] != 0) {
-      os << (goneLeft_[r] ? " (left " : " (connection lost ")
-         << (now - goneSinceNs_[r]) / 1000000 << " ms ago: " << goneReason_[r] << ")";
+      os << (goneLeft_[r] ? " (left " : " (connection lost ") << (now - goneSinceNs_[r]) / 1000000
+         << " ms ago: " << goneReason_[r] << ")";
       *anyGone = true;
     } else {
       os << " (connected, not yet pushed)";
