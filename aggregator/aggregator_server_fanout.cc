@@ -17,7 +17,8 @@ void AggregatorServer::onFanOutRelease(const std::shared_ptr<Peer>& peer, const 
   for (size_t i = 0; i < 8 && i < payload.size(); ++i) {
     count |= static_cast<uint64_t>(payload[i]) << (8 * i);
   }
-  if (payload.size() != 8 || count == 0 || count > ps::kMaxFanOutReleaseKeys || h.key + count < h.key) {
+  if (payload.size() != 8 || count == 0 || count > ps::kMaxFanOutReleaseKeys ||
+      h.key + count < h.key) {
     peer->reject(metrics_, ps::RejectReason::kMalformed, h,
                  "a fan-out release carries a key count in [1, 2^24] (8 bytes) and must not wrap");
     return;
