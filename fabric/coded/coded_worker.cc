@@ -208,16 +208,22 @@ Status Worker::run() {
   const Deadline deadline = Deadline::after(timeout);
   const std::string id = "coded worker " + std::to_string(options_.index);
   COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, {.localId = id}));
-  StatusOr<Bytes> addr = options_.store->get(options_.name + "/master", deadline);
-  if (!addr.ok()) {
-    ctx_->join();
-    return addr.status().withContext(id + ": waiting for the master's address");
-  }
-  StatusOr<std::shared_ptr<transport::Connection>> conn =
-      ctx_->connect(toString(*addr), {.localId = id}, deadline);
-  if (!conn.ok()) {
-    ctx_->join();
-    return conn.status().withContext(id);
+  // The address is read again after each second of failed connecting: the key may still hold
+  // an earlier run's master (a restarted master, a second run on one store), which nobody serves;
+  // a worker that read it once dialled that dead port until its setup deadline.
+  StatusOr<std::shared_ptr<transport::Connection>> conn = Unavailable("not connected");
+  while (!conn.ok()) {
+    StatusOr<Bytes> addr = options_.store->get(options_.name + "/master", deadline);
+    if (!addr.ok()) {
+      ctx_->join();
+      return addr.status().withContext(id + ": waiting for the master's address");
+    }
+    conn = ctx_->connect(toString(*addr), {.localId = id}, Deadline::afterMs(1000).min(deadline));
+    if (!conn.ok() &&
+        (deadline.expired() || conn.status().code() == StatusCode::kInvalidArgument)) {
+      ctx_->join();
+      return conn.status().withContext(id + ": master at " + toString(*addr));
+    }
   }
   conn_ = *conn;
   send(CodedOp::kRegister, 0, {});

@@ -457,6 +457,46 @@ TEST(CodedService, ABlockTooBigForAMessageIsRefusedAndCostsNoWorker) {
 // A connection that registers badly before the workers arrive (a port probe, a crashed worker's
 // retry) used to take one of the n accepts: a real worker was never accepted and create() ran
 // into its setup deadline. The workers here wait until the master has refused the intruder.
+// Workers that start before a new master and find an earlier run's address in the store (a
+// restarted master, a second run on one store) reach the new master once it publishes: they
+// read the address again while connecting fails. They used to dial the dead address until
+// their setup deadline, and the master's create() failed naming them all.
+TEST(CodedService, WorkersFindANewMasterPastAStaleAddress) {
+  TempDir dir;
+  const std::string path = dir.path(), name = "coded-stale";
+  {
+    auto store = FileStore::open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto ctx = transport::Registry::create("tcp", {.localId = "old master"});
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    auto old = (*ctx)->listen({"127.0.0.1:0"});
+    ASSERT_TRUE(old.ok()) << old.status();
+    ASSERT_TRUE((*store)->set(name + "/master", toBytes((*old)->address())).ok());
+    (*ctx)->close();  // nobody serves that address any more
+    (*ctx)->join();
+  }
+  ProcessGroup procs;
+  procs.start(2, [path, name](int w) {
+    auto store = FileStore::open(path);
+    if (!store.ok()) return childFail(w, store.status().toString());
+    Status s = runCodedWorker(
+        {.store = store->get(), .name = name, .index = w, .setupTimeout = Millis(20000)});
+    return s.ok() ? 0 : childFail(w, s.toString());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the workers read the old one
+  auto store = FileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kUncoded, .n = 2};
+  o.name = name;
+  o.setupTimeout = Millis(20000);
+  auto master = CodedMaster::create(store->get(), o);
+  ASSERT_TRUE(master.ok()) << master.status();
+  std::vector<float> a(4, 1.0f);
+  EXPECT_TRUE((*master)->load({a.data(), 2, 2, 0}).ok());
+  master->reset();  // tells the workers to leave
+  EXPECT_EQ(cofab::testing::failures(procs.waitAll(Deadline::afterMs(20000))), "");
+}
+
 TEST(CodedService, ABadRegistrationDoesNotTakeAWorkersPlace) {
   TempDir dir;
   const std::string path = dir.path(), name = "coded-badreg";
