@@ -2,6 +2,7 @@
 list(APPEND COFAB_FABRIC_SOURCES
   transport/accept_queue.cc
   transport/inproc_pipe.cc
+  transport/off_loop_runner.cc
   transport/registry.cc
   transport/loopback/loopback_connection.cc
   transport/loopback/loopback_context.cc

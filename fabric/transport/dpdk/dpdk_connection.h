@@ -12,6 +12,7 @@
 #include "fabric/transport/connection.h"
 #include "fabric/transport/dpdk/conn.h"
 #include "fabric/transport/dpdk/engine.h"
+#include "fabric/transport/off_loop_runner.h"
 
 namespace cofab::transport::dpdk {
 
@@ -39,6 +40,8 @@ class DpdkConnection final : public Connection {
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<Conn> conn_;
+  // Completions once the poller has stopped: never inline, one at a time, in posting order.
+  const std::shared_ptr<OffLoopRunner> offLoop_ = std::make_shared<OffLoopRunner>();
 };
 
 }  // namespace cofab::transport::dpdk

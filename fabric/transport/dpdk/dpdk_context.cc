@@ -33,10 +33,6 @@ COFAB_PARAM_INT(kPipeFrames, "COFAB_DPDK_PIPE_FRAMES", 128, 1, 1024,
                 "dpdk connection: data frames sent past the newest one the peer acknowledged "
                 "(keeps the rings short so retransmissions are not queued behind them)");
 
-// Runs `fn` on a short-lived thread: completions after the poller stopped must still never run
-// inline (connection.h).
-void completeLater(std::function<void()> fn) { std::thread(std::move(fn)).detach(); }
-
 class DpdkListener final : public Listener {
  public:
   DpdkListener(std::shared_ptr<Engine> engine, std::shared_ptr<ListenerState> state)
@@ -109,7 +105,7 @@ void DpdkConnection::send(const wire::Header& header, ConstSlices payload, SendC
   if (!engine_->post([c = conn_, header, slices = std::move(slices), cb]() mutable {
         c->send(header, std::move(slices), std::move(*cb));
       })) {
-    completeLater([cb, s = stoppedStatus("send")] {
+    offLoop_->post([cb, s = stoppedStatus("send")] {
       if (*cb) (*cb)(s);
     });
   }
@@ -121,7 +117,7 @@ void DpdkConnection::recv(MutableSlices dest, RecvCallback done) {
   if (!engine_->post([c = conn_, slices = std::move(slices), cb]() mutable {
         c->recv(std::move(slices), std::move(*cb));
       })) {
-    completeLater([cb, s = stoppedStatus("recv")] {
+    offLoop_->post([cb, s = stoppedStatus("recv")] {
       if (*cb) (*cb)(s, wire::Header{});
     });
   }
@@ -134,7 +130,7 @@ void DpdkConnection::recvRouted(RecvRoute route, RecvOwnedCallback done) {
   if (!engine_->post([c = conn_, route = std::move(route), cb]() mutable {
         c->recvRouted(std::move(route), std::move(*cb));
       })) {
-    completeLater([cb, s = stoppedStatus("recv")] {
+    offLoop_->post([cb, s = stoppedStatus("recv")] {
       if (*cb) (*cb)(s, wire::Header{}, {});
     });
   }

@@ -275,9 +275,14 @@ void TcpConnectionImpl::tryInlineWrite(std::unique_ptr<SendOp>& op) {
 void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sends,
                                         std::vector<std::unique_ptr<RecvOp>> recvs, Status why) {
   if (sends.empty() && recvs.empty()) return;
-  // Rare misuse path (operations after Context::join()): a short-lived thread keeps the
-  // "never inline" promise.
-  std::thread([sends = std::move(sends), recvs = std::move(recvs), why]() mutable {
+  // Rare misuse path (operations after Context::join()): the runner keeps the "never inline"
+  // promise, and runs this connection's completions one batch at a time in posting order (a
+  // thread per batch let them overlap and reorder).
+  auto batch = std::make_shared<
+      std::pair<std::vector<std::unique_ptr<SendOp>>, std::vector<std::unique_ptr<RecvOp>>>>(
+      std::move(sends), std::move(recvs));
+  offLoop_->post([batch, why] {
+    auto& [sends, recvs] = *batch;
     for (auto& op : sends) {
       if (op->done) op->done(op->written ? OkStatus() : op->error.ok() ? why : op->error);
     }
@@ -289,7 +294,7 @@ void TcpConnectionImpl::completeOffLoop(std::vector<std::unique_ptr<SendOp>> sen
         op->done(s, wire::Header{});
       }
     }
-  }).detach();
+  });
 }
 
 void TcpConnectionImpl::close() {

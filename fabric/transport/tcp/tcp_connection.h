@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fabric/transport/connection.h"
+#include "fabric/transport/off_loop_runner.h"
 #include "fabric/transport/tcp/epoll_loop.h"
 #include "fabric/transport/tcp/socket_util.h"
 
@@ -120,6 +121,8 @@ class TcpConnectionImpl final : public EpollHandler,
   std::shared_ptr<EpollLoop> loop_;
 
   // Submission hand-off: caller threads -> loop.
+  // Completions once the loop has stopped (after Context::join()): one at a time, in order.
+  const std::shared_ptr<OffLoopRunner> offLoop_ = std::make_shared<OffLoopRunner>();
   mutable std::mutex submitMu_;
   std::vector<std::unique_ptr<SendOp>> submittedSends_;
   std::vector<std::unique_ptr<RecvOp>> submittedRecvs_;

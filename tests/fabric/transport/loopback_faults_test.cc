@@ -268,41 +268,5 @@ TEST_F(LoopbackFaultsTest, PeerCloseFailsASendOnlyConnection) {
   EXPECT_EQ(p_.client->status().code(), StatusCode::kRemoteError) << p_.client->status();
 }
 
-// After the context is joined, operations complete on a helper thread: one per connection at a
-// time, so callbacks still never overlap and keep posting order. (Passes deterministically with
-// the fix; without it, one helper thread per operation made it fail only by chance.)
-TEST_F(LoopbackFaultsTest, AfterJoinCallbacksRunOneAtATimeInOrder) {
-  start({});
-  client_->join();
-  constexpr size_t kN = 200;
-  std::atomic<int> running{0};
-  std::atomic<int> overlaps{0};
-  Recorder rec;
-  uint32_t buf = 0;  // never written: every receive fails
-  {
-    InsideCall guard;
-    for (size_t i = 0; i < kN; ++i) {
-      p_.client->recv(&buf, sizeof(buf), [&, i](const Status& s, const wire::Header& h) {
-        if (running.fetch_add(1) != 0) {
-          ++overlaps;
-        }
-        std::this_thread::yield();  // widen the window in which another callback could start
-        running.fetch_sub(1);
-        rec.record(s, h, i);  // last: the test may end once the last one is recorded
-      });
-    }
-  }
-  ASSERT_TRUE(rec.wait(kN, std::chrono::seconds(10)));
-  EXPECT_EQ(overlaps.load(), 0) << "callbacks of one connection ran concurrently";
-  EXPECT_EQ(rec.inlineCalls(), 0);
-  const auto order = rec.order();
-  for (size_t i = 0; i < kN; ++i) {
-    ASSERT_EQ(order[i], i) << "callbacks out of posting order";
-  }
-  for (const auto& st : rec.statuses()) {
-    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
-  }
-}
-
 }  // namespace
 }  // namespace cofab::transport::testing

@@ -566,6 +566,38 @@ TEST_P(TransportContractTest, AFailedReceiveIsStickyInItsOwnCallback) {
   EXPECT_FALSE(replied.statuses()[0].ok()) << "a send from the callback went out";
 }
 
+// Operations posted after the context has stopped (join()) still complete once each, never
+// inline, and one at a time in posting order, as on a live connection. tcp started a thread per
+// operation there, so their callbacks overlapped and came out of order.
+TEST_P(TransportContractTest, AfterJoinCallbacksRunOneAtATimeInOrder) {
+  auto p = connectPair();
+  ASSERT_TRUE(p.client && p.server);
+  client_->close();
+  client_->join();
+  constexpr size_t kN = 200;
+  std::atomic<int> running{0};
+  std::atomic<int> overlaps{0};
+  Recorder rec;
+  uint32_t buf = 0;  // never written: every receive fails
+  {
+    InsideCall guard;
+    for (size_t i = 0; i < kN; ++i) {
+      p.client->recv(&buf, sizeof(buf), [&, i](const Status& s, const wire::Header& h) {
+        if (running.fetch_add(1) != 0) ++overlaps;
+        std::this_thread::yield();  // widen the window in which another callback could start
+        running.fetch_sub(1);
+        rec.record(s, h, i);  // last: the test may end once the last one is recorded
+      });
+    }
+  }
+  ASSERT_TRUE(rec.wait(kN, std::chrono::seconds(10)));
+  EXPECT_EQ(overlaps.load(), 0) << "callbacks of one connection ran concurrently";
+  EXPECT_EQ(rec.inlineCalls(), 0);
+  const auto order = rec.order();
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(order[i], i) << "callbacks out of posting order";
+  for (const auto& st : rec.statuses()) EXPECT_FALSE(st.ok());
+}
+
 TEST_P(TransportContractTest, BadInputGivesClearStatus) {
   auto p = connectPair();
   ASSERT_TRUE(p.client && p.server);
