@@ -19,6 +19,18 @@
 namespace cofab::testing {
 namespace {
 
+// Worker 0 opens round 0 of key 3 and waits for it to be released: the RoundFailed text, or an
+// error naming what came instead.
+StatusOr<std::string> roundFailedText(RawPeer& w0) {
+  COFAB_RETURN_IF_ERROR(
+      w0.sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}));
+  COFAB_ASSIGN_OR_RETURN(RawMessage failed, w0.recvSkippingAcks());
+  if (!failed.isControl(ps::ControlOp::kRoundFailed)) {
+    return FailedPrecondition("expected RoundFailed, got " + failed.header.describe());
+  }
+  return std::string(failed.payload.begin(), failed.payload.end());
+}
+
 TEST(AggregatorFaults, WorkerKilledMidRoundIsNamedAndTheRoundReleased) {
   const int kWorkers = 3;
   DaemonCluster cluster(1, kWorkers, {"--dead-worker-ms", "300"});
@@ -117,14 +129,10 @@ TEST(AggregatorFaults, AConnectionThatBreaksBeforeItsFirstPushIsALostWorker) {
   ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
   auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
   ASSERT_TRUE(w0.ok()) << w0.status();
-  ASSERT_TRUE(
-      (*w0)->sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}).ok());
-  auto failed = (*w0)->recvSkippingAcks();
-  ASSERT_TRUE(failed.ok()) << failed.status();
-  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
-  const std::string why(failed->payload.begin(), failed->payload.end());
-  EXPECT_NE(why.find("worker 1 (connection lost"), std::string::npos) << why;
-  EXPECT_NE(why.find("(not yet pushed)"), std::string::npos) << why;
+  auto why = roundFailedText(**w0);
+  ASSERT_TRUE(why.ok()) << why.status();
+  EXPECT_NE(why->find("worker 1 (connection lost"), std::string::npos) << *why;
+  EXPECT_NE(why->find("(not yet pushed)"), std::string::npos) << *why;
 }
 
 // A worker that closed its client (Goodbye) with nothing else of it connected cannot push to
@@ -144,14 +152,10 @@ TEST(AggregatorFaults, AWorkerThatSaidGoodbyeIsNamedAsGoneAndItsRoundsReleased) 
     bye.senderRank = 1;
     ASSERT_TRUE((*leaving)->send(bye, {}).ok());
   }
-  ASSERT_TRUE(
-      (*w0)->sendValues(RawPeer::push(0, 3, 0, DType::kF32), std::vector<float>{1, 2}).ok());
-  auto failed = (*w0)->recvSkippingAcks();
-  ASSERT_TRUE(failed.ok()) << failed.status();
-  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
-  const std::string why(failed->payload.begin(), failed->payload.end());
-  EXPECT_NE(why.find("worker 1 (left"), std::string::npos) << why;
-  EXPECT_NE(why.find("Goodbye"), std::string::npos) << why;
+  auto why = roundFailedText(**w0);
+  ASSERT_TRUE(why.ok()) << why.status();
+  EXPECT_NE(why->find("worker 1 (left"), std::string::npos) << *why;
+  EXPECT_NE(why->find("Goodbye"), std::string::npos) << *why;
   // Not a broken connection: the lost-worker count stays 0.
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 0);
 }

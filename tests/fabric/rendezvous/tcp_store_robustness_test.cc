@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "fabric/rendezvous/tcp_store.h"
 #include "fabric/rendezvous/tcp_store_protocol.h"
 #include "fabric/rendezvous/tcp_store_server.h"
+#include "tests/support/descriptor_hog.h"
 #include "tests/support/process_group.h"
 
 namespace cofab {
@@ -287,21 +287,12 @@ TEST_F(TcpStoreRobustnessTest, OutOfDescriptorsPausesAcceptingAndThenServes) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(server_->port());
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  const int probe = ::dup(0);
-  ASSERT_GE(probe, 0);
-  ::close(probe);
-  rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(probe + 32);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> hog;
-  for (int fd; (fd = ::dup(0)) >= 0;) hog.push_back(fd);  // every descriptor taken
+  cofab::testing::DescriptorHog hog;  // every descriptor taken
+  ASSERT_TRUE(hog.ok());
   // The kernel completes the connection; the server's accept fails for lack of a descriptor.
   const int connected = ::connect(raw, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  for (int fd : hog) ::close(fd);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  hog.release();
   ASSERT_EQ(connected, 0) << strerror(errno);
   const uint64_t failures = server_->stats().acceptFailures;
   EXPECT_GE(failures, 1u);

@@ -28,6 +28,24 @@ constexpr int kDim = kFeatures + 1;  // weights + bias
 constexpr int kRowsPerWorker = 256;
 constexpr int kBatch = 16;
 constexpr int kSteps = 400;
+
+// An in-process daemon for `workers` workers on loopback tcp, and worker `rank`'s environment
+// pointing at it (with `store` for the algorithms that keep counters and barriers there).
+StatusOr<std::unique_ptr<aggregator::AggregatorServer>> localDaemon(int workers) {
+  aggregator::ServerOptions so;
+  so.numWorkers = workers;
+  so.listenAddress = "127.0.0.1:0";
+  return aggregator::AggregatorServer::create(so);
+}
+SyncEnv envFor(int rank, int world, const aggregator::AggregatorServer& daemon,
+               Store* store = nullptr) {
+  SyncEnv env;
+  env.rank = rank;
+  env.worldSize = world;
+  env.store = store;
+  env.client.serverAddresses = {daemon.address()};
+  return env;
+}
 // SGD with a constant step size stops at a noise floor; with noise 0.01 it is far below this.
 constexpr double kTolerance = 0.02;
 
@@ -408,19 +426,12 @@ TEST(ShadowSyncTest, ASecondStartWhileRunningIsRefused) {
 // interval longer than the operation timeout, the early worker's round timed out and the job
 // failed. A round now waits for one interval more.
 TEST(ShadowSyncTest, AWorkerFinishingLongBeforeAnotherStillFinishes) {
-  aggregator::ServerOptions so;
-  so.numWorkers = 2;
-  so.listenAddress = "127.0.0.1:0";
-  auto server = aggregator::AggregatorServer::create(so);
+  auto server = localDaemon(2);
   ASSERT_TRUE(server.ok()) << server.status();
   HashStore store;
   std::vector<std::vector<float>> finals(2, std::vector<float>(8));
   auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
-    SyncEnv env;
-    env.rank = rank;
-    env.worldSize = 2;
-    env.store = &store;
-    env.client.serverAddresses = {(*server)->address()};
+    const SyncEnv env = envFor(rank, 2, **server, &store);
     SyncOptions o;
     o.algorithm = "shadowsync";
     o.shadowIntervalMs = 5000;
@@ -443,17 +454,11 @@ TEST(ShadowSyncTest, AWorkerFinishingLongBeforeAnotherStillFinishes) {
 
 TEST(SyncAlgorithmTest, StepAppliesTheAverageGradient) {
   for (std::string algorithm : {"sync", "int8", "onebit"}) {
-    aggregator::ServerOptions so;
-    so.numWorkers = 2;
-    so.listenAddress = "127.0.0.1:0";
-    auto server = aggregator::AggregatorServer::create(so);
+    auto server = localDaemon(2);
     ASSERT_TRUE(server.ok()) << server.status();
     std::vector<std::vector<float>> finals(2);
     auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
-      SyncEnv env;
-      env.rank = rank;
-      env.worldSize = 2;
-      env.client.serverAddresses = {(*server)->address()};
+      const SyncEnv env = envFor(rank, 2, **server);
       SyncOptions o;
       o.algorithm = algorithm;
       o.lr = 1.0f;
@@ -590,14 +595,9 @@ TEST(SyncAlgorithmTest, OnlyAlgorithmsWithSeveralThreadsOnTheModelUseAtomics) {
 TEST(SyncAlgorithmTest, TwoRunsOnOneStoreCountTheirOwnSamples) {
   HashStore store;
   for (int run = 0; run < 2; ++run) {
-    aggregator::ServerOptions so;
-    so.numWorkers = 1;
-    so.listenAddress = "127.0.0.1:0";
-    auto server = aggregator::AggregatorServer::create(so);
+    auto server = localDaemon(1);
     ASSERT_TRUE(server.ok()) << server.status();
-    SyncEnv env;
-    env.store = &store;
-    env.client.serverAddresses = {(*server)->address()};
+    const SyncEnv env = envFor(0, 1, **server, &store);
     SyncOptions o;
     o.algorithm = "easgd";
     o.timeoutMs = 20000;
@@ -616,19 +616,12 @@ TEST(SyncAlgorithmTest, TwoRunsOnOneStoreCountTheirOwnSamples) {
 // published after this one had: it is read again past the finish barrier. A worker that
 // finished first used to miss the others' last (unpublished) steps.
 TEST(SyncAlgorithmTest, GlobalSamplesAfterFinishAreTheJobsTotal) {
-  aggregator::ServerOptions so;
-  so.numWorkers = 2;
-  so.listenAddress = "127.0.0.1:0";
-  auto server = aggregator::AggregatorServer::create(so);
+  auto server = localDaemon(2);
   ASSERT_TRUE(server.ok()) << server.status();
   HashStore store;
   std::vector<uint64_t> totals(2);
   auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
-    SyncEnv env;
-    env.rank = rank;
-    env.worldSize = 2;
-    env.store = &store;
-    env.client.serverAddresses = {(*server)->address()};
+    const SyncEnv env = envFor(rank, 2, **server, &store);
     SyncOptions o;
     o.algorithm = "easgd";
     o.syncEvery = 100;  // no elastic move (and no publish) during the 5 steps

@@ -404,6 +404,15 @@ TEST(CentralScheduler, ARepeatedRequestIdOrCandidateIsRefused) {
   (*ctx)->join();
 }
 
+// Whether `pred` holds within 10 s (checked every 5 ms): a condition, not a timing.
+template <typename Pred>
+bool waitFor(Pred pred) {
+  for (int i = 0; i < 2000 && !pred(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
 // One worker in central mode against one daemon whose whole grant budget (100 bytes) another
 // client's grant holds: the manager's first request waits until `held` is delivered.
 struct HeldDestination {
@@ -470,12 +479,6 @@ TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
   u.key = 9;
   u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
   transfer::TransferHandle h = (*mgr)->enqueue(u);
-  auto waitFor = [&](auto pred) {
-    for (int i = 0; i < 2000 && !pred(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return pred();
-  };
   ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
       << "the dispatcher's request never reached the scheduler";
   (*mgr)->pause();
@@ -504,12 +507,6 @@ TEST(CentralScheduler, TestAndStatusSeeADeadlinePassWhileTheDispatcherAwaitsAGra
   ua.key = 1;
   ua.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
   transfer::TransferHandle ha = (*mgr)->enqueue(ua);
-  auto waitFor = [&](auto pred) {
-    for (int i = 0; i < 2000 && !pred(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return pred();
-  };
   ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
       << "the dispatcher's request never reached the scheduler";
   transfer::GradientUpdate ub;

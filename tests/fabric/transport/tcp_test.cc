@@ -1,7 +1,6 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "core/param.h"
 #include "fabric/transport/tcp/factory.h"
 #include "fabric/transport/tcp/socket_util.h"
+#include "tests/support/descriptor_hog.h"
 #include "tests/fabric/transport/transport_test_util.h"
 
 namespace cofab::transport::testing {
@@ -371,20 +371,11 @@ TEST(TcpTest, AListenerOutOfDescriptorsAcceptsAgainOnceSomeAreFree) {
   ASSERT_TRUE(addr.ok());
   const int raw = ::socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC, 0);  // made before the limit
   ASSERT_GE(raw, 0);
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  const int probe = ::dup(0);
-  ASSERT_GE(probe, 0);
-  ::close(probe);
-  rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(probe + 32);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> hog;
-  for (int fd; (fd = ::dup(0)) >= 0;) hog.push_back(fd);  // every descriptor taken
+  cofab::testing::DescriptorHog hog;  // every descriptor taken
+  ASSERT_TRUE(hog.ok());
   ASSERT_EQ(::connect(raw, addr->get(), addr->len), 0);  // the kernel completes it: accept4 fails
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  for (int fd : hog) ::close(fd);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  hog.release();
   ::close(raw);
   ConnectOptions co;
   co.localId = "c";
