@@ -24,6 +24,8 @@ namespace {
 
 // Signals reach the poll loop through a self-pipe: the handler only writes one byte.
 int gSignalPipe[2] = {-1, -1};
+// SIGPIPE's disposition before cofab-run ignored it, for the ranks (run()).
+sighandler_t gInheritedPipe = SIG_DFL;
 
 void onSignal(int sig) {
   int saved = errno;
@@ -153,7 +155,9 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);  // ignored by cofab-run, and an ignored signal survives exec
+    // Ignored by cofab-run, and an ignored signal survives exec: the ranks get what cofab-run
+    // itself inherited (the default, or SIG_IGN under systemd's IgnoreSIGPIPE=yes).
+    signal(SIGPIPE, gInheritedPipe);
     ::execvpe(cargv[0], cargv.data(), cenv.data());
     int e = errno;
     (void)!::write(2, execError.data(), execError.size());
@@ -283,6 +287,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, &oldPipe);
+  gInheritedPipe = oldPipe.sa_handler;
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
   sigaction(SIGHUP, &sa, &oldHup);

@@ -80,14 +80,17 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
   std::optional<BootstrapInfo> chosen;
   for (const auto& src : kSources) {
     std::string r, s, l;
-    const bool slurm = std::string_view(src.name) == "Slurm";
-    // Slurm's variables describe an allocation as well as a step. Where a launcher that runs
-    // inside allocations (torchrun, mpirun) already placed this process, they are the outer
-    // launch: a batch script's shell passes SLURM_PROCID=0 to every rank mpirun starts from it.
-    // salloc sets SLURM_NTASKS alone: an allocation without a step, not this rank's place. Left-
-    // over COFAB_* next to a real srun step are still checked against it (below).
-    if (slurm && chosen && chosen->source != "cofab") continue;
-    if (slurm && !env(src.rank, &r)) continue;
+    // Slurm's variables describe an allocation as well as a step. salloc sets SLURM_NTASKS
+    // alone: an allocation without a step, not this rank's place. And a batch script's shell
+    // passes its SLURM_PROCID=0 to every rank that mpirun or torchrun starts from it: next to
+    // such a launcher's variables, Slurm's rank 0 is the batch step, not a contradiction. Any
+    // other Slurm rank is an srun task, checked below (stale RANK=0 exported in the script
+    // before `srun -n 8` is still refused on tasks 1..7, as are leftover COFAB_*).
+    if (std::string_view(src.name) == "Slurm") {
+      std::string procid;
+      if (!env(src.rank, &procid)) continue;
+      if (chosen && chosen->source != "cofab" && procid == "0") continue;
+    }
     bool hasRank = lookup(src.rank, &r);
     bool hasSize = lookup(src.size, &s);
     bool hasLocal = lookup(src.localRank, &l);

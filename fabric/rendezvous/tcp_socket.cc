@@ -139,7 +139,11 @@ StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
 }
 
 StatusOr<int> listenTcp(const HostPort& addr, int backlog, uint16_t* boundPort) {
-  COFAB_ASSIGN_OR_RETURN(addrinfo * res, resolve(addr, true));
+  StatusOr<addrinfo*> resolved = resolve(addr, true);
+  if (!resolved.ok()) {  // a bind address that does not resolve is the caller's to fix
+    return InvalidArgument(resolved.status().message());
+  }
+  addrinfo* res = *resolved;
   Status last = Unavailable("no address to bind for " + addr.toString());
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -66,9 +66,9 @@ class AlgorithmBase : public SyncAlgorithm {
   // Adds this worker's samples since the last call to the job's counter in the store and
   // remembers the total.
   Status publishSamples();
-  // "<client storePrefix>/sync/<name>/<generation>/<what>": the generation is this
-  // rank's count of start()s under that name, so every run (and every group of daemons) has
-  // keys of its own, as the communicator's do.
+  // "<client storePrefix>/sync/<name>/<what>": the job's aggregator namespace, so that groups
+  // with daemons of their own (their own storePrefix) keep apart; runs one after another on one
+  // store need their own prefix (or store) as the daemons' keys do.
   std::string storeKey(const std::string& what) const;
 
   const std::string name_;

@@ -26,15 +26,11 @@ Status AlgorithmBase::start(std::span<const float> initial,
     return FailedPrecondition("sync " + name_ + ": already started; finish() first");
   }
   startedOk_.store(false, std::memory_order_release);
+  // Under the job's aggregator prefix: groups of one job with daemons of their own (their own
+  // storePrefix) do not share a sample counter or finish barrier. They used to be
+  // "cofab/sync/<name>/..." for every job on the store. (Not a per-run counter: ranks could
+  // not agree on one across a sweep's different world sizes or a retried start().)
   keyPrefix_ = env_.client.storePrefix + "/sync/" + name_ + "/";
-  if (env_.store != nullptr) {
-    // A run's barrier and sample counter must not meet an earlier run's (a sweep on one store)
-    // or another group's: they used to be "cofab/sync/<name>/..." for every job on the store.
-    COFAB_ASSIGN_OR_RETURN(
-        int64_t generation,
-        env_.store->add(keyPrefix_ + "generation/" + std::to_string(env_.rank), 1));
-    keyPrefix_ += std::to_string(generation) + "/";
-  }
   Status s = doStart(initial, tensorCounts);
   startedOk_.store(s.ok(), std::memory_order_release);
   return s;

@@ -61,13 +61,11 @@ StatusOr<SockAddr> parseAddress(std::string_view text) {
     if (colon != std::string_view::npos) port = std::string(text.substr(colon + 1));
   }
   if (host.empty()) return InvalidArgument("tcp address '" + std::string(text) + "': no host");
-  // A host name or IP literal has no other characters: such text is a mistake, not a name that
-  // may resolve later (connect() retries those).
+  // Whitespace or control characters cannot be in a host name or IP literal (IPv6 zone ids and
+  // internationalised names can hold much else): such text is a mistake, not a name that may
+  // resolve later (connect() retries those).
   for (const char ch : host) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
-                    ch == '%';
-    if (!ok) {
+    if (static_cast<unsigned char>(ch) <= ' ' || ch == '\x7f' || ch == '/') {
       return InvalidArgument("tcp address '" + std::string(text) + "': '" + host +
                              "' is not a host name or IP address");
     }

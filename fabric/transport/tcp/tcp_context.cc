@@ -173,7 +173,11 @@ StatusOr<std::unique_ptr<Listener>> TcpContext::listen(const ListenOptions& opti
   if (state_->closed()) return FailedPrecondition("tcp: listen on a closed transport context");
   SockAddr addr;
   if (!options.address.empty()) {
-    COFAB_ASSIGN_OR_RETURN(addr, parseAddress(options.address));
+    StatusOr<SockAddr> parsed = parseAddress(options.address);
+    if (!parsed.ok()) {  // a bind address that does not resolve is the caller's to fix
+      return InvalidArgument(parsed.status().message());
+    }
+    addr = *parsed;
   } else if (!state_->ifname.empty()) {
     COFAB_ASSIGN_OR_RETURN(addr, interfaceAddress(state_->ifname));
     if (addr.family() == AF_INET6) {
@@ -230,6 +234,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   for (auto backoff = Millis(10);
        !parsed.ok() && parsed.status().code() == StatusCode::kUnavailable;
        backoff = std::min<Millis>(backoff * 2, Millis(500))) {
+    if (state_->closed()) return Cancelled("tcp connect to " + address + ": context closed");
     if (deadline.expired()) {
       return DeadlineExceeded("tcp connect to " + address + ": " + parsed.status().message() +
                               " (until the deadline)");

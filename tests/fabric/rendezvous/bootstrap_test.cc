@@ -107,6 +107,12 @@ TEST(BootstrapEnvTest, AnAllocationsSlurmVariablesDoNotOverruleTheLauncher) {
                                                   {"SLURM_NTASKS", "4"}}));
   ASSERT_TRUE(byHandInSalloc.ok()) << byHandInSalloc.status();
   EXPECT_EQ(byHandInSalloc->rank, 1);
+  // An srun task (Slurm rank 3) with a stale RANK=0 exported in the script: still refused.
+  auto staleUnderSrun = readBootstrapEnv(
+      fakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+               {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}}));
+  EXPECT_EQ(staleUnderSrun.status().code(), StatusCode::kInvalidArgument)
+      << staleUnderSrun.status();
 }
 
 // MASTER_ADDR/MASTER_PORT name a store only under torchrun, whose rank 0 hosts it next to

@@ -50,9 +50,8 @@ struct Outcome {
   std::vector<int> doneMarksLeft;  // rounds whose done mark is still in the store at the end
 };
 
-// Where gradcode keeps its marks in the store: the client's default storePrefix, the first
-// start() of the algorithm on this (fresh) store.
-std::string syncKey(const std::string& what) { return "cofab/agg/sync/gradcode/1/" + what; }
+// Where gradcode keeps its marks in the store: under the client's default storePrefix.
+std::string syncKey(const std::string& what) { return "cofab/agg/sync/gradcode/" + what; }
 
 // `steps` steps; `straggler` (or -1) is held after start() until the others finished, or, with
 // `releaseAtProgress` > 0, until every other worker has published at least that progress (its

@@ -589,15 +589,16 @@ TEST(SyncAlgorithmTest, OnlyAlgorithmsWithSeveralThreadsOnTheModelUseAtomics) {
   }
 }
 
-// Two runs of one algorithm on one store (a sweep; or two groups of a job, each with its own
-// daemons) do not share the store's sample counter or finish barrier: each start() takes a
-// fresh namespace. The second run's globalSamples() used to start at the first's total.
-TEST(SyncAlgorithmTest, TwoRunsOnOneStoreCountTheirOwnSamples) {
+// Two groups of one job on one store, each with daemons of its own (its own storePrefix), do not
+// share the store's sample counter or finish barrier. The keys ignored the prefix, so the second
+// group's globalSamples() started at the first's total.
+TEST(SyncAlgorithmTest, GroupsWithTheirOwnStorePrefixCountTheirOwnSamples) {
   HashStore store;
   for (int run = 0; run < 2; ++run) {
     auto server = localDaemon(1);
     ASSERT_TRUE(server.ok()) << server.status();
-    const SyncEnv env = envFor(0, 1, **server, &store);
+    SyncEnv env = envFor(0, 1, **server, &store);
+    env.client.storePrefix = "group" + std::to_string(run);
     SyncOptions o;
     o.algorithm = "easgd";
     o.timeoutMs = 20000;
