@@ -32,7 +32,7 @@ void Worker::postOrDetach(std::function<void()> fn) {
       return;
     }
   }
-  std::thread(std::move(fn)).detach();
+  offLoop_->post(std::move(fn));  // a thread per completion let them overlap and reorder
 }
 
 bool Worker::add(std::shared_ptr<Pollable> p) {

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "fabric/transport/off_loop_runner.h"
+
 namespace cofab::transport::rdma {
 
 // What the worker polls. poll() returns whether it made progress; finished() once the endpoint
@@ -32,8 +34,9 @@ class Worker {
 
   // False once the thread has exited (the task will never run).
   bool post(std::function<void()> fn);
-  // Runs `fn` on the worker, or on a short-lived thread of its own once the worker is gone, so a
-  // completion is never run inline by the caller.
+  // Runs `fn` on the worker, or once the worker is gone on its OffLoopRunner (one short-lived
+  // thread at a time, in posting order), so a completion is never run inline by the caller and
+  // completions stay serial and ordered after join too.
   void postOrDetach(std::function<void()> fn);
   // Polls `p` from now on (until it reports finished()).
   bool add(std::shared_ptr<Pollable> p);
@@ -57,6 +60,7 @@ class Worker {
   std::vector<std::shared_ptr<Pollable>> pollables_;  // worker thread only
   bool shutDown_ = false;  // worker thread only: stop()'s shutdown task has run
   std::thread thread_;
+  const std::shared_ptr<OffLoopRunner> offLoop_ = std::make_shared<OffLoopRunner>();
 };
 
 }  // namespace cofab::transport::rdma
