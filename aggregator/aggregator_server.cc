@@ -325,10 +325,9 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
                                  std::vector<uint8_t>&& payload, Payload pooled) {
   switch (h.type) {
     case wire::MessageType::kPush: {
-      if (draining_) {
-        peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
-        return;
-      }
+      // While draining, the engine decides: a push into an open round may complete it (shutdown()
+      // waits for open rounds), one that would open a round is refused there.
+      const bool draining = draining_.load();
       const size_t bytes = pooled ? pooled->size() : payload.size();
       if (!validatePush(*peer, h, bytes)) return;
       metrics_.bytesIn.fetch_add(bytes, std::memory_order_relaxed);
@@ -352,6 +351,7 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       e.kind = Event::Kind::kPush;
       e.peer = peer;
       e.header = h;
+      e.draining = draining;
       e.payload =
           pooled ? std::move(pooled) : std::make_shared<std::vector<uint8_t>>(std::move(payload));
       engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));

@@ -259,6 +259,14 @@ void Engine::onPush(Event& e) {
     e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
     return;
   }
+  // Draining: the contribution a round already open waits for (or a resend of the round just
+  // finished) is still taken, so that round completes; anything that would open a round is not.
+  const bool intoOpenRound = !fresh && s.present > 0 && h.iteration == s.cur;
+  const bool resend = !fresh && s.hasLast && h.iteration == s.lastIter;
+  if (e.draining && !intoOpenRound && !resend) {
+    e.peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
+    return;
+  }
   if (!defines && (*codec != s.codec || encoded.count != s.logicalCount ||
                    encoded.block != s.block || replyFeedback != s.replyFeedback)) {
     auto describe = [](compress::Compression c, size_t count, size_t block, bool feedback) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fabric/ps/aggregator_collectives.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
@@ -166,6 +168,41 @@ TEST(AggregatorDaemon, AChunkSizeAboveADaemonsLimitIsRefusedAtConnect) {
   std::vector<float> x(1u << 19, 1.0f);  // two chunks
   const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
   EXPECT_TRUE((*fits)->pushPull(1, v, v).wait(Deadline::afterMs(20000)).ok());
+}
+
+// While a daemon drains (SIGTERM), a push that completes a round already open is still taken,
+// so the round completes instead of failing at the end of --drain-timeout-ms; a push that would
+// open a new round is refused ("draining"). Every push used to be refused while draining.
+TEST(AggregatorDaemon, DrainingTakesThePushesThatCompleteOpenRounds) {
+  DaemonCluster cluster(1, 2, {"--drain-timeout-ms", "20000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack: round 0 of key 1 is open, waiting for worker 1
+  cluster.signal(0, SIGTERM);
+  bool draining = false;  // /healthz answers 503 once the daemon drains
+  for (int i = 0; i < 2000 && !draining; ++i) {
+    draining = !cluster.httpGet(0, "/healthz").ok();
+    if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(draining) << "the daemon never started draining";
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 1, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+  // A new round is refused.
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 2, 0, DType::kF32), std::vector<float>{1, 1}).ok());
+  auto refused = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(refused->isReject(ps::RejectReason::kDraining)) << refused->header.describe();
+  EXPECT_EQ(cluster.wait(0, Deadline::afterMs(30000)), 0);
 }
 
 // SIGTERM while large results are still queued for workers that have not read them yet: the
