@@ -80,7 +80,6 @@ class AlgorithmBase : public SyncAlgorithm {
   std::vector<size_t> offsets_, counts_;
   size_t total_ = 0;
   std::chrono::steady_clock::time_point started_;
-  std::string keyPrefix_;  // storeKey()'s, set by start()
   // Written by start(), read by the training threads' step() (which the caller starts after it).
   std::atomic<bool> startedOk_{false};
 

@@ -26,11 +26,6 @@ Status AlgorithmBase::start(std::span<const float> initial,
     return FailedPrecondition("sync " + name_ + ": already started; finish() first");
   }
   startedOk_.store(false, std::memory_order_release);
-  // Under the job's aggregator prefix: groups of one job with daemons of their own (their own
-  // storePrefix) do not share a sample counter or finish barrier. They used to be
-  // "cofab/sync/<name>/..." for every job on the store. (Not a per-run counter: ranks could
-  // not agree on one across a sweep's different world sizes or a retried start().)
-  keyPrefix_ = env_.client.storePrefix + "/sync/" + name_ + "/";
   Status s = doStart(initial, tensorCounts);
   startedOk_.store(s.ok(), std::memory_order_release);
   return s;
@@ -106,7 +101,11 @@ float AlgorithmBase::alpha() const {
 }
 
 std::string AlgorithmBase::storeKey(const std::string& what) const {
-  return keyPrefix_ + what;
+  // Under the job's aggregator prefix: groups of one job with daemons of their own (their own
+  // storePrefix) do not share a sample counter or finish barrier. They used to be
+  // "cofab/sync/<name>/..." for every job on the store. (Not a per-run counter: ranks could
+  // not agree on one across a sweep's different world sizes or a retried start().)
+  return env_.client.storePrefix + "/sync/" + name_ + "/" + what;
 }
 
 Status AlgorithmBase::storeBarrier(const std::string& what) {
