@@ -440,7 +440,19 @@ struct HeldDestination {
     COFAB_ASSIGN_OR_RETURN(mgr, transfer::TransferManager::create(*client, o));
     return OkStatus();
   }
+  // Whether the manager's request reached the scheduler (queued behind `held`) within 10 s.
+  bool requestQueued() const {
+    return waitFor([&] { return sched->stats().destinations.at(0).queued == 1; });
+  }
 };
+
+// One f32 update of `key` over `values` (lent until the handle completes).
+transfer::GradientUpdate updateOf(uint64_t key, std::vector<float>& values) {
+  transfer::GradientUpdate u;
+  u.key = key;
+  u.tensor = TensorView::of(values.data(), values.size(), DType::kF32);
+  return u;
+}
 
 // A unit whose grant failed (here: timed out, another worker's grant holds the destination's
 // whole budget) never travelled: it is not counted as sent in the stats (units, bytes) nor given
@@ -475,12 +487,8 @@ TEST(CentralScheduler, AGrantThatArrivesAfterPauseIsGivenBackNotUsed) {
   auto* mgr = &job.mgr;
   auto* sched = &job.sched;
   std::vector<float> g(kChunk / sizeof(float), 1.0f);  // one chunk
-  transfer::GradientUpdate u;
-  u.key = 9;
-  u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
-  transfer::TransferHandle h = (*mgr)->enqueue(u);
-  ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
-      << "the dispatcher's request never reached the scheduler";
+  transfer::TransferHandle h = (*mgr)->enqueue(updateOf(9, g));
+  ASSERT_TRUE(job.requestQueued()) << "the dispatcher's request never reached the scheduler";
   (*mgr)->pause();
   job.holder->delivered(job.held);  // the scheduler now grants the manager's request
   ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).delivered == 2; }))
@@ -500,18 +508,11 @@ TEST(CentralScheduler, TestAndStatusSeeADeadlinePassWhileTheDispatcherAwaitsAGra
   const Status started = job.start(/*grantTimeoutMs=*/20000);
   ASSERT_TRUE(started.ok()) << started;
   auto* mgr = &job.mgr;
-  auto* sched = &job.sched;
   std::vector<float> a(kChunk / sizeof(float), 1.0f);
   std::vector<float> b(kChunk / sizeof(float), 2.0f);
-  transfer::GradientUpdate ua;
-  ua.key = 1;
-  ua.tensor = TensorView::of(a.data(), a.size(), DType::kF32);
-  transfer::TransferHandle ha = (*mgr)->enqueue(ua);
-  ASSERT_TRUE(waitFor([&] { return (*sched)->stats().destinations.at(0).queued == 1; }))
-      << "the dispatcher's request never reached the scheduler";
-  transfer::GradientUpdate ub;
-  ub.key = 2;
-  ub.tensor = TensorView::of(b.data(), b.size(), DType::kF32);
+  transfer::TransferHandle ha = (*mgr)->enqueue(updateOf(1, a));
+  ASSERT_TRUE(job.requestQueued()) << "the dispatcher's request never reached the scheduler";
+  transfer::GradientUpdate ub = updateOf(2, b);
   ub.deadline = Deadline::afterMs(100);
   transfer::TransferHandle hb = (*mgr)->enqueue(ub);
   EXPECT_TRUE(waitFor([&] { return hb.test(); }))
