@@ -8,6 +8,7 @@ list(APPEND COFAB_FABRIC_SOURCES
   transport/loopback/loopback_context.cc
   transport/loopback/worker.cc
   transport/tcp/epoll_loop.cc
+  transport/tcp/lingering_close.cc
   transport/tcp/socket_util.cc
   transport/tcp/striped_connection.cc
   transport/tcp/tcp_connection.cc

@@ -1,6 +1,7 @@
 #include "fabric/transport/tcp/tcp_connection.h"
 
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <climits>
 #include <thread>
 
+#include "fabric/transport/tcp/lingering_close.h"
 #include "fabric/wire/crc32c.h"
 
 namespace cofab::transport::tcp {
@@ -350,7 +352,7 @@ void TcpConnectionImpl::runScheduled() {
   }
   batchRecvs_.clear();
   if (closeNow) {
-    fail(Cancelled(describe() + " was closed locally"));
+    fail(Cancelled(describe() + " was closed locally"), /*linger=*/true);
     return;
   }
   if (!attached_ || failed_) return;
@@ -363,14 +365,21 @@ void TcpConnectionImpl::handleEvents(uint32_t events) {
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
   pumpReads();
   flushWrites((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0);
-  if (!failed_ && (events & EPOLLERR) && recvHead_ == recvQueue_.size()) {
-    // Nothing pending would notice: pick up the socket error now so later ops fail fast.
+  if (!failed_ && (events & EPOLLERR) && recvHead_ == recvQueue_.size() && !inputQueued()) {
+    // Nothing pending would notice: pick up the socket error now so later ops fail fast. Not
+    // while input is queued: messages that arrived before a reset are still the peer's, and
+    // the receives that read them meet the error after them.
     int err = 0;
     socklen_t len = sizeof(err);
     if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
       fail(ioError("socket", err));
     }
   }
+}
+
+bool TcpConnectionImpl::inputQueued() const {
+  int queued = 0;
+  return ::ioctl(fd_.get(), FIONREAD, &queued) == 0 && queued > 0;
 }
 
 Status TcpConnectionImpl::ioError(const char* call, int err) const {
@@ -664,7 +673,7 @@ void TcpConnectionImpl::markFailed(const Status& status) {
   if (error_.ok()) error_ = status;
 }
 
-void TcpConnectionImpl::fail(const Status& status) {
+void TcpConnectionImpl::fail(const Status& status, bool linger) {
   if (failed_) return;
   failed_ = true;
   markFailed(status);
@@ -677,7 +686,11 @@ void TcpConnectionImpl::fail(const Status& status) {
     writeReady_ = false;
     if (fd_.valid()) {
       if (attached_) loop_->remove(fd_.get());
-      fd_.reset();
+      if (linger && attached_) {
+        LingeringClose::start(*loop_, std::move(fd_));
+      } else {
+        fd_.reset();
+      }
     }
     sends = std::move(sendQueue_);
     sendHead = sendHead_;

@@ -107,11 +107,15 @@ class TcpConnectionImpl final : public EpollHandler,
   // callback may take it again (a new operation), so it must not refer into the op.
   void completeSend(std::unique_ptr<SendOp> op, Status status);
   void completeRecv(std::unique_ptr<RecvOp> op, Status status, const wire::Header& header);
-  void fail(const Status& status);
+  // Fails every pending operation with `status` and gives up the socket: closed at once, or
+  // with `linger` (a local close) through LingeringClose, so that what was sent still arrives.
+  void fail(const Status& status, bool linger = false);
   // Records `status` as the connection's sticky error (if none yet) without failing anything:
   // before a failing receive's callback runs, so that status() and sends posted from inside it
   // see the error.
   void markFailed(const Status& status);
+  // Bytes have arrived that no receive has read yet.
+  bool inputQueued() const;
   Status ioError(const char* call, int err) const;
   Status peerClosed() const;
 

@@ -409,6 +409,88 @@ TEST(TcpTest, AHostThatDoesNotResolveIsRetriedUntilTheDeadline) {
   (*ctx)->join();
 }
 
+// A socket closed with input it never read makes the kernel send a RST, and the RST discards
+// what is still in its send queue: the last messages a process sends before closing (an error
+// reply, a Goodbye) would be lost although send() completed OK. Here the client's last message
+// is bigger than the server's receive window (the server reads nothing until the close), so part
+// of it is still queued in the client's kernel when the client closes with the server's message
+// unread.
+TEST(TcpTest, AMessageSentBeforeCloseArrivesWhenTheCloserHasUnreadInput) {
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p, {.localId = "s"}, {}, {.localId = "c"},
+                                         {.socketBufferBytes = 4 << 20}));
+  std::vector<uint8_t> unread(64);
+  Recorder serverSent;
+  p.conn.server->send(wire::Header{.key = 1}, unread.data(), unread.size(), serverSent.sendCb());
+  ASSERT_TRUE(serverSent.wait(1));
+  ASSERT_TRUE(serverSent.statuses()[0].ok()) << serverSent.statuses()[0];
+
+  std::vector<uint8_t> last(2 << 20);
+  std::iota(last.begin(), last.end(), uint8_t{7});
+  Recorder clientSent;
+  p.conn.client->send(wire::Header{.key = 2}, last.data(), last.size(), clientSent.sendCb());
+  ASSERT_TRUE(clientSent.wait(1));
+  ASSERT_TRUE(clientSent.statuses()[0].ok()) << clientSent.statuses()[0];
+  p.conn.client->close();
+
+  std::vector<uint8_t> got(last.size());
+  Recorder received;
+  p.conn.server->recv(got.data(), got.size(), received.recvCb());
+  ASSERT_TRUE(received.wait(1));
+  ASSERT_TRUE(received.statuses()[0].ok()) << received.statuses()[0];
+  EXPECT_EQ(received.headers()[0].key, 2u);
+  EXPECT_TRUE(got == last);
+  // After the message the server sees the close itself, not a reset.
+  Recorder after;
+  p.conn.server->recv(got.data(), got.size(), after.recvCb());
+  ASSERT_TRUE(after.wait(1));
+  EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError);
+  EXPECT_NE(after.statuses()[0].message().find("closed the connection"), std::string::npos)
+      << after.statuses()[0];
+}
+
+// A peer that sends a whole message and then resets the connection (a crash, an abortive
+// close): the message is already in this side's receive queue, and a receive posted after the
+// reset still gets it. The reset used to fail the connection as soon as its event arrived with
+// no receive posted, dropping the message.
+TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  const int fd = rawConnect(**l);
+  ASSERT_GE(fd, 0);
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  const auto b = wire::encodeHeader(hello);
+  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
+  // One write: a second small write could wait behind Nagle and be lost with the reset.
+  const auto h = wire::encodeHeader(wire::Header{.key = 9, .payloadLength = payload.size()});
+  std::vector<uint8_t> message(h.begin(), h.end());
+  message.insert(message.end(), payload.begin(), payload.end());
+  ASSERT_EQ(::write(fd, message.data(), message.size()), 72);
+  const linger abortive{.l_onoff = 1, .l_linger = 0};
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)), 0);
+  ::close(fd);  // unread HelloAck + SO_LINGER 0: a RST
+  // Let the reset's event reach the server's loop before anything is posted (without the wait
+  // the test could pass without exercising that order; it cannot fail because of it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<uint8_t> got(payload.size());
+  Recorder rec;
+  (*a)->recv(got.data(), got.size(), rec.recvCb());
+  ASSERT_TRUE(rec.wait(1));
+  ASSERT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
+  EXPECT_EQ(rec.headers()[0].key, 9u);
+  EXPECT_EQ(got, payload);
+  Recorder after;
+  (*a)->recv(got.data(), got.size(), after.recvCb());
+  ASSERT_TRUE(after.wait(1));
+  EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
+}
+
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   TcpPair p;
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
