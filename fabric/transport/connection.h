@@ -94,7 +94,7 @@ class Connection {
   // an I/O thread). The peer sees the connection closed.
   virtual void close() = 0;
 
-  // OK while healthy, else the sticky error (Cancelled after close()).
+  // OK while healthy, else the sticky error (Cancelled from the moment close() returns).
   virtual Status status() const = 0;
 
   // The id string the peer gave in the handshake (e.g. "rank 3").

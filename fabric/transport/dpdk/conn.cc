@@ -50,7 +50,12 @@ void Conn::setError(const Status& s) {
   if (!error_.ok()) return;
   error_ = s;
   std::lock_guard<std::mutex> lock(statusMu_);
-  status_ = s;
+  if (status_.ok()) status_ = s;  // a close the poller has not run yet already set it
+}
+
+void Conn::noteClosedByApp() {
+  std::lock_guard<std::mutex> lock(statusMu_);
+  if (status_.ok()) status_ = Cancelled(describe() + " was closed locally");
 }
 
 void Conn::setEstablished(const NetAddress& peer, uint32_t peerConn, std::string peerName) {

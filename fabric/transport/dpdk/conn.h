@@ -91,6 +91,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   // --- any thread ---
   Status statusSnapshot() const;
+  // The application called close(): statusSnapshot() says Cancelled from now on, before the
+  // poller runs the close itself.
+  void noteClosedByApp();
   const std::string& peerName() const { return peerName_; }
   const std::string& peerAddressText() const { return peerAddressText_; }
   std::string describe() const;

@@ -137,6 +137,7 @@ void DpdkConnection::recvRouted(RecvRoute route, RecvOwnedCallback done) {
 }
 
 void DpdkConnection::close() {
+  conn_->noteClosedByApp();
   engine_->post([c = conn_] { c->close(); });  // after stop the engine closed it already
 }
 

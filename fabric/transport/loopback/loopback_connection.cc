@@ -147,6 +147,8 @@ void Endpoint::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
   closed_ = true;
+  // Now, not when the pump runs: status() right after close() must not say OK.
+  if (error_.ok()) error_ = Cancelled(describe() + " was closed locally");
   closeRequested_ = true;
   schedulePumpLocked();
 }

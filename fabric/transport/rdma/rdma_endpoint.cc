@@ -212,6 +212,12 @@ std::string Endpoint::describe() const {
 
 Status Endpoint::status() const {
   std::lock_guard<std::mutex> lock(statusMu_);
+  if (status_.ok() && appClosed_) return Cancelled(describe() + " was closed");
+  return status_;
+}
+
+Status Endpoint::stickyError() const {
+  std::lock_guard<std::mutex> lock(statusMu_);
   return status_;
 }
 
@@ -273,6 +279,10 @@ void Endpoint::recvOwned(RecvOwnedCallback done) {
 }
 
 void Endpoint::close() {
+  {
+    std::lock_guard<std::mutex> lock(statusMu_);
+    appClosed_ = true;
+  }
   auto self = shared_from_this();
   worker_->postOrDetach([self] { self->doClose(Cancelled(self->describe() + " was closed")); });
 }
@@ -286,7 +296,7 @@ void Endpoint::doSend(std::shared_ptr<SendOp> op) {
   Status refused;
   if (closed_ || finished_) {
     refused = FailedPrecondition("send on " + describe() + ": the connection is closed");
-  } else if (Status s = status(); !s.ok()) {
+  } else if (Status s = stickyError(); !s.ok()) {
     refused = s;
   } else if (!peerClosed_.ok()) {
     refused = peerClosed_;
@@ -301,7 +311,7 @@ void Endpoint::doRecv(RecvOp op) {
   Status refused;
   if (closed_ || finished_) {
     refused = FailedPrecondition("recv on " + describe() + ": the connection is closed");
-  } else if (Status s = status(); !s.ok()) {
+  } else if (Status s = stickyError(); !s.ok()) {
     refused = s;
   }
   if (!refused.ok()) return finishRecv(op, op.error.ok() ? refused : op.error);
@@ -611,7 +621,7 @@ void Endpoint::fail(const Status& s) {
     std::lock_guard<std::mutex> lock(statusMu_);
     if (status_.ok()) status_ = s;
   }
-  const Status sticky = status();
+  const Status sticky = stickyError();
   auto sends = takeSends();
   auto recvs = std::move(recvOps_);
   recvOps_.clear();

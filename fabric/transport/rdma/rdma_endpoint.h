@@ -75,6 +75,8 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   void abandon();
 
  private:
+  // The connection's own error, without the pending close status() reports.
+  Status stickyError() const;
   struct SendOp {
     wire::EncodedHeader header;
     std::vector<ConstSlice> slices;
@@ -182,6 +184,9 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
 
   mutable std::mutex statusMu_;
   Status status_;  // sticky
+  // close() was called: status() says Cancelled before the worker runs the close (which must
+  // still see status_ OK to say its orderly goodbye).
+  bool appClosed_ = false;  // under statusMu_
 };
 
 }  // namespace cofab::transport::rdma

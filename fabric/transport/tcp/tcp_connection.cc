@@ -305,6 +305,8 @@ void TcpConnectionImpl::close() {
     std::lock_guard<std::mutex> lock(submitMu_);
     if (closed_) return;
     closed_ = true;
+    // Now, not when the loop gets to it: status() right after close() must not say OK.
+    if (error_.ok()) error_ = Cancelled(describe() + " was closed locally");
     closeRequested_ = true;
     needSchedule = !scheduled_;
     scheduled_ = true;
@@ -313,7 +315,6 @@ void TcpConnectionImpl::close() {
     // The loop is gone (context joined): it already failed everything that was queued.
     std::lock_guard<std::mutex> lock(submitMu_);
     scheduled_ = false;
-    if (error_.ok()) error_ = Cancelled(describe() + " was closed");
   }
 }
 

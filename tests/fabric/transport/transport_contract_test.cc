@@ -301,6 +301,22 @@ TEST_P(TransportContractTest, PayloadChecksumRoundTrip) {
   EXPECT_TRUE(dst == src);
 }
 
+// status() says Cancelled as soon as close() returns, not once the I/O thread got to it: a caller
+// that closes and then checks (a pool deciding whether to reuse the connection) must not be told
+// the connection is healthy.
+TEST_P(TransportContractTest, StatusIsCancelledAsSoonAsCloseReturns) {
+  for (int i = 0; i < 20; ++i) {
+    auto p = connectPair();
+    ASSERT_TRUE(p.client && p.server);
+    std::vector<uint8_t> buf(100);
+    Recorder pending;
+    p.server->recv(buf.data(), buf.size(), pending.recvCb());
+    p.server->close();
+    EXPECT_EQ(p.server->status().code(), StatusCode::kCancelled) << "try " << i;
+    ASSERT_TRUE(pending.wait(1));
+  }
+}
+
 TEST_P(TransportContractTest, CloseCancelsPendingAndRefusesLaterOperations) {
   auto p = connectPair();
   ASSERT_TRUE(p.client && p.server);
