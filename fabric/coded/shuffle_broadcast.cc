@@ -45,9 +45,11 @@ uint32_t epochTag(int64_t epoch, bool coded) {
   return (static_cast<uint32_t>(epoch) << 1) | (coded ? 1u : 0u);
 }
 
+// A worker's outcome for one epoch: kDoneOk once it has everything, else why it gave up.
 std::string doneKey(const std::string& prefix, uint32_t tag, int worker) {
   return prefix + "/done/" + std::to_string(tag) + "/" + std::to_string(worker);
 }
+const Bytes kDoneOk{1};
 
 // Sends frames built into mbufs, retrying what the TX queue did not take, until the deadline.
 class Sender {
@@ -211,10 +213,16 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
     for (int w = 0; w < n; ++w) {
       if (done[w]) continue;
       COFAB_ASSIGN_OR_RETURN(bool has, store_->check({doneKey(prefix_, tag, w)}));
-      if (has) {
-        done[w] = true;
-        ++doneCount;
+      if (!has) continue;
+      COFAB_ASSIGN_OR_RETURN(Bytes outcome, store_->get(doneKey(prefix_, tag, w), deadline));
+      if (outcome != kDoneOk) {
+        removeDoneKeys(tag, n).ignoreError();  // best effort: the error is what matters
+        return RemoteError("broadcast shuffle: epoch " + std::to_string(plan.epoch) +
+                           (coded ? " (coded)" : " (uncoded)") + ": worker " + std::to_string(w) +
+                           " gave up: " + std::string(outcome.begin(), outcome.end()));
       }
+      done[w] = true;
+      ++doneCount;
     }
     if (doneCount == n) break;
     if (deadline.expired()) {
@@ -262,9 +270,17 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
   stats.egressBytes = tx.bytes();
   stats.frames = tx.frames();
   // Nobody reads an epoch's done keys again: keep the store from growing with the run.
-  for (int w = 0; w < n; ++w)
-    COFAB_RETURN_IF_ERROR(store_->remove(doneKey(prefix_, tag, w)).status());
+  COFAB_RETURN_IF_ERROR(removeDoneKeys(tag, n));
   return stats;
+}
+
+Status BroadcastShuffleEndpoint::removeDoneKeys(uint32_t tag, int workers) {
+  Status first;
+  for (int w = 0; w < workers; ++w) {
+    Status s = store_->remove(doneKey(prefix_, tag, w)).status();
+    if (first.ok()) first = s;
+  }
+  return first;
 }
 
 Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffle,
@@ -299,7 +315,20 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
                         kShuffleUdpPort};
   Sender tx(port_, self);
 
+  // A frame of a message this worker needs that passed its CRCs but is no piece of a row of
+  // rowBytes: the master cuts rows of another size. No re-send can fix that, so the worker
+  // fails now and tells the master (through its done key) instead of NACKing until the deadline.
+  std::string misfit;
   while (complete < offsets.size()) {
+    if (!misfit.empty()) {
+      const std::string why = "rowBytes " + std::to_string(rowBytes) + " does not match the " +
+                              "master's: " + misfit;
+      // Best effort: the master also stops at its own deadline.
+      store_->set(doneKey(prefix_, tag, rank_), Bytes(why.begin(), why.end())).ignoreError();
+      return InvalidArgument("broadcast shuffle: worker " + std::to_string(rank_) + " epoch " +
+                             std::to_string(plan.epoch) + (coded ? " (coded)" : " (uncoded)") +
+                             ": " + why);
+    }
     if (deadline.expired()) {
       return DeadlineExceeded("broadcast shuffle: worker " + std::to_string(rank_) + " epoch " +
                               std::to_string(plan.epoch) + (coded ? " (coded)" : " (uncoded)") +
@@ -326,9 +355,15 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
       // Trusted only as a piece of the one cut of this row its other pieces agree on: then
       // counting distinct pieces means every byte of the row arrived.
       const size_t cut = shuffleSegmentSize(rowBytes, h.window, h.ack, h.seq, h.length);
-      if (cut == 0 || (!segs[slot].empty() && (segs[slot].size() != h.window ||
-                                               segSize[slot] != cut))) {
-        return false;  // inconsistent with the plan's row size: not ours to trust
+      if (cut == 0) {
+        misfit = "message " + std::to_string(h.srcConn) + " arrived as piece " +
+                 std::to_string(h.ack) + " of " + std::to_string(h.window) + " (" +
+                 std::to_string(h.length) + " bytes at offset " + std::to_string(h.seq) +
+                 "), no cut of a " + std::to_string(rowBytes) + "-byte row";
+        return false;
+      }
+      if (!segs[slot].empty() && (segs[slot].size() != h.window || segSize[slot] != cut)) {
+        return false;  // disagrees with the cut its other pieces used: not ours to trust
       }
       if (segs[slot].empty()) {
         segs[slot].assign(h.window, false);
@@ -368,7 +403,7 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
   }
   COFAB_RETURN_IF_ERROR(
       shuffleBuildBatch(shuffle, plan, coded, cache, rowBytes, offsets, received, batchOut));
-  COFAB_RETURN_IF_ERROR(store_->set(doneKey(prefix_, tag, rank_), Bytes{1}));
+  COFAB_RETURN_IF_ERROR(store_->set(doneKey(prefix_, tag, rank_), kDoneOk));
   if (haveMaster) {
     // An empty NACK tells the master to look at the store now rather than at its next round
     // (a hint only: if it is lost, the round timer finds the key).

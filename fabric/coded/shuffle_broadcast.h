@@ -18,7 +18,9 @@
 // re-broadcasts those messages. A worker that has everything sets "<prefix>/done/<tag>/<w>" in
 // the Store (reliable, so the master never waits on a lost "done" frame); the master returns
 // once every worker's key is there (and removes them), or fails at the deadline naming the
-// workers missing.
+// workers missing. A worker whose rowBytes differs from the master's (frames that pass their
+// CRCs but cut the row differently) fails at once with InvalidArgument and writes why into its
+// done key; the master then fails with RemoteError naming that worker and the reason.
 //
 // One EAL per process (eal.h): an endpoint takes the process's first DPDK port (COFAB_DPDK_VDEV,
 // e.g. an af_packet vdev on a veth in a bridge) for its lifetime; ring mode (no vdev) has no
@@ -82,6 +84,8 @@ class BroadcastShuffleEndpoint {
 
  private:
   BroadcastShuffleEndpoint() = default;
+  // Master: drops the epoch's done keys (nobody reads them again); the first error.
+  Status removeDoneKeys(uint32_t tag, int workers);
   Store* store_ = nullptr;
   std::string prefix_;
   int rank_ = -1;

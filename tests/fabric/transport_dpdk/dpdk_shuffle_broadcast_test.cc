@@ -90,6 +90,32 @@ int workerMain(const std::string& storeUrl, int w) {
   return 0;
 }
 
+// Worker `w`: only epoch 0, coded, and its batch must be exact.
+int workerCodedEpoch0(const std::string& storeUrl, int w) {
+  auto store = openStore(storeUrl, Deadline::afterMs(10000));
+  if (!store.ok()) return childFail(w, store.status().toString());
+  auto shuffle = makeShuffle();
+  const std::vector<uint8_t> data = dataSet();
+  auto cache = shuffle->buildCache(w, data, kRowBytes);
+  auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
+  if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
+  if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
+    return childFail(w, "store");
+  }
+  auto plan = shuffle->planEpoch(0, kRowBytes);
+  std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+  const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kRowBytes, batch,
+                                       Deadline::afterMs(20000));
+  if (!s.ok()) return childFail(w, s.toString());
+  for (size_t i = 0; i < plan->batch[w].size(); ++i) {
+    if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
+                    kRowBytes) != 0) {
+      return childFail(w, "batch row " + std::to_string(i) + " differs");
+    }
+  }
+  return 0;
+}
+
 // The master (in the bridge's namespace, port on cfd0): sends every epoch and checks egress.
 int masterMain(const std::string& storeUrl, const std::string& resultFile) {
   auto store = openStore(storeUrl, Deadline::afterMs(10000));
@@ -207,30 +233,7 @@ TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
   TempDir dir;
   const std::string skip = runOnBridge(
       kWorkers - 1,
-      [](const std::string& storeUrl, int w) -> int {
-        auto store = openStore(storeUrl, Deadline::afterMs(10000));
-        if (!store.ok()) return childFail(w, store.status().toString());
-        auto shuffle = makeShuffle();
-        const std::vector<uint8_t> data = dataSet();
-        auto cache = shuffle->buildCache(w, data, kRowBytes);
-        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
-        if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
-        if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
-          return childFail(w, "store");
-        }
-        auto plan = shuffle->planEpoch(0, kRowBytes);
-        std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
-        const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kRowBytes, batch,
-                                             Deadline::afterMs(20000));
-        if (!s.ok()) return childFail(w, s.toString());
-        for (size_t i = 0; i < plan->batch[w].size(); ++i) {
-          if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
-                          kRowBytes) != 0) {
-            return childFail(w, "batch row " + std::to_string(i) + " differs");
-          }
-        }
-        return 0;
-      },
+      workerCodedEpoch0,
       [](const std::string& storeUrl) -> int {
         auto store = openStore(storeUrl, Deadline::afterMs(10000));
         if (!store.ok()) return childFail(-1, store.status().toString());
@@ -251,6 +254,62 @@ TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
         if (stats.status().code() != StatusCode::kDeadlineExceeded ||
             why.find("worker(s) 3 did not") == std::string::npos) {
           return childFail(-1, "unexpected error: " + why);
+        }
+        return 0;
+      },
+      dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+}
+
+// Worker 0 (the only one started) cuts its rows 4 bytes shorter than the master (a
+// configuration mismatch): the frames pass their CRCs but fit no row of its size. It used to NACK
+// them every round and both sides ran into their deadlines with "messages missing"; now worker 0
+// fails at once naming rowBytes, and the master's epoch fails with worker 0's reason (before it
+// would notice the workers that never started).
+TEST(DpdkShuffleBroadcast, AWorkerWithAnotherRowSizeFailsBothSidesWithTheReason) {
+  TempDir dir;
+  const std::string skip = runOnBridge(
+      1,
+      [](const std::string& storeUrl, int w) -> int {
+        constexpr size_t kWrongRowBytes = kRowBytes - 4;
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(w, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data(kRows * kWrongRowBytes, 1);
+        auto cache = shuffle->buildCache(w, data, kWrongRowBytes);
+        if (!cache.ok()) return childFail(w, cache.status().toString());
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
+        if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
+        if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
+          return childFail(w, "store");
+        }
+        auto plan = shuffle->planEpoch(0, kWrongRowBytes);
+        std::vector<uint8_t> batch(plan->batch[w].size() * kWrongRowBytes);
+        const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kWrongRowBytes,
+                                             batch, Deadline::afterMs(20000));
+        if (s.code() != StatusCode::kInvalidArgument ||
+            s.message().find("rowBytes 4092 does not match") == std::string::npos) {
+          return childFail(w, "unexpected outcome: " + s.toString());
+        }
+        return 0;
+      },
+      [](const std::string& storeUrl) -> int {
+        auto store = openStore(storeUrl, Deadline::afterMs(10000));
+        if (!store.ok()) return childFail(-1, store.status().toString());
+        auto shuffle = makeShuffle();
+        const std::vector<uint8_t> data = dataSet();
+        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
+        if (!ep.ok()) return skipOrFail(ep.status());
+        if (Status s = (*store)->wait({"test/up/0"}, Deadline::afterMs(20000)); !s.ok()) {
+          return childFail(-1, "workers not up: " + s.toString());
+        }
+        auto plan = shuffle->planEpoch(0, kRowBytes);
+        auto stats =
+            (*ep)->sendEpoch(*shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
+        const std::string why = stats.status().toString();
+        if (stats.status().code() != StatusCode::kRemoteError ||
+            why.find("worker 0 gave up: rowBytes 4092") == std::string::npos) {
+          return childFail(-1, "unexpected outcome: " + why);
         }
         return 0;
       },
