@@ -1,10 +1,15 @@
 // TcpStore latency and throughput: set and get of small values from 1 and 4 clients, each
 // client its own connection to one server on loopback (the server's single epoll thread is
-// what is being measured). Ends with RESULT lines.
+// what is being measured); and a rendezvous barrier of N ranks (each sets its key, then waits
+// for all N), the pattern of a job's startup, whose cost on the server must grow with the
+// number of keys set times their waiters, not faster. Ends with RESULT lines.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "bench/support/result_reporter.h"
 #include "fabric/rendezvous/tcp_store.h"
@@ -52,6 +57,30 @@ void BM_TcpStoreGet(benchmark::State& state) {
                                              benchmark::Counter::kIsRate);
 }
 
+// N ranks, each its own connection and thread: set "<round>/<rank>", wait for every rank's key.
+void BM_TcpStoreBarrier(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  std::vector<std::unique_ptr<cofab::TcpStore>> clients;
+  for (int r = 0; r < ranks; ++r) clients.push_back(client());
+  int64_t round = 0;
+  for (auto _ : state) {
+    const std::string prefix = "barrier/" + std::to_string(ranks) + "/" + std::to_string(round++);
+    std::vector<std::string> keys;
+    for (int r = 0; r < ranks; ++r) keys.push_back(prefix + "/" + std::to_string(r));
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        if (!clients[r]->set(keys[r], cofab::Bytes{1}).ok()) ++failures;
+        if (!clients[r]->wait(keys, cofab::Deadline::afterMs(120000)).ok()) ++failures;
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (failures > 0) state.SkipWithError("a rank's set or wait failed");
+  }
+}
+
+BENCHMARK(BM_TcpStoreBarrier)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TcpStoreSet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_TcpStoreGet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
 
@@ -72,6 +101,13 @@ int main(int argc, char** argv) {
                     {"latency_us", cofab::bench::num(threads * c->realTimeNs / 1e3)},
                     {"ops_per_s", cofab::bench::num(1e9 / c->realTimeNs, 6)}});
     }
+  }
+  for (int ranks : {64, 256}) {
+    const auto* c = cofab::bench::findCase(
+        cases, "BM_TcpStoreBarrier/" + std::to_string(ranks) + "/real_time");
+    if (c == nullptr) continue;
+    cofab::bench::printResult("store_barrier", {{"ranks", std::to_string(ranks)},
+                                                {"barrier_ms", cofab::bench::num(c->realTimeNs / 1e6)}});
   }
   return 0;
 }
