@@ -24,8 +24,9 @@ std::vector<int> FractionalRepetitionCode::partitionsOf(int worker) const {
   return p;
 }
 
-Status FractionalRepetitionCode::encode(int worker, std::span<const std::span<const float>> grads,
-                                        std::span<float> out) const {
+Status FractionalRepetitionCode::checkEncode(int worker,
+                                             std::span<const std::span<const float>> grads,
+                                             size_t elements) const {
   if (worker < 0 || worker >= n_) {
     return InvalidArgument("gradient encode: worker " + std::to_string(worker) + " outside [0, " +
                            std::to_string(n_) + ")");
@@ -36,11 +37,17 @@ Status FractionalRepetitionCode::encode(int worker, std::span<const std::span<co
                            std::to_string(grads.size()));
   }
   for (const auto& g : grads) {
-    if (g.size() != out.size()) {
+    if (g.size() != elements) {
       return InvalidArgument("gradient encode: partition gradient has " + std::to_string(g.size()) +
-                             " elements, output " + std::to_string(out.size()));
+                             " elements, output " + std::to_string(elements));
     }
   }
+  return OkStatus();
+}
+
+Status FractionalRepetitionCode::encode(int worker, std::span<const std::span<const float>> grads,
+                                        std::span<float> out) const {
+  COFAB_RETURN_IF_ERROR(checkEncode(worker, grads, out.size()));
   std::copy(grads[0].begin(), grads[0].end(), out.begin());
   for (size_t p = 1; p < grads.size(); ++p) {
     for (size_t i = 0; i < out.size(); ++i) out[i] += grads[p][i];

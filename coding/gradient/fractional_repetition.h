@@ -35,6 +35,9 @@ class FractionalRepetitionCode {
   // The data partitions (of n) whose gradients worker `worker` sums.
   std::vector<int> partitionsOf(int worker) const;
 
+  // What encode() checks: a valid worker, s+1 partition gradients, each of `elements`.
+  Status checkEncode(int worker, std::span<const std::span<const float>> partitionGradients,
+                     size_t elements) const;
   // Worker side: out = sum of the gradients of partitionsOf(worker), given in that order.
   Status encode(int worker, std::span<const std::span<const float>> partitionGradients,
                 std::span<float> out) const;

@@ -22,10 +22,27 @@
 
 namespace cofab::coded {
 
+// Keys from here up are create()'s probes (one per daemon); keep your own keys below.
+inline constexpr uint64_t kGradientCodingCheckKeys = 0xFFFF'FFFF'0000'0000ull;
+
+// Collective: every worker calls it once per client. Push-pulls 1.0 on one probe key per daemon
+// (the first keys from `firstKey` up whose chunk 0 each daemon owns) and checks that every
+// daemon completed the round from one contribution per group of `code`, i.e. runs cofab-aggd
+// --gradient-stragglers s with the same s. FailedPrecondition naming the daemon, what it summed
+// and the flag to start it with; the push-pull's own error (e.g. DeadlineExceeded naming the
+// workers that never probed) otherwise. Without it a daemon with another s (or none) returns
+// a multiple of the gradient, silently.
+Status checkDaemonsRunTheCode(ps::PushPullClient& client,
+                              const coding::FractionalRepetitionCode& code, uint64_t firstKey,
+                              Deadline deadline);
+
 class GradientCodingClient {
  public:
-  // InvalidArgument unless the client's world size matches the code's workers.
-  static StatusOr<GradientCodingClient> create(ps::PushPullClient* client, int stragglers);
+  // Collective (checkDaemonsRunTheCode() on kGradientCodingCheckKeys): every worker creates its
+  // client with the same s, and the daemons must run that code. InvalidArgument unless the
+  // client's world size fits the code; FailedPrecondition when the daemons run another.
+  static StatusOr<GradientCodingClient> create(ps::PushPullClient* client, int stragglers,
+                                               Deadline deadline = Deadline::afterMs(60000));
 
   const coding::FractionalRepetitionCode& code() const { return code_; }
   // The data partitions (of n) whose gradients this worker computes, in the order pushPull()

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "coding/gradient/fractional_repetition.h"
+#include "fabric/coded/gradient_coding_client.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/ps/push_pull.h"
 #include "fabric/sync/algorithm_base.h"
@@ -37,7 +38,8 @@
 namespace cofab::sync::detail {
 namespace {
 
-// start(): the configuration check (one float) and the initial model; rounds use keys below.
+// start(): the configuration check (one float per daemon, keys from kCheckKey up) and the
+// initial model; rounds use keys below.
 constexpr uint64_t kCheckKey = 1u << 21;
 constexpr uint64_t kInitialKeys = 1u << 20;
 
@@ -58,27 +60,11 @@ class GradcodeSync final : public AlgorithmBase {
       return InvalidArgument("sync gradcode: gradcodeWindow x tensors must stay below 2^20");
     }
     COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
-    // The daemons must complete rounds per group: a sum of 1 per worker then comes back as the
-    // number of groups (one contribution each), from plain daemons as the number of workers.
-    // On the stack: waitEveryHandle() makes sure the operation has ended before we return.
-    float one = 1.0f, got = 0.0f;
-    const ps::PushPullHandle check[] = {client_->pushPull(
-        kCheckKey, TensorView(&one, 1, DType::kF32), TensorView(&got, 1, DType::kF32))};
-    Status checked = waitEveryHandle(*client_, check, deadline());
+    // The daemons must complete rounds per group (each of them: a probe key per daemon).
+    Status checked = coded::checkDaemonsRunTheCode(*client_, code_, kCheckKey, deadline());
     if (!checked.ok()) {
       failed_ = checked.withContext("sync gradcode: configuration check");
       return failed_;
-    }
-    if (got != float(code_.groups())) {
-      return FailedPrecondition("sync gradcode: the aggregators reduced " +
-                                std::to_string(int(got)) + " contributions of the " +
-                                std::to_string(env_.worldSize) +
-                                " workers, expected one per "
-                                "group (" +
-                                std::to_string(code_.groups()) +
-                                "): start every cofab-aggd with "
-                                "--gradient-stragglers " +
-                                std::to_string(code_.stragglers()));
     }
     // Start from one group member's initial model per group, summed and divided by the number of
     // groups: the same bits on every worker whatever they were given.

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "coding/gradient/fractional_repetition.h"
@@ -15,6 +16,34 @@
 
 namespace cofab::testing {
 namespace {
+
+// create() probes the daemons collectively: every worker's in its own thread, as in a job.
+std::vector<StatusOr<coded::GradientCodingClient>> createCoders(
+    std::vector<std::unique_ptr<ps::PushPullClient>>& clients, int s) {
+  std::vector<StatusOr<coded::GradientCodingClient>> coders(clients.size(),
+                                                            Internal("not created"));
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < clients.size(); ++w) {
+    threads.emplace_back([&, w] {
+      coders[w] = coded::GradientCodingClient::create(clients[w].get(), s,
+                                                       Deadline::afterMs(20000));
+    });
+  }
+  for (auto& t : threads) t.join();
+  return coders;
+}
+
+std::vector<std::unique_ptr<ps::PushPullClient>> connectAll(DaemonCluster& cluster) {
+  std::vector<std::unique_ptr<ps::PushPullClient>> clients;
+  for (int w = 0; w < cluster.workers(); ++w) {
+    ps::ClientOptions co;
+    co.chunkBytes = 4096;
+    auto c = cluster.connect(w, co);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) clients.push_back(std::move(*c));
+  }
+  return clients;
+}
 
 // Every straggler set of size <= s over n workers.
 std::vector<std::vector<int>> stragglerSets(int n, int s) {
@@ -34,17 +63,10 @@ void runAllStragglerSets(int n, int s, int servers) {
   const size_t elems = 3000;  // several chunks with chunkBytes 4096
   DaemonCluster cluster(servers, n, {"--gradient-stragglers", std::to_string(s)});
   ASSERT_TRUE(cluster.start().ok());
-  std::vector<std::unique_ptr<ps::PushPullClient>> clients;
+  std::vector<std::unique_ptr<ps::PushPullClient>> clients = connectAll(cluster);
+  ASSERT_EQ(clients.size(), size_t(n));
   std::vector<coded::GradientCodingClient> coders;
-  for (int w = 0; w < n; ++w) {
-    ps::ClientOptions co;
-    co.chunkBytes = 4096;
-    auto c = cluster.connect(w, co);
-    ASSERT_TRUE(c.ok()) << c.status();
-    clients.push_back(std::move(*c));
-  }
-  for (int w = 0; w < n; ++w) {
-    auto g = coded::GradientCodingClient::create(clients[w].get(), s);
+  for (auto& g : createCoders(clients, s)) {
     ASSERT_TRUE(g.ok()) << g.status();
     coders.push_back(std::move(*g));
   }
@@ -119,6 +141,31 @@ void runAllStragglerSets(int n, int s, int servers) {
 TEST(GradientCoding, FullSumUnderEveryStragglerSetUpToS) { runAllStragglerSets(4, 1, 1); }
 
 TEST(GradientCoding, TwoStragglersOfSixOverTwoDaemons) { runAllStragglerSets(6, 2, 2); }
+
+// Daemons that run no gradient coding, or another s, would return a multiple of the gradient
+// with OK (plain: 2x for s = 1 of 4; s = 3: half). create() probes every daemon and refuses,
+// naming the daemon and the flag.
+void expectCreateRefused(int servers, std::vector<std::string> daemonArgs, int s) {
+  DaemonCluster cluster(servers, 4, std::move(daemonArgs));
+  ASSERT_TRUE(cluster.start().ok());
+  std::vector<std::unique_ptr<ps::PushPullClient>> clients = connectAll(cluster);
+  ASSERT_EQ(clients.size(), 4u);
+  for (auto& g : createCoders(clients, s)) {
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kFailedPrecondition) << g.status();
+    EXPECT_NE(g.status().message().find("start every cofab-aggd with --gradient-stragglers " +
+                                        std::to_string(s)),
+              std::string::npos)
+        << g.status();
+  }
+  for (auto& c : clients) c->close();
+}
+
+TEST(GradientCoding, CreateRefusesPlainDaemons) { expectCreateRefused(2, {}, 1); }
+
+TEST(GradientCoding, CreateRefusesDaemonsWithAnotherS) {
+  expectCreateRefused(1, {"--gradient-stragglers", "3"}, 1);
+}
 
 TEST(GradientCoding, DaemonRefusesGroupsThatDoNotFitTheWorkers) {
   DaemonCluster cluster(1, 4, {"--gradient-stragglers", "2"});  // 3 does not divide 4
