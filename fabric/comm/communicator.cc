@@ -106,18 +106,26 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   if (store == nullptr) return InvalidArgument("communicator: store is null");
   if (size > 1 && context == nullptr) return InvalidArgument("communicator: context is null");
   const Deadline deadline = Deadline::after(orParam(options.setupTimeout, kSetupTimeoutMs));
-  // Every (re)creation under one name gets a fresh namespace, so addresses left in the store
-  // by an earlier communicator of the same name are never read.
-  COFAB_ASSIGN_OR_RETURN(int64_t generation,
-                         store->add(options.name + "/generation/" + std::to_string(rank), 1));
-  std::string prefix = options.name + "/" + std::to_string(generation);
+  // Every re-creation under one name gets a fresh namespace, so addresses left in the store by
+  // an earlier communicator of the same name are never read. The generation is 1 + the number
+  // of communicators of this name this rank has set up: a failed setup does not count, so a
+  // rank that timed out (it started before the others) retries in the generation the others
+  // are about to use, instead of one ahead of them for good.
+  const std::string setUpKey = options.name + "/generation/" + std::to_string(rank);
+  COFAB_ASSIGN_OR_RETURN(int64_t setUp, store->add(setUpKey, 0));
+  std::string prefix = options.name + "/" + std::to_string(setUp + 1);
   std::unique_ptr<Communicator> comm(
       new Communicator(rank, size, store, options.name, prefix, std::move(context)));
   comm->allreducePath_ = options.allreducePath;
   comm->listenAddress_ = options.listenAddress;
-  COFAB_RETURN_IF_ERROR(comm->connectMesh(options, deadline)
-                            .withContext("communicator '" + options.name + "' rank " +
-                                         std::to_string(rank) + " of " + std::to_string(size)));
+  Status connected = comm->connectMesh(options, deadline);
+  if (!connected.ok()) {
+    // The retry publishes its own: higher ranks must not dial the listener closed here.
+    comm->store_.remove(addrKey(rank)).status().ignoreError();
+    return connected.withContext("communicator '" + options.name + "' rank " +
+                                 std::to_string(rank) + " of " + std::to_string(size));
+  }
+  COFAB_RETURN_IF_ERROR(store->add(setUpKey, 1).status());
   return comm;
 }
 
@@ -149,15 +157,24 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
     }
   }
   for (int p = 0; p < rank_; ++p) {
-    COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
     transport::ConnectOptions co;
     co.localId = peerIdFor(prefix_, rank_);
-    auto conn = context_->connect(toString(addr), co, deadline);
-    if (!conn.ok()) {
-      return Status(conn.status().code(), "connecting to rank " + std::to_string(p) + " at " +
-                                              toString(addr) + ": " + conn.status().message());
+    while (true) {
+      // Read again before every attempt: the address may be that of an earlier, failed setup
+      // of rank p's, whose retry publishes a new one.
+      COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
+      auto conn = context_->connect(toString(addr), co, deadline.min(Deadline::afterMs(1000)));
+      if (conn.ok()) {
+        conns_[static_cast<size_t>(p)] = std::move(conn).value();
+        break;
+      }
+      const StatusCode code = conn.status().code();
+      if (deadline.expired() ||
+          (code != StatusCode::kDeadlineExceeded && code != StatusCode::kUnavailable)) {
+        return Status(code, "connecting to rank " + std::to_string(p) + " at " + toString(addr) +
+                                ": " + conn.status().message());
+      }
     }
-    conns_[static_cast<size_t>(p)] = std::move(conn).value();
   }
   for (int accepted = 0; accepted < size_ - 1 - rank_;) {
     auto conn = listener->accept(deadline);

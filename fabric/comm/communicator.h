@@ -42,7 +42,8 @@ struct CommOptions {
   // Transport name for transport::Registry ("tcp", "loopback", ...).
   std::string transport = "tcp";
   // Store namespace of this communicator. Communicators created on one store at the same time
-  // need distinct names; re-creating one with the same name is fine (generations are counted).
+  // need distinct names; re-creating one with the same name is fine (successful setups are
+  // counted, so a rank may retry a setup that failed).
   std::string name = "cofab-comm";
   // Where to listen (empty: the transport's default, see transport::ListenOptions).
   std::string listenAddress;

@@ -299,6 +299,29 @@ TEST(CommSetup, NamesTheRanksThatNeverShowedUp) {
   EXPECT_NE(st[1].message().find("rank(s) 1"), std::string::npos) << st[1];
 }
 
+// A rank that started before the others and timed out retries: its failed setup must not move
+// it to another store namespace than the one the others use (every create() used to count a
+// generation, so the retry waited for addresses the others published elsewhere, forever).
+TEST(CommSetup, ARankWhoseSetupTimedOutJoinsTheOthersWhenItRetries) {
+  HashStore store;
+  CommOptions early;
+  early.setupTimeout = Millis(300);
+  auto alone = Communicator::create(1, 3, &store, early);
+  ASSERT_EQ(alone.status().code(), StatusCode::kDeadlineExceeded) << alone.status();
+  std::vector<float> sums(3, 0.0f);
+  const std::vector<Status> st = runThreadRanks(3, [&](int r) -> Status {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    COFAB_ASSIGN_OR_RETURN(auto c, Communicator::create(r, 3, &store, o));
+    float v = float(r + 1);
+    COFAB_RETURN_IF_ERROR(allreduce(*c, TensorView(&v, 1, DType::kF32)));
+    sums[size_t(r)] = v;
+    return OkStatus();
+  });
+  ASSERT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+  for (float v : sums) EXPECT_EQ(v, 6.0f);
+}
+
 TEST(CommSetup, RejectsBadArguments) {
   HashStore store;
   EXPECT_EQ(Communicator::create(2, 2, &store).status().code(), StatusCode::kInvalidArgument);
