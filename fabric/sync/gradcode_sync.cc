@@ -126,7 +126,7 @@ class GradcodeSync final : public AlgorithmBase {
                                "round; restart the job once the daemons are back");
       return failed_;
     }
-    if (st.code() == StatusCode::kFailedPrecondition) {
+    if (ps::rejectReasonOf(st) == ps::RejectReason::kFinishedIteration) {
       failed_ = st.withContext("sync gradcode: rank " + std::to_string(env_.rank) + " step " +
                                std::to_string(step) + " fell more than gradcodeWindow (" +
                                std::to_string(window) +
@@ -138,22 +138,10 @@ class GradcodeSync final : public AlgorithmBase {
                                std::to_string(t));
       return failed_;
     }
-    // Tell stragglers this round is over (idempotent: every worker that knows sets it).
-    COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));
-    // Done marks two windows old are read by nobody: keepWithinWindow() keeps every worker
-    // within the window, and the daemons no longer hold such a round anyway. One worker per round
-    // (by rank, round-robin) removes one, so a long job leaves about 2 x window marks, not one
-    // per round.
-    const uint64_t kept = 2 * window;
-    if (step >= kept && step % uint64_t(env_.worldSize) == uint64_t(env_.rank)) {
-      COFAB_RETURN_IF_ERROR(env_.store->remove(doneKey(step - kept)).status());
-    }
-    if ((step + 1) % progressEvery() == 0) {
-      const std::string v = std::to_string(step + 1);
-      COFAB_RETURN_IF_ERROR(env_.store->set(progressKey(env_.rank), Bytes(v.begin(), v.end())));
-    }
     recordBytes();
     // The sum over the n partitions of their mean gradients -> the average, as sync applies.
+    // Applied before the store bookkeeping below: the round is complete, and its update must not
+    // depend on a store call going through.
     const float inv = 1.0f / float(env_.worldSize);
     for (float& v : result_) v *= inv;
     localSgd(0, result_);
@@ -161,6 +149,13 @@ class GradcodeSync final : public AlgorithmBase {
     syncs_.fetch_add(1);
     if (fetchOnly) skipped_.fetch_add(1);
     globalSamples_.fetch_add(samples * uint64_t(env_.worldSize));
+    // Sticky like a failed round: a caller that logs the error and goes on must not train on
+    // with the marks and progress the others wait on missing.
+    if (Status s = markRoundDone(step); !s.ok()) {
+      failed_ = s.withContext("sync gradcode: step " + std::to_string(step) +
+                              " (applied): store bookkeeping");
+      return failed_;
+    }
     return OkStatus();
   }
 
@@ -177,6 +172,25 @@ class GradcodeSync final : public AlgorithmBase {
   }
 
  private:
+  // Tells stragglers the round is over, drops an old mark, publishes this worker's progress.
+  Status markRoundDone(uint64_t step) {
+    const uint64_t window = uint64_t(options_.gradcodeWindow);
+    // Idempotent: every worker that knows sets it.
+    COFAB_RETURN_IF_ERROR(env_.store->set(doneKey(step), Bytes{1}));
+    // Done marks two windows old are read by nobody: keepWithinWindow() keeps every worker
+    // within the window, and the daemons no longer hold such a round anyway. One worker per round
+    // (by rank, round-robin) removes one, so a long job leaves about 2 x window marks, not one
+    // per round.
+    const uint64_t kept = 2 * window;
+    if (step >= kept && step % uint64_t(env_.worldSize) == uint64_t(env_.rank)) {
+      COFAB_RETURN_IF_ERROR(env_.store->remove(doneKey(step - kept)).status());
+    }
+    if ((step + 1) % progressEvery() == 0) {
+      const std::string v = std::to_string(step + 1);
+      COFAB_RETURN_IF_ERROR(env_.store->set(progressKey(env_.rank), Bytes(v.begin(), v.end())));
+    }
+    return OkStatus();
+  }
   std::string doneKey(uint64_t step) const { return storeKey("done/" + std::to_string(step)); }
   std::string progressKey(int rank) const { return storeKey("progress/" + std::to_string(rank)); }
   uint64_t progressEvery() const {

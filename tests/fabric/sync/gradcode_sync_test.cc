@@ -53,19 +53,54 @@ struct Outcome {
 // Where gradcode keeps its marks in the store: under the client's default storePrefix.
 std::string syncKey(const std::string& what) { return "cofab/agg/sync/gradcode/" + what; }
 
-// `steps` steps; `straggler` (or -1) is held after start() until the others finished, or, with
-// `releaseAtProgress` > 0, until every other worker has published at least that progress (its
-// bounded-lag mark in the store); `atRelease` then runs on the store before the straggler goes on.
-Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
-            uint64_t releaseAtProgress = 0, std::function<void(Store&)> atRelease = {}) {
+std::unique_ptr<aggregator::AggregatorServer> gradientServer(int daemonStragglers) {
   aggregator::ServerOptions so;
   so.numWorkers = kWorkers;
   so.listenAddress = "127.0.0.1:0";
   so.engine.gradientStragglers = daemonStragglers;
   auto server = aggregator::AggregatorServer::create(so);
   EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+SyncEnv envOf(int rank, Store* store, const aggregator::AggregatorServer& server) {
+  SyncEnv env;
+  env.rank = rank;
+  env.worldSize = kWorkers;
+  env.store = store;
+  env.client.serverAddresses = {server.address()};
+  env.client.chunkBytes = 256;  // several chunks per tensor
+  return env;
+}
+
+SyncOptions gradcodeOptions(int window) {
+  SyncOptions o;
+  o.algorithm = "gradcode";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  o.gradientStragglers = 1;
+  o.gradcodeWindow = window;
+  o.timeoutMs = 20000;
+  return o;
+}
+
+// The gradient of step s on this worker: partition p's is the constant p + 1.
+std::vector<float> gradientOf(const SyncAlgorithm& algo) {
+  std::vector<float> grad(kModel, 0.0f);
+  for (int p : algo.partitions()) {
+    for (float& g : grad) g += float(p + 1);
+  }
+  return grad;
+}
+
+// `steps` steps; `straggler` (or -1) is held after start() until the others finished, or, with
+// `releaseAtProgress` > 0, until every other worker has published at least that progress (its
+// bounded-lag mark in the store); `atRelease` then runs on the store before the straggler goes on.
+Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
+            uint64_t releaseAtProgress = 0, std::function<void(Store&)> atRelease = {}) {
+  auto server = gradientServer(daemonStragglers);
   Outcome out;
-  if (!server.ok()) return out;
+  if (server == nullptr) return out;
   HashStore store;
   Gate othersDone;
   out.finals.assign(kWorkers, std::vector<float>(kModel, 0.0f));
@@ -73,20 +108,8 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
   out.needed.assign(kWorkers, 0);
   auto results = testing::runThreadRanks(kWorkers, [&](int rank) -> Status {
     Status st = [&]() -> Status {
-      SyncEnv env;
-      env.rank = rank;
-      env.worldSize = kWorkers;
-      env.store = &store;
-      env.client.serverAddresses = {(*server)->address()};
-      env.client.chunkBytes = 256;  // several chunks per tensor
-      SyncOptions o;
-      o.algorithm = "gradcode";
-      o.lr = 1.0f;
-      o.momentum = 0.0f;
-      o.gradientStragglers = 1;
-      o.gradcodeWindow = window;
-      o.timeoutMs = 20000;
-      COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+      COFAB_ASSIGN_OR_RETURN(auto algo,
+                             makeSyncAlgorithm(gradcodeOptions(window), envOf(rank, &store, *server)));
       std::vector<float> model(kModel, 0.0f);
       COFAB_RETURN_IF_ERROR(algo->start(model, {200, 100}));
       if (rank == straggler && releaseAtProgress == 0) othersDone.waitFor(kWorkers - 1);
@@ -115,10 +138,7 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
         std::vector<float> grad;
         if (need) {
           ++out.needed[size_t(rank)];
-          grad.assign(kModel, 0.0f);
-          for (int p : algo->partitions()) {
-            for (float& g : grad) g += float(p + 1);
-          }
+          grad = gradientOf(*algo);
         }
         COFAB_RETURN_IF_ERROR(algo->step(0, grad, uint64_t(s), 1));
       }
@@ -128,7 +148,7 @@ Outcome run(int straggler, int steps, int window, int daemonStragglers = 1,
     if (rank != straggler) othersDone.arrive();
     return st;
   });
-  (*server)->shutdown("test done");
+  server->shutdown("test done");
   out.status = testing::allOk(results);
   for (int r = 0; r < steps; ++r) {
     auto there = store.check({syncKey("done/" + std::to_string(r))});
@@ -199,6 +219,71 @@ TEST(GradcodeSyncTest, PlainDaemonsAreRefusedAtStart) {
   ASSERT_FALSE(o.status.ok());
   EXPECT_EQ(o.status.code(), StatusCode::kFailedPrecondition) << o.status;
   EXPECT_NE(o.status.message().find("--gradient-stragglers 1"), std::string::npos) << o.status;
+}
+
+// A store whose first set() of a key containing `part` fails (a store hiccup).
+class SetFailsOnce final : public Store {
+ public:
+  SetFailsOnce(Store* s, std::string part) : s_(s), part_(std::move(part)) {}
+  Status set(std::string_view k, const Bytes& v) override {
+    if (!failed_ && k.find(part_) != std::string_view::npos) {
+      failed_ = true;
+      return IoError("injected: the store is unreachable");
+    }
+    return s_->set(k, v);
+  }
+  StatusOr<Bytes> get(std::string_view k, Deadline d) override { return s_->get(k, d); }
+  StatusOr<int64_t> add(std::string_view k, int64_t x) override { return s_->add(k, x); }
+  Status wait(const std::vector<std::string>& k, Deadline d) override { return s_->wait(k, d); }
+  StatusOr<Bytes> compareSet(std::string_view k, const Bytes& e, const Bytes& d) override {
+    return s_->compareSet(k, e, d);
+  }
+  StatusOr<bool> remove(std::string_view k) override { return s_->remove(k); }
+  StatusOr<bool> check(const std::vector<std::string>& k) override { return s_->check(k); }
+  std::string describe() const override { return s_->describe(); }
+
+ private:
+  Store* s_;
+  std::string part_;
+  bool failed_ = false;
+};
+
+// Worker 0's store fails when step 0's round has completed (setting the round's done mark).
+// The round's update must not be lost in silence: the error is sticky, so the loop that logs it
+// and carries on gets it again from every later step and from finish(), instead of training on
+// one update behind the others (which it did: later steps were OK and the models differed).
+TEST(GradcodeSyncTest, AStoreErrorAfterARoundCompletedIsSticky) {
+  auto server = gradientServer(1);
+  ASSERT_NE(server, nullptr);
+  HashStore store;
+  SetFailsOnce flaky(&store, "/done/0");
+  constexpr int kSteps = 3;
+  std::vector<Status> firstError(kWorkers), finished(kWorkers);
+  std::vector<std::vector<float>> finals(kWorkers, std::vector<float>(kModel));
+  auto results = testing::runThreadRanks(kWorkers, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(gradcodeOptions(16),
+                                                        envOf(rank, rank == 0 ? static_cast<Store*>(&flaky) : &store,
+                                                              *server)));
+    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(kModel, 0.0f), {200, 100}));
+    for (int s = 0; s < kSteps; ++s) {
+      Status st = algo->step(0, gradientOf(*algo), uint64_t(s), 1);
+      if (!st.ok() && firstError[size_t(rank)].ok()) firstError[size_t(rank)] = st;
+      if (!st.ok() && rank == 0) {
+        EXPECT_EQ(st, firstError[0]) << "step " << s;
+      }
+    }
+    finished[size_t(rank)] = algo->finish(finals[size_t(rank)]);
+    return OkStatus();
+  });
+  server->shutdown("test done");
+  ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+  EXPECT_EQ(firstError[0].code(), StatusCode::kIoError) << firstError[0];
+  EXPECT_EQ(finished[0], firstError[0]);
+  for (int r = 1; r < kWorkers; ++r) {
+    EXPECT_TRUE(firstError[size_t(r)].ok()) << "rank " << r << ": " << firstError[size_t(r)];
+    ASSERT_TRUE(finished[size_t(r)].ok()) << finished[size_t(r)];
+    for (float v : finals[size_t(r)]) ASSERT_EQ(v, -2.5f * kSteps) << "rank " << r;
+  }
 }
 
 TEST(GradcodeSyncTest, RejectsAGroupSizeThatDoesNotDivideTheWorkers) {
