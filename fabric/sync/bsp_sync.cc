@@ -31,6 +31,7 @@ class BspSync final : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
+    failed_ = OkStatus();  // an earlier start()'s failure is not this run's
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
     // Start from the average of the workers' initial models (exact: uncompressed), so the

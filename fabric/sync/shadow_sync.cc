@@ -32,6 +32,13 @@ class ShadowSync final : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
+    {
+      // A previous run's finish() (or failure) must not end or fail this run's thread.
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = false;
+      abort_ = false;
+      error_ = OkStatus();
+    }
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     snapshot_.assign(initial.begin(), initial.end());
     avg_.resize(total_);

@@ -421,6 +421,36 @@ TEST(ShadowSyncTest, ASecondStartWhileRunningIsRefused) {
   EXPECT_EQ(out, model);
 }
 
+// start() again after finish() (allowed once the background thread is joined): the new thread
+// must keep synchronizing. finish() had left its "done" flag set, so the new thread ran one
+// final round and stopped, and the restarted run trained without any synchronization. (easgd
+// mode: in average mode a restart against the same daemons is refused at start(), as a new
+// client numbers its rounds from 0 again; the error says the daemon's round is further on.)
+TEST(ShadowSyncTest, ARestartAfterFinishKeepsSynchronizing) {
+  SyncOptions o;
+  o.algorithm = "shadowsync";
+  o.shadowMode = "easgd";
+  SoloWorker w;
+  ASSERT_TRUE(w.make(o).ok());
+  const std::vector<float> model(8, 1.0f);
+  std::vector<float> out(8);
+  ASSERT_TRUE(w.algo->start(model, {8}).ok());
+  ASSERT_TRUE(w.algo->finish(out).ok());
+  const Status restarted = w.algo->start(model, {8});
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  const uint64_t before = w.algo->stats().syncs;
+  // A condition with a bound: rounds run back to back (no interval), so this is quick unless
+  // the thread has stopped.
+  const Deadline bound = Deadline::afterMs(20000);
+  const std::vector<float> grad(8, 0.0f);
+  for (uint64_t s = 0; w.algo->stats().syncs < before + 3 && !bound.expired(); ++s) {
+    ASSERT_TRUE(w.algo->step(0, grad, s, 1).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(w.algo->stats().syncs, before + 3) << "the restarted background thread stopped";
+  w.algo->finish(out).ignoreError();  // its final average is refused as a finished round
+}
+
 // A worker that finishes while another still trains runs its rounds back to back, and each
 // waits for the other worker, which starts its next round only after its interval: with an
 // interval longer than the operation timeout, the early worker's round timed out and the job

@@ -149,6 +149,48 @@ TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
   }
 }
 
+// sync with 2 workers: worker 0's first start() times out (the peer has not pushed its initial
+// model yet); the peer then pushes it and worker 0 starts again, which must succeed, and so must
+// its first step: a failed start() used to leave its error behind, so every step of the retried
+// run returned the old DeadlineExceeded.
+TEST(SyncFailureTest, AStartRetriedAfterATimeoutStepsNormally) {
+  auto server = makeServer(/*workers=*/2, /*gradientStragglers=*/-1);
+  ASSERT_TRUE(server != nullptr);
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 2;
+  env.client.serverAddresses = {server->address()};
+  SyncOptions o;
+  o.algorithm = "sync";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  o.timeoutMs = 300;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  const std::vector<float> model(kModel, 1.0f);
+  const Status early = (*algo)->start(model, kLayout);
+  ASSERT_EQ(early.code(), StatusCode::kDeadlineExceeded) << early;
+
+  RawWorker peer;
+  Status connected = peer.connect(/*rank=*/1, /*worldSize=*/2, server->address());
+  ASSERT_TRUE(connected.ok()) << connected;
+  std::vector<ps::PushPullHandle> initial =
+      peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kAverage);
+  Status started = (*algo)->start(model, kLayout);
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_TRUE(waitEvery(initial).ok());
+
+  std::vector<ps::PushPullHandle> round0 = peer.pushLayout(0, 4.0f, ps::ReduceOp::kAverage);
+  std::vector<float> grad(kModel, 2.0f);
+  const Status step = (*algo)->step(0, grad, 0, 1);
+  EXPECT_TRUE(step.ok()) << step;
+  ASSERT_TRUE(waitEvery(round0).ok());
+  std::vector<float> out(kModel, 0.0f);
+  const Status finished = (*algo)->finish(out);
+  EXPECT_TRUE(finished.ok()) << finished;
+  for (float v : out) ASSERT_EQ(v, 1.0f - 3.0f) << "model = 1 - lr x average(2, 4)";
+}
+
 // A step whose round misses a live worker fails with the daemon's RoundFailed, which names the
 // worker, when the daemon's round timeout ends before the step's own timeout. With the
 // defaults that is so: cofab-aggd's --round-timeout-ms (120 s) is below SyncOptions::timeoutMs
