@@ -212,6 +212,15 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
     return InvalidArgument("coded master: device '" + m->options_.device +
                            "': expected cpu or gpu");
   }
+  if (options.mode == CodedMode::kCoded) {
+    // Once, and before workers are gathered: the code's survey of its decoding patterns (its
+    // conditioning) costs up to seconds, and the code depends on nothing load() is given.
+    COFAB_ASSIGN_OR_RETURN(
+        coding::CodedMatmul cm,
+        coding::CodedMatmul::create(
+            {.n = options.n, .k = options.k, .family = options.family, .seed = options.codeSeed}));
+    m->code_.emplace(std::move(cm));
+  }
   COFAB_ASSIGN_OR_RETURN(m->options_.setupTimeout, codedSetupTimeout(options.setupTimeout));
   if (options.requestTimeout == Duration{0}) {
     COFAB_ASSIGN_OR_RETURN(int64_t ms, kCodedRequestTimeoutMs.get());
@@ -371,11 +380,6 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   std::vector<const float*> blockOf(n);
   std::vector<float> split;
   if (options_.mode == CodedMode::kCoded) {
-    COFAB_ASSIGN_OR_RETURN(
-        coding::CodedMatmul cm,
-        coding::CodedMatmul::create(
-            {.n = n, .k = options_.k, .family = options_.family, .seed = options_.codeSeed}));
-    code_.emplace(std::move(cm));
     COFAB_ASSIGN_OR_RETURN(coding::EncodedMatrix e, code_->encode(a, device_));
     encoded_.emplace(std::move(e));
     blockRows_ = encoded_->blockRows();

@@ -286,6 +286,23 @@ TEST(CodedService, GpuMasterWithoutAGpuFailsSayingWhy) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
 }
 
+// A code the conditioning check refuses is a configuration error create() reports at once,
+// before any worker is gathered (the code used to be built by every load(): the master waited
+// for its workers first, here until the setup deadline, and then rebuilt the code per load).
+TEST(CodedService, ACodeTooIllConditionedIsRefusedByCreate) {
+  TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 24, .k = 16};
+  o.family = coding::MdsFamily::kVandermondeEquispaced;
+  o.name = "coded-ill-conditioned";
+  o.setupTimeout = Millis(20000);  // no worker will come
+  auto m = CodedMaster::create(store->get(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status();
+  EXPECT_NE(m.status().message().find("maxCondition"), std::string::npos) << m.status();
+}
+
 TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   const int64_t rows = 40, cols = 16, bCols = 5;
   const std::vector<float> a = randomMatrix(rows, cols, 1);
