@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fabric/ps/placement.h"
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/transport/registry.h"
 
@@ -141,7 +142,7 @@ Status namingMissing(const Status& st, const std::string& what) {
 
 StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
                                            std::span<const uint8_t> messages, size_t rowBytes,
-                                           Deadline deadline) {
+                                           uint64_t planTag, Deadline deadline) {
   if (rowBytes == 0 || rowBytes % 4 != 0 || messages.size() % rowBytes != 0) {
     return InvalidArgument("shuffle upload: rowBytes must be a positive multiple of 4 dividing " +
                            std::to_string(messages.size()));
@@ -165,8 +166,10 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
     h.chunkCount = 1;
     h.iteration = epoch;
     h.dtype = DType::kF32;
-    conn_->send(h, messages.data() + m * rowBytes, rowBytes, sends.one());
-    sent += wire::kHeaderSize + rowBytes;
+    const transport::ConstSlice parts[] = {{messages.data() + m * rowBytes, rowBytes},
+                                           {&planTag, kShufflePlanTagBytes}};
+    conn_->send(h, parts, sends.one());
+    sent += wire::kHeaderSize + rowBytes + kShufflePlanTagBytes;
   }
   // Each message's ack once: a stale one (an earlier call's, another epoch's) or a duplicate
   // must not make the upload look complete.
@@ -235,7 +238,8 @@ Status ShuffleEndpoint::releaseOnce(uint64_t keyBase, uint64_t count, Deadline d
 }
 
 Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets,
-                             size_t rowBytes, std::span<uint8_t> out, Deadline deadline) {
+                             size_t rowBytes, uint64_t planTag, std::span<uint8_t> out,
+                             Deadline deadline) {
   if (out.size() != offsets.size() * rowBytes) {
     return InvalidArgument("shuffle pull: out must hold " + std::to_string(offsets.size()) +
                            " rows of " + std::to_string(rowBytes) + " bytes");
@@ -272,9 +276,21 @@ Status ShuffleEndpoint::pull(uint64_t epoch, uint64_t keyBase, std::span<const i
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
     if (r.header.type != wire::MessageType::kPullReply) continue;
     auto it = slot.find(r.header.key);
-    if (r.payload.size() != rowBytes) {
-      return DataLoss("shuffle pull: unexpected reply for key " + std::to_string(r.header.key) +
-                      " (" + std::to_string(r.payload.size()) + " bytes)");
+    if (r.payload.size() != rowBytes + kShufflePlanTagBytes) {
+      const size_t row = r.payload.size() - std::min(r.payload.size(), kShufflePlanTagBytes);
+      return InvalidArgument("shuffle pull: key " + std::to_string(r.header.key) +
+                             " holds a row of " + std::to_string(row) +
+                             " bytes, this worker's rowBytes is " + std::to_string(rowBytes) +
+                             ": the master and the workers must use the same rowBytes");
+    }
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, r.payload.data() + rowBytes, kShufflePlanTagBytes);
+    if (theirs != planTag) {
+      return FailedPrecondition(
+          "shuffle pull: key " + std::to_string(r.header.key) + " was uploaded for another plan " +
+          "(tag " + std::to_string(theirs) + ", this worker's " + std::to_string(planTag) +
+          "): the master and the workers must plan the same epoch and mode with the same "
+          "CodedShuffle options (workers, cacheFraction, rows, seed)");
     }
     std::memcpy(out.data() + it->second * rowBytes, r.payload.data(), rowBytes);
     if (!filled[it->second]) {
@@ -294,6 +310,30 @@ uint64_t epochKeyBase(int64_t epoch, bool coded) {
   return (coded ? 0 : 1ull << 62) + (static_cast<uint64_t>(epoch) << 32);
 }
 }  // namespace
+
+uint64_t shufflePlanTag(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
+                        bool coded, size_t rowBytes) {
+  uint64_t h = 0;
+  auto mix = [&h](uint64_t v) { h = ps::mix64(h ^ v); };
+  mix(uint64_t(shuffle.workers()));
+  mix(uint64_t(shuffle.cachedBy()));
+  mix(uint64_t(shuffle.rows()));
+  mix(uint64_t(plan.epoch));
+  mix(coded ? 1 : 0);
+  mix(rowBytes);
+  for (const auto* lists : {&plan.batch, &plan.source}) {
+    for (const auto& list : *lists) {
+      mix(list.size());
+      for (int64_t v : list) mix(uint64_t(v));
+    }
+  }
+  for (const coding::ShuffleMessage& m : plan.messages) {
+    mix(m.workers.size());
+    for (int w : m.workers) mix(uint64_t(w));
+    for (int64_t r : m.rows) mix(uint64_t(r));
+  }
+  return h;
+}
 
 Status shuffleCheckPlan(const coding::ShufflePlan& plan) {
   if (plan.epoch < 0 || plan.epoch >= kShuffleEpochLimit) {
@@ -382,8 +422,10 @@ StatusOr<ShuffleEpochStats> shuffleUploadEpoch(ShuffleEndpoint& master,
     return InvalidArgument("shuffle upload: " + std::to_string(stats.messages) +
                            " messages in one epoch; its keys hold at most 2^32 - 1");
   }
-  COFAB_ASSIGN_OR_RETURN(stats.masterEgressBytes, master.upload(0, epochKeyBase(plan.epoch, coded),
-                                                                messages, rowBytes, deadline));
+  COFAB_ASSIGN_OR_RETURN(
+      stats.masterEgressBytes,
+      master.upload(0, epochKeyBase(plan.epoch, coded), messages, rowBytes,
+                    shufflePlanTag(shuffle, plan, coded, rowBytes), deadline));
   return stats;
 }
 
@@ -407,10 +449,16 @@ Status shuffleReceiveEpoch(ShuffleEndpoint& worker, const coding::CodedShuffle& 
                            const coding::WorkerCache& cache, size_t rowBytes,
                            std::span<uint8_t> batchOut, Deadline deadline) {
   COFAB_RETURN_IF_ERROR(shuffleCheckPlan(plan));
+  if (rowBytes != cache.rowBytes()) {  // before pulling anything
+    return InvalidArgument("shuffle receive: rowBytes " + std::to_string(rowBytes) +
+                           " does not match the cache's rows of " +
+                           std::to_string(cache.rowBytes()) + " bytes");
+  }
   const std::vector<int64_t> offsets = shuffleOffsetsFor(plan, cache.worker(), coded);
   std::vector<uint8_t> pulled(offsets.size() * rowBytes);
-  COFAB_RETURN_IF_ERROR(
-      worker.pull(0, epochKeyBase(plan.epoch, coded), offsets, rowBytes, pulled, deadline));
+  COFAB_RETURN_IF_ERROR(worker.pull(0, epochKeyBase(plan.epoch, coded), offsets, rowBytes,
+                                    shufflePlanTag(shuffle, plan, coded, rowBytes), pulled,
+                                    deadline));
   return shuffleBuildBatch(shuffle, plan, coded, cache, rowBytes, offsets, pulled, batchOut);
 }
 

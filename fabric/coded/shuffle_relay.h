@@ -8,7 +8,10 @@
 // (uncoded: one fan-out per needed row, pulled by its one worker).
 //
 // Addressing: message m of epoch e is key base(e) + m (a key range per epoch and per mode), chunk
-// 0 of 1, iteration 0, dtype f32 (rowBytes must be a multiple of 4). The master connects as
+// 0 of 1, iteration 0, dtype f32 (rowBytes must be a multiple of 4). Each upload is the row
+// followed by an 8-byte tag of the plan it was built from (shufflePlanTag): a worker whose plan
+// differs from the master's (other CodedShuffle options, another rowBytes) fails its pull naming
+// the mismatch instead of XOR-decoding garbage with OK. The master connects as
 // worker rank n of a daemon started with --workers n+1; worker w as rank w. Order: the master's
 // upload() returns once the daemon acknowledged every message; workers pull afterwards (a daemon
 // answers a pull for a finished round from its result), so the caller sequences epochs (e.g.
@@ -47,19 +50,22 @@ class ShuffleEndpoint {
   ShuffleEndpoint(const ShuffleEndpoint&) = delete;
   ShuffleEndpoint& operator=(const ShuffleEndpoint&) = delete;
 
-  // Master: uploads `count` messages (rows of `messages`, rowBytes each) as keys keyBase.. of
-  // iteration `epoch`, each once; waits for every acknowledgement (a rejection is an error naming
-  // the daemon's reason). Returns the bytes this endpoint sent (headers + payloads).
+  // Master: uploads `count` messages (rows of `messages`, rowBytes each, each followed by
+  // `planTag`) as keys keyBase.. of iteration `epoch`, each once; waits for every
+  // acknowledgement (a rejection is an error naming the daemon's reason). Returns the bytes this
+  // endpoint sent (headers + payloads).
   StatusOr<uint64_t> upload(uint64_t epoch, uint64_t keyBase, std::span<const uint8_t> messages,
-                            size_t rowBytes, Deadline deadline);
+                            size_t rowBytes, uint64_t planTag, Deadline deadline);
 
   // Master: tells the daemon that every puller has received keys [keyBase, keyBase + count):
   // it frees their fan-out slots. Returns once the daemon acknowledged.
   Status release(uint64_t keyBase, uint64_t count, Deadline deadline);
 
   // Worker: pulls keys keyBase + offsets[i] of iteration `epoch` into row i of `out`.
+  // InvalidArgument when a row has another size than rowBytes, FailedPrecondition when it was
+  // uploaded with another plan tag (both name the key and the two values).
   Status pull(uint64_t epoch, uint64_t keyBase, std::span<const int64_t> offsets, size_t rowBytes,
-              std::span<uint8_t> out, Deadline deadline);
+              uint64_t planTag, std::span<uint8_t> out, Deadline deadline);
 
   struct Reply;
 
@@ -83,10 +89,17 @@ class ShuffleEndpoint {
 };
 
 struct ShuffleEpochStats {
-  uint64_t masterEgressBytes = 0;  // headers + payloads the master sent
-  uint64_t payloadBytes = 0;       // payloads only
+  uint64_t masterEgressBytes = 0;  // headers + payloads (rows and plan tags) the master sent
+  uint64_t payloadBytes = 0;       // the rows only (messages x rowBytes)
   int64_t messages = 0;            // uploads
 };
+
+// The bytes of plan tag after each uploaded row.
+inline constexpr size_t kShufflePlanTagBytes = 8;
+// A fingerprint of everything that decides what a message holds: the shuffle's shape (workers,
+// t, rows), the plan (epoch, batches, sources, messages), the mode and rowBytes.
+uint64_t shufflePlanTag(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
+                        bool coded, size_t rowBytes);
 
 // Epochs every multicast path can address: [0, kShuffleEpochLimit). The relay gives an epoch and
 // mode 2^32 keys (epoch in key bits 32..61, mode in bit 62); the broadcast path's frames carry

@@ -55,7 +55,8 @@ TEST(CodedShuffleNet, WorkersDecodeExactlyAndMasterEgressFollowsThePlan) {
       const int64_t planned = coded ? plan->accounting.codedBytes : plan->accounting.uncodedBytes;
       EXPECT_EQ(static_cast<int64_t>(stats->payloadBytes), planned);
       EXPECT_EQ(stats->masterEgressBytes,
-                stats->payloadBytes + stats->messages * wire::kHeaderSize);
+                stats->payloadBytes +
+                    stats->messages * (wire::kHeaderSize + coded::kShufflePlanTagBytes));
       auto statuses = runThreadRanks(n, [&](int w) -> Status {
         std::vector<uint8_t> batch(plan->batch[w].size() * rowBytes);
         COFAB_RETURN_IF_ERROR(coded::shuffleReceiveEpoch(*workers[w], *shuffle, *plan, coded,
@@ -140,6 +141,48 @@ TEST(CodedShuffleNet, ReleasedEpochsKeepTheDaemonsSlotsBounded) {
   }
 }
 
+// Worker 0 plans with another seed than the master (same shape): its pulls get rows of the
+// master's plan, which it used to XOR with the rows its own plan names and "decode" into a wrong
+// batch with OK. Each row now carries the plan's tag: the pull fails naming the mismatch. A
+// worker with another rowBytes fails naming both sizes before it pulls anything.
+TEST(CodedShuffleNet, AWorkerWithAnotherPlanOrRowSizeFailsInsteadOfDecodingGarbage) {
+  const int n = 2;
+  const size_t rowBytes = 64;
+  const int64_t rows = 2 * 1 * 10;  // n C(n, t) x 10 with t = 1
+  auto masterShuffle =
+      coding::CodedShuffle::create({.workers = n, .cacheFraction = 0.5, .rows = rows, .seed = 1});
+  auto workerShuffle =
+      coding::CodedShuffle::create({.workers = n, .cacheFraction = 0.5, .rows = rows, .seed = 2});
+  ASSERT_TRUE(masterShuffle.ok() && workerShuffle.ok());
+  std::vector<uint8_t> data(rows * rowBytes);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 13 + 5);
+  auto cache = workerShuffle->buildCache(0, data, rowBytes);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+
+  DaemonCluster cluster(1, n + 1);
+  ASSERT_TRUE(cluster.start().ok());
+  auto master = coded::ShuffleEndpoint::connect(cluster.address(0), n, Deadline::afterMs(10000));
+  auto worker = coded::ShuffleEndpoint::connect(cluster.address(0), 0, Deadline::afterMs(10000));
+  ASSERT_TRUE(master.ok() && worker.ok());
+  auto masterPlan = masterShuffle->planEpoch(0, rowBytes);
+  auto workerPlan = workerShuffle->planEpoch(0, rowBytes);
+  ASSERT_TRUE(masterPlan.ok() && workerPlan.ok());
+  auto up = coded::shuffleUploadEpoch(**master, *masterShuffle, *masterPlan, /*coded=*/true, data,
+                                      rowBytes, Deadline::afterMs(10000));
+  ASSERT_TRUE(up.ok()) << up.status();
+  std::vector<uint8_t> batch(workerPlan->batch[0].size() * rowBytes);
+  const Status s = coded::shuffleReceiveEpoch(**worker, *workerShuffle, *workerPlan, true, *cache,
+                                              rowBytes, batch, Deadline::afterMs(10000));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("another plan"), std::string::npos) << s;
+
+  const Status wrongSize = coded::shuffleReceiveEpoch(**worker, *workerShuffle, *workerPlan, true,
+                                                      *cache, rowBytes + 4, batch,
+                                                      Deadline::afterMs(10000));
+  EXPECT_EQ(wrongSize.code(), StatusCode::kInvalidArgument) << wrongSize;
+  EXPECT_NE(wrongSize.message().find("rowBytes 68"), std::string::npos) << wrongSize;
+}
+
 // An upload to keys that still hold an unreleased upload with other bytes (a second shuffle of
 // the same shape on the daemon, or a resumed job at an epoch it never released) is refused: the
 // daemon used to take it for a resend of the finished round, ack it and keep the old rows, so
@@ -151,10 +194,10 @@ TEST(CodedShuffleNet, ADifferentUploadToUnreleasedKeysIsRefused) {
   auto master = coded::ShuffleEndpoint::connect(cluster.address(0), 1, Deadline::afterMs(10000));
   ASSERT_TRUE(master.ok()) << master.status();
   const std::vector<uint8_t> first(4 * 16, 1), second(4 * 16, 2);
-  ASSERT_TRUE((*master)->upload(0, 500, first, 16, Deadline::afterMs(10000)).ok());
-  EXPECT_TRUE((*master)->upload(0, 500, first, 16, Deadline::afterMs(10000)).ok())
+  ASSERT_TRUE((*master)->upload(0, 500, first, 16, /*planTag=*/0, Deadline::afterMs(10000)).ok());
+  EXPECT_TRUE((*master)->upload(0, 500, first, 16, /*planTag=*/0, Deadline::afterMs(10000)).ok())
       << "a resend of the same rows";
-  auto other = (*master)->upload(0, 500, second, 16, Deadline::afterMs(10000));
+  auto other = (*master)->upload(0, 500, second, 16, /*planTag=*/0, Deadline::afterMs(10000));
   ASSERT_FALSE(other.ok()) << "other rows on keys that still hold an upload";
   EXPECT_NE(other.status().message().find("release"), std::string::npos) << other.status();
 }
@@ -168,7 +211,7 @@ TEST(CodedShuffleNet, AReleaseOfMoreKeysThanOneRequestTakesIsSplit) {
   auto master = coded::ShuffleEndpoint::connect(cluster.address(0), 1, Deadline::afterMs(10000));
   ASSERT_TRUE(master.ok()) << master.status();
   const std::vector<uint8_t> rows(2 * 16, 3);
-  ASSERT_TRUE((*master)->upload(0, 500, rows, 16, Deadline::afterMs(10000)).ok());
+  ASSERT_TRUE((*master)->upload(0, 500, rows, 16, /*planTag=*/0, Deadline::afterMs(10000)).ok());
   const Status released =
       (*master)->release(500, ps::kMaxFanOutReleaseKeys + 1, Deadline::afterMs(60000));
   EXPECT_TRUE(released.ok()) << released;

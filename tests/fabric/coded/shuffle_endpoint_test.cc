@@ -81,13 +81,14 @@ TEST(ShuffleEndpoint, ADuplicatedReplyDoesNotStandInForAMissingRow) {
   const std::vector<int64_t> offsets = {0, 1};
   std::vector<uint8_t> out(8, 0);
   auto pulling = std::async(std::launch::async, [&] {
-    return d.endpoint->pull(7, 100, offsets, 4, out, Deadline::afterMs(1000));
+    return d.endpoint->pull(7, 100, offsets, 4, /*planTag=*/0, out, Deadline::afterMs(1000));
   });
   auto first = d.recv(), second = d.recv();
   ASSERT_TRUE(first.ok() && second.ok());
   const wire::Header& k0 = first->key == 100 ? *first : *second;
-  d.reply(k0, {1, 2, 3, 4});
-  d.reply(k0, {1, 2, 3, 4});  // duplicated; key 101 is never answered
+  const std::vector<uint8_t> rowAndTag = {1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0};  // tag 0
+  d.reply(k0, rowAndTag);
+  d.reply(k0, rowAndTag);  // duplicated; key 101 is never answered
   const Status s = pulling.get();
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   // The deadline names what never came, not only that the daemon was silent. (Key 100 too, if
@@ -102,7 +103,7 @@ TEST(ShuffleEndpoint, AnUploadDeadlineNamesTheRowsNotAcked) {
   ASSERT_TRUE(d.start().ok());
   const std::vector<uint8_t> rows(8, 1);
   auto uploading = std::async(std::launch::async, [&] {
-    return d.endpoint->upload(3, 500, rows, 4, Deadline::afterMs(1000));
+    return d.endpoint->upload(3, 500, rows, 4, /*planTag=*/0, Deadline::afterMs(1000));
   });
   auto first = d.recv(), second = d.recv();
   ASSERT_TRUE(first.ok() && second.ok());
@@ -125,7 +126,7 @@ TEST(ShuffleEndpoint, AFailedUploadReturnsOnlyOnceItsSendsAreDone) {
   ASSERT_TRUE(d.start().ok());
   // 64 MiB of rows: far more than the socket buffers take while the daemon does not read.
   std::vector<uint8_t> rows(64u << 20, 0x5a);
-  auto r = d.endpoint->upload(1, 0, rows, 1 << 20, Deadline::afterMs(300));
+  auto r = d.endpoint->upload(1, 0, rows, 1 << 20, /*planTag=*/0, Deadline::afterMs(300));
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   std::fill(rows.begin(), rows.end(), 0xa5);  // the caller has its memory back
   // The daemon reads again, until the connection ends (the endpoint closed it to cancel what
@@ -136,8 +137,9 @@ TEST(ShuffleEndpoint, AFailedUploadReturnsOnlyOnceItsSendsAreDone) {
     auto m = d.recv(&payload);
     if (!m.ok()) break;
     ++got;
-    EXPECT_EQ(std::count(payload.begin(), payload.end(), 0x5a),
-              static_cast<std::ptrdiff_t>(payload.size()))
+    ASSERT_EQ(payload.size(), (1u << 20) + coded::kShufflePlanTagBytes);  // the row, its tag
+    EXPECT_EQ(std::count(payload.begin(), payload.end() - coded::kShufflePlanTagBytes, 0x5a),
+              static_cast<std::ptrdiff_t>(1u << 20))
         << "row " << m->key << " was read after upload() returned";
   }
   EXPECT_GT(got, 0);
