@@ -342,50 +342,6 @@ void scaledSumF16(void* dst, const void* a, float aScale, const void* b, float b
   scaledSumF16Portable(d, x, aScale, y, bScale, n);
 }
 
-void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n) {
-  if (op != ReduceOp::kAvg || divisor <= 1 || n == 0) return;
-  // Rare path (direct algorithms divide once at the end): plain loops are enough.
-  switch (dtype) {
-    case DType::kF32: {
-      auto* p = static_cast<float*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<float>(divisor);
-      return;
-    }
-    case DType::kF64: {
-      auto* p = static_cast<double*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<double>(divisor);
-      return;
-    }
-    case DType::kI32: {
-      auto* p = static_cast<int32_t*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] /= divisor;
-      return;
-    }
-    case DType::kI64: {
-      auto* p = static_cast<int64_t*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] /= divisor;
-      return;
-    }
-    case DType::kF16: {
-      auto* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < n; ++i) {
-        p[i] = floatToHalf(halfToFloat(p[i]) / static_cast<float>(divisor));
-      }
-      return;
-    }
-    case DType::kBF16: {
-      auto* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < n; ++i) {
-        p[i] = toBf16(bf16ToFloat(p[i]) / static_cast<float>(divisor));
-      }
-      return;
-    }
-    case DType::kU8:
-      break;
-  }
-  COFAB_CHECK(false) << "finishAvg on dtype " << dtypeName(dtype);
-}
-
 std::string_view reduceIsa() {
   switch (isaProbe()) {
     case 2: return "avx512f";

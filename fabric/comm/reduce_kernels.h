@@ -26,7 +26,8 @@ StatusOr<ReduceOp> parseReduceOp(std::string_view name);
 Status checkReducible(DType dtype, ReduceOp op);
 
 // dst[i] = a[i] (op) b[i] for i < n. dst may alias a or b exactly (in-place), not partially.
-// kAvg combines like kSum; the division by the rank count happens once, in finishAvg().
+// kAvg combines like kSum; the division by the rank count happens once, in the last combine
+// (reduceFinal), or not at all for f16, whose contributions enter pre-scaled (scaledSumF16).
 void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n);
 
 // Like reduce(), and then divides by `divisor` (kAvg's last step; integers truncate toward zero).
@@ -43,9 +44,6 @@ inline bool avgPrescaled(DType dtype, ReduceOp op) {
   return dtype == DType::kF16 && op == ReduceOp::kAvg;
 }
 void scaledSumF16(void* dst, const void* a, float aScale, const void* b, float bScale, size_t n);
-
-// data[i] /= divisor for kAvg (in place, same rounding as reduceFinal); a no-op for other ops.
-void finishAvg(DType dtype, ReduceOp op, int divisor, void* data, size_t n);
 
 // Which instruction set the dispatcher chose for f32 sums on this CPU ("avx512f", "avx2",
 // "default"), for benchmarks and cofab-info-like reports.
