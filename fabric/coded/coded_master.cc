@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/log.h"
 #include "core/param.h"
 #include "fabric/transport/registry.h"
 #include "gpu/device.h"
@@ -418,20 +419,39 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     sendTo(s.conns[w], codedHeader(CodedOp::kLoad, 0, s.load), buf);
   }
   const Deadline deadline = Deadline::after(options_.setupTimeout);
-  auto allLoaded = [&] {
+  // Enough workers hold their block for a request to complete from them alone (as multiply()
+  // counts: any k in coded mode, one replica per block group, every block uncoded). A straggler
+  // must not hold up load() any more than a request: the others' acks suffice, and its block
+  // still reaches it ahead of any request on its connection.
+  const int groups = options_.mode == CodedMode::kReplicated ? m : n;
+  auto enoughLoaded = [&] {
+    std::vector<bool> covered(groups, false);
+    int count = 0;
     for (int w = 0; w < n; ++w) {
-      if (s.dead[w].empty() && !s.loaded[w]) return false;
+      if (s.dead[w].empty() && s.loaded[w] && !covered[w % groups]) {
+        covered[w % groups] = true;
+        ++count;
+      }
     }
-    return true;
+    return count >= m;
   };
-  s.cv.wait_until(lock, deadline.when(), allLoaded);
-  if (!allLoaded()) {
+  auto notLoaded = [&] {
     std::vector<int> late;
     for (int w = 0; w < n; ++w) {
       if (s.dead[w].empty() && !s.loaded[w]) late.push_back(w);
     }
-    return DeadlineExceeded("coded load: workers " + workerList(late) +
+    return late;
+  };
+  s.cv.wait_until(lock, deadline.when(), [&] { return enoughLoaded() || !checkLive("").ok(); });
+  if (!enoughLoaded()) {
+    COFAB_RETURN_IF_ERROR(checkLive("coded load"));
+    return DeadlineExceeded("coded load: workers " + workerList(notLoaded()) +
                             " did not acknowledge their block in time");
+  }
+  if (std::vector<int> late = notLoaded(); !late.empty()) {
+    COFAB_LOG(kInfo, "coded") << "load " << s.load << ": workers " << workerList(late)
+                              << " have not acknowledged their block yet; requests do not wait "
+                                 "for them";
   }
   return checkLive("coded load");
 }

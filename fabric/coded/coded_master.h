@@ -109,8 +109,11 @@ class CodedMaster {
   // Results needed per request: k, n or n / r.
   int needed() const;
 
-  // Encodes (kCoded) or splits A and places one block on every live worker; waits for their
-  // acknowledgements (a worker that dies meanwhile is marked dead, not an error).
+  // Encodes (kCoded) or splits A and places one block on every live worker; returns once enough
+  // of them acknowledged for a request to complete from those alone (any k in coded mode, one
+  // replica per block group, every worker uncoded): a straggler does not hold it up, and gets
+  // its block ahead of any request on its connection. A worker that dies meanwhile is marked
+  // dead, not an error; DeadlineExceeded (setupTimeout) names the workers that did not ack.
   Status load(coding::ConstMatrixView a);
 
   // c (A.rows x B.cols) = A x B. See the header comment for the errors.

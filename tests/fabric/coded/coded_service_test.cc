@@ -303,6 +303,32 @@ TEST(CodedService, ACodeTooIllConditionedIsRefusedByCreate) {
   EXPECT_NE(m.status().message().find("maxCondition"), std::string::npos) << m.status();
 }
 
+// A worker stopped before load(): k of n acknowledgements suffice for a coded request, so
+// load() returns without it (it used to wait for every live worker until the setup deadline and
+// fail), the requests decode around it, and once resumed it serves from its block again.
+TEST(CodedService, AStoppedWorkerDoesNotHoldUpLoad) {
+  const int64_t rows = 40, cols = 16, bCols = 5;
+  const std::vector<float> a = randomMatrix(rows, cols, 1);
+  const std::vector<float> b = randomMatrix(cols, bCols, 2);
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 5, .k = 3};
+  o.setupTimeout = Millis(20000);
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  const int stopped = 0;
+  ASSERT_TRUE(stopAndWait(svc.procs(), stopped));
+  const Status loaded = svc.master().load({a.data(), rows, cols, 0});
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(processState(svc.procs().pid(stopped)), 'T');
+  std::vector<float> c(rows * bCols);
+  auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), stopped) == r->used.end());
+  expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used, svc.master().needed()), 1e-5);
+  svc.procs().signal(stopped, SIGCONT);
+  auto reports = svc.master().waitCancelReports(r->request, {stopped}, Deadline::afterMs(15000));
+  ASSERT_TRUE(reports.ok()) << reports.status();
+}
+
 TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   const int64_t rows = 40, cols = 16, bCols = 5;
   const std::vector<float> a = randomMatrix(rows, cols, 1);
