@@ -218,8 +218,11 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
     // conditioning) costs up to seconds, and the code depends on nothing load() is given.
     COFAB_ASSIGN_OR_RETURN(
         coding::CodedMatmul cm,
-        coding::CodedMatmul::create(
-            {.n = options.n, .k = options.k, .family = options.family, .seed = options.codeSeed}));
+        coding::CodedMatmul::create({.n = options.n,
+                                     .k = options.k,
+                                     .family = options.family,
+                                     .seed = options.codeSeed,
+                                     .maxCondition = options.maxCondition}));
     m->code_.emplace(std::move(cm));
   }
   COFAB_ASSIGN_OR_RETURN(m->options_.setupTimeout, codedSetupTimeout(options.setupTimeout));
@@ -585,6 +588,7 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
     COFAB_ASSIGN_OR_RETURN(coding::DecodeReport d,
                            code_->decode(*encoded_, results, b.cols, c, device_));
     report.decoded = d.decoded;
+    report.condition = d.condition;
   } else {
     for (int w : used) {
       const int blk = w % groups;

@@ -53,6 +53,12 @@ struct CodedServiceOptions {
   int replicas = 2;  // kReplicated: copies of each block, divides n
   coding::MdsFamily family = coding::MdsFamily::kRandomGaussian;  // kCoded
   uint64_t codeSeed = 1;
+  // kCoded: the largest condition number of a decode the service accepts (coding's
+  // RealMdsOptions::maxCondition). The relative error of decoded blocks is about that times f32
+  // rounding (docs/CODING.md): lower it for tighter results. create() refuses a code whose
+  // surveyed worst case exceeds it; a request whose pattern does (only when the survey sampled,
+  // large n) fails with DataLoss instead of returning an inaccurate C.
+  double maxCondition = 1e6;
   // Worker-side injected delay, load x (shift + Exp(tail)) per task (coding's
   // ShiftedExponentialDelay, drawn from (request, worker)); both 0: none.
   double shiftMs = 0;
@@ -82,6 +88,7 @@ struct RequestReport {
   std::vector<int> used;       // workers whose results built C, in arrival order
   std::vector<int> cancelled;  // live workers sent a cancel
   bool decoded = false;        // kCoded: parity results were decoded
+  double condition = 0;        // kCoded, decoded: the solved system's condition number
   double completionMs = 0;     // from sending B until the last needed result arrived
   double decodeMs = 0;         // decode or block assembly
   double totalMs = 0;

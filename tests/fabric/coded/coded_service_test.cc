@@ -329,6 +329,22 @@ TEST(CodedService, AStoppedWorkerDoesNotHoldUpLoad) {
   ASSERT_TRUE(reports.ok()) << reports.status();
 }
 
+// The service's bound on decode conditioning is the caller's: one below the code's worst case
+// is refused by create(), before any worker is gathered.
+TEST(CodedService, MaxConditionBelowTheCodesWorstCaseIsRefused) {
+  TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 5, .k = 3};
+  o.maxCondition = 1.0;  // only the identity is that well conditioned
+  o.name = "coded-max-condition";
+  o.setupTimeout = Millis(20000);
+  auto m = CodedMaster::create(store->get(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status();
+  EXPECT_NE(m.status().message().find("above maxCondition 1."), std::string::npos) << m.status();
+}
+
 TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   const int64_t rows = 40, cols = 16, bCols = 5;
   const std::vector<float> a = randomMatrix(rows, cols, 1);
@@ -346,6 +362,9 @@ TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(std::find(r->used.begin(), r->used.end(), stopped) == r->used.end());
   EXPECT_TRUE(r->decoded);
+  // The system solved is reported: at least 1, within the service's bound.
+  EXPECT_GE(r->condition, 1.0);
+  EXPECT_LE(r->condition, o.maxCondition);
   expectNear(c, localReference(o, a, rows, cols, b, bCols, r->used, svc.master().needed()), 1e-5);
   svc.procs().signal(stopped, SIGCONT);
   // Once resumed, the worker finds the cancel and says so; the service keeps serving.
