@@ -25,6 +25,7 @@ class ModelStoreSync : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
+    failed_ = OkStatus();  // an earlier start()'s failure is not this run's
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (env_.store == nullptr) return InvalidArgument("sync " + name_ + " needs env.store");
     COFAB_ASSIGN_OR_RETURN(
@@ -53,6 +54,7 @@ class ModelStoreSync : public AlgorithmBase {
     recordBytes();
     client_->close();
     const Status read = readFinal(out);
+    if (!failed_.ok()) return failed_;  // after the collective part: the others still finish
     return s.ok() ? read : s;
   }
 
@@ -74,6 +76,10 @@ class ModelStoreSync : public AlgorithmBase {
 
   std::unique_ptr<ps::ModelClient> client_;
   std::vector<float> buf_;  // the syncing thread's scratch
+  // A step's failure, returned by every later step and by finish() (ssp): part of its update
+  // may have been applied (tensor by tensor, or by the daemon after the wait gave up), so a
+  // retried step could apply it twice.
+  Status failed_;
 };
 
 class SspSync final : public ModelStoreSync {
@@ -83,25 +89,13 @@ class SspSync final : public ModelStoreSync {
 
   Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    COFAB_RETURN_IF_ERROR(failed_);
     const float scale = -options_.lr / float(env_.worldSize);
     momentum_[0]->updateScaled(grad, scale, buf_);
     bool dropped = false;
-    if (options_.stalenessUnit == "clocks") {
-      for (size_t t = 0; t < counts_.size(); ++t) {
-        COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r,
-                               client_->apply(t, view(buf_, t), step, deadline()));
-        dropped |= count(r);
-      }
-      COFAB_RETURN_IF_ERROR(pullAll(buf_));
-    } else {
-      // The fresh model comes back into buf_, over the deltas (the client copied them first).
-      updates_.clear();
-      for (size_t t = 0; t < counts_.size(); ++t) {
-        updates_.push_back(ps::ModelUpdate{t, view(buf_, t), view(buf_, t)});
-      }
-      COFAB_ASSIGN_OR_RETURN(std::vector<ps::ApplyResult> rs,
-                             client_->applyAndPull(updates_, deadline()));
-      for (const ps::ApplyResult& r : rs) dropped |= count(r);
+    if (Status st = exchange(step, &dropped); !st.ok()) {
+      failed_ = st.withContext("sync ssp: step " + std::to_string(step));
+      return failed_;
     }
     model_.write(0, buf_);
     steps_.fetch_add(1);
@@ -119,6 +113,27 @@ class SspSync final : public ModelStoreSync {
 
  private:
   static constexpr int kPublishEvery = 8;
+
+  // Sends the update in buf_ and brings the model back into it.
+  Status exchange(uint64_t step, bool* dropped) {
+    if (options_.stalenessUnit == "clocks") {
+      for (size_t t = 0; t < counts_.size(); ++t) {
+        COFAB_ASSIGN_OR_RETURN(ps::ApplyResult r,
+                               client_->apply(t, view(buf_, t), step, deadline()));
+        *dropped |= count(r);
+      }
+      return pullAll(buf_);
+    }
+    // The fresh model comes back into buf_, over the deltas (the client copied them first).
+    updates_.clear();
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      updates_.push_back(ps::ModelUpdate{t, view(buf_, t), view(buf_, t)});
+    }
+    COFAB_ASSIGN_OR_RETURN(std::vector<ps::ApplyResult> rs,
+                           client_->applyAndPull(updates_, deadline()));
+    for (const ps::ApplyResult& r : rs) *dropped |= count(r);
+    return OkStatus();
+  }
 
   // Counts one tensor's apply; true when (part of) it was dropped.
   bool count(const ps::ApplyResult& r) {

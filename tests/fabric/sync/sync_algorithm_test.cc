@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -480,6 +482,58 @@ TEST(ShadowSyncTest, AWorkerFinishingLongBeforeAnotherStillFinishes) {
   });
   ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
   EXPECT_EQ(finals[0], finals[1]);
+}
+
+// ssp by clocks: worker 0 runs ahead of worker 1 (which has not stepped) past the staleness
+// bound (3), so its apply waits and times out. Part of an update may have been applied by then
+// (tensor by tensor, or by the daemon after the wait gave up): a retried step, once worker 1 has
+// caught up, must return the first failure instead of applying it again. It used to succeed.
+TEST(SyncAlgorithmTest, AFailedSspStepIsSticky) {
+  auto server = localDaemon(2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  HashStore store;
+  Status first, retried, finished;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool zeroFailed = false, oneCaughtUp = false;
+  auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    SyncOptions o;
+    o.algorithm = "ssp";
+    o.stalenessUnit = "clocks";
+    o.timeoutMs = rank == 0 ? 500 : 20000;
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, envFor(rank, 2, **server, &store)));
+    const std::vector<float> grad(8, 1.0f);
+    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(8, 0.0f), {4, 4}));
+    std::vector<float> out(8);
+    if (rank == 0) {
+      uint64_t s = 0;
+      for (; s < 20 && first.ok(); ++s) first = algo->step(0, grad, s, 1);
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        zeroFailed = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return oneCaughtUp; });
+      }
+      retried = algo->step(0, grad, s - 1, 1);
+      finished = algo->finish(out);
+      return OkStatus();
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return zeroFailed; });
+    }
+    for (uint64_t s = 0; s < 6; ++s) COFAB_RETURN_IF_ERROR(algo->step(0, grad, s, 1));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      oneCaughtUp = true;
+      cv.notify_all();
+    }
+    return algo->finish(out);
+  });
+  ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+  ASSERT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first;
+  EXPECT_EQ(retried, first);
+  EXPECT_EQ(finished, first);
 }
 
 TEST(SyncAlgorithmTest, StepAppliesTheAverageGradient) {
