@@ -17,6 +17,7 @@
 #include "fabric/rendezvous/prefix_store.h"
 #include "fabric/rendezvous/tcp_store.h"
 #include "fabric/rendezvous/tcp_store_server.h"
+#include "tests/support/forwarding_store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/thread_ranks.h"
 
@@ -31,23 +32,7 @@ class StoreFactory {
 };
 
 // A non-owning handle on a shared store: every "client" of a HashStore is the store itself.
-class SharedView final : public Store {
- public:
-  explicit SharedView(Store* s) : s_(s) {}
-  Status set(std::string_view k, const Bytes& v) override { return s_->set(k, v); }
-  StatusOr<Bytes> get(std::string_view k, Deadline d) override { return s_->get(k, d); }
-  StatusOr<int64_t> add(std::string_view k, int64_t x) override { return s_->add(k, x); }
-  Status wait(const std::vector<std::string>& k, Deadline d) override { return s_->wait(k, d); }
-  StatusOr<Bytes> compareSet(std::string_view k, const Bytes& e, const Bytes& d) override {
-    return s_->compareSet(k, e, d);
-  }
-  StatusOr<bool> remove(std::string_view k) override { return s_->remove(k); }
-  StatusOr<bool> check(const std::vector<std::string>& k) override { return s_->check(k); }
-  std::string describe() const override { return s_->describe(); }
-
- private:
-  Store* s_;
-};
+using SharedView = testing::ForwardingStore;
 
 class HashFactory : public StoreFactory {
  public:

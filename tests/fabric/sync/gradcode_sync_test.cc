@@ -15,6 +15,7 @@
 #include "aggregator/aggregator_server.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/sync/sync_algorithm.h"
+#include "tests/support/forwarding_store.h"
 #include "tests/support/thread_ranks.h"
 
 namespace cofab::sync {
@@ -222,28 +223,18 @@ TEST(GradcodeSyncTest, PlainDaemonsAreRefusedAtStart) {
 }
 
 // A store whose first set() of a key containing `part` fails (a store hiccup).
-class SetFailsOnce final : public Store {
+class SetFailsOnce final : public testing::ForwardingStore {
  public:
-  SetFailsOnce(Store* s, std::string part) : s_(s), part_(std::move(part)) {}
+  SetFailsOnce(Store* s, std::string part) : ForwardingStore(s), part_(std::move(part)) {}
   Status set(std::string_view k, const Bytes& v) override {
     if (!failed_ && k.find(part_) != std::string_view::npos) {
       failed_ = true;
       return IoError("injected: the store is unreachable");
     }
-    return s_->set(k, v);
+    return to_->set(k, v);
   }
-  StatusOr<Bytes> get(std::string_view k, Deadline d) override { return s_->get(k, d); }
-  StatusOr<int64_t> add(std::string_view k, int64_t x) override { return s_->add(k, x); }
-  Status wait(const std::vector<std::string>& k, Deadline d) override { return s_->wait(k, d); }
-  StatusOr<Bytes> compareSet(std::string_view k, const Bytes& e, const Bytes& d) override {
-    return s_->compareSet(k, e, d);
-  }
-  StatusOr<bool> remove(std::string_view k) override { return s_->remove(k); }
-  StatusOr<bool> check(const std::vector<std::string>& k) override { return s_->check(k); }
-  std::string describe() const override { return s_->describe(); }
 
  private:
-  Store* s_;
   std::string part_;
   bool failed_ = false;
 };

@@ -89,6 +89,21 @@ class RawWorker {
   std::unique_ptr<ps::PushPullClient> client_;  // after the buffers: closed before they go
 };
 
+// Worker 0 of 2 running "sync" against `daemon`, plain SGD (lr 1, no momentum).
+StatusOr<std::unique_ptr<SyncAlgorithm>> makeWorker0Sync(const std::string& daemon,
+                                                         int64_t timeoutMs) {
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 2;
+  env.client.serverAddresses = {daemon};
+  SyncOptions o;
+  o.algorithm = "sync";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  o.timeoutMs = timeoutMs;
+  return makeSyncAlgorithm(o, env);
+}
+
 Status waitEvery(const std::vector<ps::PushPullHandle>& handles) {
   const Deadline d = Deadline::afterMs(kWaitMs);
   for (const ps::PushPullHandle& h : handles) COFAB_RETURN_IF_ERROR(h.wait(d));
@@ -110,16 +125,7 @@ TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
   std::vector<ps::PushPullHandle> initial =
       peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kAverage);
 
-  SyncEnv env;
-  env.rank = 0;
-  env.worldSize = 2;
-  env.client.serverAddresses = {server->address()};
-  SyncOptions o;
-  o.algorithm = "sync";
-  o.lr = 1.0f;
-  o.momentum = 0.0f;
-  o.timeoutMs = kTimeoutMs;
-  auto algo = makeSyncAlgorithm(o, env);
+  auto algo = makeWorker0Sync(server->address(), kTimeoutMs);
   ASSERT_TRUE(algo.ok()) << algo.status();
   std::vector<float> model(kModel, 1.0f);
   Status started = (*algo)->start(model, kLayout);
@@ -156,16 +162,7 @@ TEST(SyncFailureTest, BspStepThatTimedOutFailsEveryLaterStep) {
 TEST(SyncFailureTest, AStartRetriedAfterATimeoutStepsNormally) {
   auto server = makeServer(/*workers=*/2, /*gradientStragglers=*/-1);
   ASSERT_TRUE(server != nullptr);
-  SyncEnv env;
-  env.rank = 0;
-  env.worldSize = 2;
-  env.client.serverAddresses = {server->address()};
-  SyncOptions o;
-  o.algorithm = "sync";
-  o.lr = 1.0f;
-  o.momentum = 0.0f;
-  o.timeoutMs = 300;
-  auto algo = makeSyncAlgorithm(o, env);
+  auto algo = makeWorker0Sync(server->address(), /*timeoutMs=*/300);
   ASSERT_TRUE(algo.ok()) << algo.status();
   const std::vector<float> model(kModel, 1.0f);
   const Status early = (*algo)->start(model, kLayout);
@@ -214,13 +211,7 @@ TEST(SyncFailureTest, AStepMissingAWorkerNamesItWhenTheRoundTimesOutFirst) {
   ASSERT_TRUE(connected.ok()) << connected;
   std::vector<ps::PushPullHandle> initial =
       peer.pushLayout(kInitialKeys, 1.0f, ps::ReduceOp::kAverage);
-  SyncEnv env;
-  env.worldSize = 2;
-  env.client.serverAddresses = {(*server)->address()};
-  SyncOptions o;
-  o.algorithm = "sync";
-  o.timeoutMs = kWaitMs;  // far beyond the round timeout
-  auto algo = makeSyncAlgorithm(o, env);
+  auto algo = makeWorker0Sync((*server)->address(), kWaitMs);  // far beyond the round timeout
   ASSERT_TRUE(algo.ok()) << algo.status();
   std::vector<float> model(kModel, 1.0f);
   ASSERT_TRUE((*algo)->start(model, kLayout).ok());

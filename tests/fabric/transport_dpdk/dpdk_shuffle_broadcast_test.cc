@@ -57,67 +57,30 @@ std::string readFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Worker `w` (its veth already moved into its namespace): every epoch, both modes, exact batch.
-int workerMain(const std::string& storeUrl, int w) {
+using WorkerBody = std::function<int(coded::BroadcastShuffleEndpoint&,
+                                      const coding::CodedShuffle&, const coding::WorkerCache&)>;
+using MasterBody = std::function<int(coded::BroadcastShuffleEndpoint&,
+                                      const coding::CodedShuffle&, const std::vector<uint8_t>&)>;
+
+// Worker `w` (its veth already moved into its namespace): its store, shuffle, cache of `data`
+// (rows of rowBytes) and endpoint, its "up" mark in the store; then `body`.
+int asWorker(const std::string& storeUrl, int w, const std::vector<uint8_t>& data,
+             size_t rowBytes, const WorkerBody& body) {
   auto store = openStore(storeUrl, Deadline::afterMs(10000));
   if (!store.ok()) return childFail(w, store.status().toString());
   auto shuffle = makeShuffle();
   if (!shuffle.ok()) return childFail(w, shuffle.status().toString());
-  const std::vector<uint8_t> data = dataSet();
-  auto cache = shuffle->buildCache(w, data, kRowBytes);
+  auto cache = shuffle->buildCache(w, data, rowBytes);
   if (!cache.ok()) return childFail(w, cache.status().toString());
   auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
   if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
   if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) return childFail(w, "store");
-  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
-    for (bool coded : {true, false}) {
-      auto plan = shuffle->planEpoch(epoch, kRowBytes);
-      if (!plan.ok()) return childFail(w, plan.status().toString());
-      std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
-      const Status s = (*ep)->receiveEpoch(*shuffle, *plan, coded, *cache, kRowBytes, batch,
-                                           Deadline::afterMs(20000));
-      if (!s.ok()) return childFail(w, s.toString());
-      for (size_t i = 0; i < plan->batch[w].size(); ++i) {
-        if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
-                        kRowBytes) != 0) {
-          return childFail(w, "epoch " + std::to_string(epoch) + (coded ? " coded" : " uncoded") +
-                                  ": batch row " + std::to_string(i) + " differs from row " +
-                                  std::to_string(plan->batch[w][i]));
-        }
-      }
-    }
-  }
-  return 0;
+  return body(**ep, *shuffle, *cache);
 }
 
-// Worker `w`: only epoch 0, coded, and its batch must be exact.
-int workerCodedEpoch0(const std::string& storeUrl, int w) {
-  auto store = openStore(storeUrl, Deadline::afterMs(10000));
-  if (!store.ok()) return childFail(w, store.status().toString());
-  auto shuffle = makeShuffle();
-  const std::vector<uint8_t> data = dataSet();
-  auto cache = shuffle->buildCache(w, data, kRowBytes);
-  auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
-  if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
-  if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
-    return childFail(w, "store");
-  }
-  auto plan = shuffle->planEpoch(0, kRowBytes);
-  std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
-  const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kRowBytes, batch,
-                                       Deadline::afterMs(20000));
-  if (!s.ok()) return childFail(w, s.toString());
-  for (size_t i = 0; i < plan->batch[w].size(); ++i) {
-    if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
-                    kRowBytes) != 0) {
-      return childFail(w, "batch row " + std::to_string(i) + " differs");
-    }
-  }
-  return 0;
-}
-
-// The master (in the bridge's namespace, port on cfd0): sends every epoch and checks egress.
-int masterMain(const std::string& storeUrl, const std::string& resultFile) {
+// The master (in the bridge's namespace, port on cfd0): its store, shuffle, data set and
+// endpoint; waits for workers 0..workersUp-1's "up" marks, then `body`.
+int asMaster(const std::string& storeUrl, int workersUp, const MasterBody& body) {
   auto store = openStore(storeUrl, Deadline::afterMs(10000));
   if (!store.ok()) return childFail(-1, store.status().toString());
   auto shuffle = makeShuffle();
@@ -126,19 +89,65 @@ int masterMain(const std::string& storeUrl, const std::string& resultFile) {
   auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
   if (!ep.ok()) return skipOrFail(ep.status());
   std::vector<std::string> up;
-  for (int w = 0; w < kWorkers; ++w) up.push_back("test/up/" + std::to_string(w));
+  for (int w = 0; w < workersUp; ++w) up.push_back("test/up/" + std::to_string(w));
   if (Status s = (*store)->wait(up, Deadline::afterMs(20000)); !s.ok()) {
     return childFail(-1, "workers not up: " + s.toString());
   }
+  return body(**ep, *shuffle, data);
+}
+
+// Worker `w` receives one epoch in one mode; its batch must equal the data set's rows exactly.
+int receiveExactly(coded::BroadcastShuffleEndpoint& ep, const coding::CodedShuffle& shuffle,
+                   const coding::WorkerCache& cache, int w, int64_t epoch, bool coded) {
+  const std::vector<uint8_t> data = dataSet();
+  auto plan = shuffle.planEpoch(epoch, kRowBytes);
+  if (!plan.ok()) return childFail(w, plan.status().toString());
+  std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+  const Status s =
+      ep.receiveEpoch(shuffle, *plan, coded, cache, kRowBytes, batch, Deadline::afterMs(20000));
+  if (!s.ok()) return childFail(w, s.toString());
+  for (size_t i = 0; i < plan->batch[w].size(); ++i) {
+    if (std::memcmp(batch.data() + i * kRowBytes, data.data() + plan->batch[w][i] * kRowBytes,
+                    kRowBytes) != 0) {
+      return childFail(w, "epoch " + std::to_string(epoch) + (coded ? " coded" : " uncoded") +
+                              ": batch row " + std::to_string(i) + " differs from row " +
+                              std::to_string(plan->batch[w][i]));
+    }
+  }
+  return 0;
+}
+
+// Worker `w`: every epoch, both modes, exact batch.
+int workerMain(const std::string& storeUrl, int w) {
+  return asWorker(storeUrl, w, dataSet(), kRowBytes, [w](auto& ep, auto& shuffle, auto& cache) {
+    for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+      for (bool coded : {true, false}) {
+        if (int rc = receiveExactly(ep, shuffle, cache, w, epoch, coded); rc != 0) return rc;
+      }
+    }
+    return 0;
+  });
+}
+
+// Worker `w`: only epoch 0, coded, and its batch must be exact.
+int workerCodedEpoch0(const std::string& storeUrl, int w) {
+  return asWorker(storeUrl, w, dataSet(), kRowBytes, [w](auto& ep, auto& shuffle, auto& cache) {
+    return receiveExactly(ep, shuffle, cache, w, 0, true);
+  });
+}
+
+// The master: sends every epoch and checks egress.
+int masterMain(const std::string& storeUrl, const std::string& resultFile) {
+  return asMaster(storeUrl, kWorkers, [&](auto& ep, auto& shuffle, auto& data) -> int {
   int64_t resent = 0;
   std::ofstream out(resultFile);
   for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
     uint64_t first[2] = {0, 0};
     for (bool coded : {true, false}) {
-      auto plan = shuffle->planEpoch(epoch, kRowBytes);
+      auto plan = shuffle.planEpoch(epoch, kRowBytes);
       if (!plan.ok()) return childFail(-1, plan.status().toString());
       auto stats =
-          (*ep)->sendEpoch(*shuffle, *plan, coded, data, kRowBytes, Deadline::afterMs(20000));
+          ep.sendEpoch(shuffle, *plan, coded, data, kRowBytes, Deadline::afterMs(20000));
       if (!stats.ok()) return childFail(-1, stats.status().toString());
       const int64_t planned = coded ? plan->accounting.codedBytes : plan->accounting.uncodedBytes;
       if (static_cast<int64_t>(stats->payloadBytes) != planned) {
@@ -152,7 +161,7 @@ int masterMain(const std::string& storeUrl, const std::string& resultFile) {
           << " resent=" << stats->resentMessages << " rounds=" << stats->rounds << "\n";
     }
     const double ratio = double(first[1]) / double(first[0]);
-    const double theory = 1.0 + shuffle->cachedBy();
+    const double theory = 1.0 + shuffle.cachedBy();
     out << "epoch " << epoch << " ratio=" << ratio << " theory=" << theory << "\n";
     if (std::abs(ratio - theory) > 0.1 * theory) {
       return childFail(-1, "egress reduction " + std::to_string(ratio) + " is not " +
@@ -162,6 +171,7 @@ int masterMain(const std::string& storeUrl, const std::string& resultFile) {
   // Worker 0 discarded every 5th frame it needed: the re-send path must have run.
   if (resent == 0) return childFail(-1, "no message was re-sent although worker 0 lost frames");
   return 0;
+  });
 }
 
 // Runs `live` worker processes (worker w: workerMain unless told otherwise) and the master
@@ -235,27 +245,18 @@ TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
       kWorkers - 1,
       workerCodedEpoch0,
       [](const std::string& storeUrl) -> int {
-        auto store = openStore(storeUrl, Deadline::afterMs(10000));
-        if (!store.ok()) return childFail(-1, store.status().toString());
-        auto shuffle = makeShuffle();
-        const std::vector<uint8_t> data = dataSet();
-        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
-        if (!ep.ok()) return skipOrFail(ep.status());
-        std::vector<std::string> up;
-        for (int w = 0; w < kWorkers - 1; ++w) up.push_back("test/up/" + std::to_string(w));
-        if (Status s = (*store)->wait(up, Deadline::afterMs(20000)); !s.ok()) {
-          return childFail(-1, "workers not up: " + s.toString());
-        }
-        auto plan = shuffle->planEpoch(0, kRowBytes);
-        auto stats =
-            (*ep)->sendEpoch(*shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(2000));
-        if (stats.ok()) return childFail(-1, "the epoch completed without worker 3");
-        const std::string why = stats.status().toString();
-        if (stats.status().code() != StatusCode::kDeadlineExceeded ||
-            why.find("worker(s) 3 did not") == std::string::npos) {
-          return childFail(-1, "unexpected error: " + why);
-        }
-        return 0;
+        return asMaster(storeUrl, kWorkers - 1, [](auto& ep, auto& shuffle, auto& data) -> int {
+          auto plan = shuffle.planEpoch(0, kRowBytes);
+          auto stats =
+              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(2000));
+          if (stats.ok()) return childFail(-1, "the epoch completed without worker 3");
+          const std::string why = stats.status().toString();
+          if (stats.status().code() != StatusCode::kDeadlineExceeded ||
+              why.find("worker(s) 3 did not") == std::string::npos) {
+            return childFail(-1, "unexpected error: " + why);
+          }
+          return 0;
+        });
       },
       dir.path());
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -272,46 +273,32 @@ TEST(DpdkShuffleBroadcast, AWorkerWithAnotherRowSizeFailsBothSidesWithTheReason)
       1,
       [](const std::string& storeUrl, int w) -> int {
         constexpr size_t kWrongRowBytes = kRowBytes - 4;
-        auto store = openStore(storeUrl, Deadline::afterMs(10000));
-        if (!store.ok()) return childFail(w, store.status().toString());
-        auto shuffle = makeShuffle();
         const std::vector<uint8_t> data(kRows * kWrongRowBytes, 1);
-        auto cache = shuffle->buildCache(w, data, kWrongRowBytes);
-        if (!cache.ok()) return childFail(w, cache.status().toString());
-        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", w);
-        if (!ep.ok()) return childFail(w, "open: " + ep.status().toString());
-        if (!(*store)->set("test/up/" + std::to_string(w), Bytes{1}).ok()) {
-          return childFail(w, "store");
-        }
-        auto plan = shuffle->planEpoch(0, kWrongRowBytes);
-        std::vector<uint8_t> batch(plan->batch[w].size() * kWrongRowBytes);
-        const Status s = (*ep)->receiveEpoch(*shuffle, *plan, true, *cache, kWrongRowBytes,
-                                             batch, Deadline::afterMs(20000));
-        if (s.code() != StatusCode::kInvalidArgument ||
-            s.message().find("rowBytes 4092 does not match") == std::string::npos) {
-          return childFail(w, "unexpected outcome: " + s.toString());
-        }
-        return 0;
+        return asWorker(storeUrl, w, data, kWrongRowBytes, [w](auto& ep, auto& shuffle,
+                                                              auto& cache) -> int {
+          auto plan = shuffle.planEpoch(0, kWrongRowBytes);
+          std::vector<uint8_t> batch(plan->batch[w].size() * kWrongRowBytes);
+          const Status s = ep.receiveEpoch(shuffle, *plan, true, cache, kWrongRowBytes, batch,
+                                           Deadline::afterMs(20000));
+          if (s.code() != StatusCode::kInvalidArgument ||
+              s.message().find("rowBytes 4092 does not match") == std::string::npos) {
+            return childFail(w, "unexpected outcome: " + s.toString());
+          }
+          return 0;
+        });
       },
       [](const std::string& storeUrl) -> int {
-        auto store = openStore(storeUrl, Deadline::afterMs(10000));
-        if (!store.ok()) return childFail(-1, store.status().toString());
-        auto shuffle = makeShuffle();
-        const std::vector<uint8_t> data = dataSet();
-        auto ep = coded::BroadcastShuffleEndpoint::open(**store, "bcast", -1);
-        if (!ep.ok()) return skipOrFail(ep.status());
-        if (Status s = (*store)->wait({"test/up/0"}, Deadline::afterMs(20000)); !s.ok()) {
-          return childFail(-1, "workers not up: " + s.toString());
-        }
-        auto plan = shuffle->planEpoch(0, kRowBytes);
-        auto stats =
-            (*ep)->sendEpoch(*shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
-        const std::string why = stats.status().toString();
-        if (stats.status().code() != StatusCode::kRemoteError ||
-            why.find("worker 0 gave up: rowBytes 4092") == std::string::npos) {
-          return childFail(-1, "unexpected outcome: " + why);
-        }
-        return 0;
+        return asMaster(storeUrl, 1, [](auto& ep, auto& shuffle, auto& data) -> int {
+          auto plan = shuffle.planEpoch(0, kRowBytes);
+          auto stats =
+              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
+          const std::string why = stats.status().toString();
+          if (stats.status().code() != StatusCode::kRemoteError ||
+              why.find("worker 0 gave up: rowBytes 4092") == std::string::npos) {
+            return childFail(-1, "unexpected outcome: " + why);
+          }
+          return 0;
+        });
       },
       dir.path());
   if (!skip.empty()) GTEST_SKIP() << skip;
