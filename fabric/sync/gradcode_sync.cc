@@ -55,7 +55,8 @@ class GradcodeSync final : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
-    failed_ = OkStatus();  // an earlier start()'s failure is not this run's
+    failed_ = OkStatus();  // an earlier start()'s failure (or progress) is not this run's
+    checkedThrough_ = 0;
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (uint64_t(options_.gradcodeWindow) * counts_.size() >= kInitialKeys) {
       return InvalidArgument("sync gradcode: gradcodeWindow x tensors must stay below 2^20");

@@ -51,13 +51,16 @@ void LingeringClose::handleEvents(uint32_t /*events*/) {
 
 bool LingeringClose::drainInput() {
   char discard[16384];
-  while (true) {
+  // A bounded number of reads per call: a peer that keeps sending must not hold the loop (the
+  // socket is level-triggered, so what is left wakes the loop again).
+  for (int reads = 0; reads < 64; ++reads) {
     const ssize_t n = ::recv(fd_.get(), discard, sizeof(discard), MSG_DONTWAIT);
     if (n > 0) continue;
     if (n == 0) return true;
     if (errno == EINTR) continue;
     return errno != EAGAIN && errno != EWOULDBLOCK;
   }
+  return false;
 }
 
 bool LingeringClose::allAcknowledged() const {

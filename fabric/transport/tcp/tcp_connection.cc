@@ -366,14 +366,18 @@ void TcpConnectionImpl::handleEvents(uint32_t events) {
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
   pumpReads();
   flushWrites((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0);
-  if (!failed_ && (events & EPOLLERR) && recvHead_ == recvQueue_.size() && !inputQueued()) {
-    // Nothing pending would notice: pick up the socket error now so later ops fail fast. Not
-    // while input is queued: messages that arrived before a reset are still the peer's, and
-    // the receives that read them meet the error after them.
+  if (!failed_ && (events & EPOLLERR) && recvHead_ == recvQueue_.size()) {
+    // Nothing pending would notice: pick up the socket error now so that status() and later
+    // ops see it. While input is queued only as the sticky error: messages that arrived before
+    // a reset are still the peer's, and the receives that read them meet the error after them.
     int err = 0;
     socklen_t len = sizeof(err);
     if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-      fail(ioError("socket", err));
+      if (inputQueued()) {
+        markFailed(ioError("socket", err));
+      } else {
+        fail(ioError("socket", err));
+      }
     }
   }
 }

@@ -496,7 +496,18 @@ TEST(SyncAlgorithmTest, AFailedSspStepIsSticky) {
   std::mutex mu;
   std::condition_variable cv;
   bool zeroFailed = false, oneCaughtUp = false;
+  // Both flags are set on every way out of a rank, so that a failure of one rank (its start(),
+  // say) fails the test instead of leaving the other waiting.
+  auto bothDone = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    zeroFailed = oneCaughtUp = true;
+    cv.notify_all();
+  };
   auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    struct Release {
+      std::function<void()> fn;
+      ~Release() { fn(); }
+    } release{bothDone};
     SyncOptions o;
     o.algorithm = "ssp";
     o.stalenessUnit = "clocks";

@@ -475,9 +475,12 @@ TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
   const linger abortive{.l_onoff = 1, .l_linger = 0};
   ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)), 0);
   ::close(fd);  // unread HelloAck + SO_LINGER 0: a RST
-  // Let the reset's event reach the server's loop before anything is posted (without the wait
-  // the test could pass without exercising that order; it cannot fail because of it).
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The reset's event reaches the server's loop before anything is posted, and is known there
+  // (a caller polling status() for liveness is told), while the message stays receivable.
+  for (const Deadline d = testDeadline(); (*a)->status().ok() && !d.expired();) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*a)->status().code(), StatusCode::kRemoteError) << (*a)->status();
   std::vector<uint8_t> got(payload.size());
   Recorder rec;
   (*a)->recv(got.data(), got.size(), rec.recvCb());
