@@ -28,6 +28,10 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
+// Set by a rank whose connections are all up (agreeOutcome()).
+std::string upKey(int rank) { return "up/" + std::to_string(rank); }
+// A generation's one outcome, "ok" or "failed": the first rank to decide sets it.
+constexpr char kOutcomeKey[] = "outcome";
 
 // A listen address on the same host with a kernel-chosen port: "h:p" -> "h:0" (also "[v6]:p"),
 // anything without a numeric port as it is. A sub-communicator listens where its parent does,
@@ -106,27 +110,66 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   if (store == nullptr) return InvalidArgument("communicator: store is null");
   if (size > 1 && context == nullptr) return InvalidArgument("communicator: context is null");
   const Deadline deadline = Deadline::after(orParam(options.setupTimeout, kSetupTimeoutMs));
-  // Every re-creation under one name gets a fresh namespace, so addresses left in the store by
-  // an earlier communicator of the same name are never read. The generation is 1 + the number
-  // of communicators of this name this rank has set up: a failed setup does not count, so a
-  // rank that timed out (it started before the others) retries in the generation the others
-  // are about to use, instead of one ahead of them for good.
-  const std::string setUpKey = options.name + "/generation/" + std::to_string(rank);
-  COFAB_ASSIGN_OR_RETURN(int64_t setUp, store->add(setUpKey, 0));
-  std::string prefix = options.name + "/" + std::to_string(setUp + 1);
+  // Every re-creation under one name gets a fresh namespace (a generation), so addresses left
+  // by an earlier communicator of the same name are never read. A generation ends with one
+  // outcome its ranks agree on (agreeOutcome(): "ok" or "failed", the first to decide wins), and
+  // a setup takes the first generation of its name with no outcome yet. So a rank that timed out
+  // alone (it started before the others) and the ranks that come later meet in one generation,
+  // and a setup that failed on some ranks only moves all of them on together. The per-rank key
+  // remembers where this rank's scan starts.
+  const std::string seenKey = options.name + "/generation/" + std::to_string(rank);
+  COFAB_ASSIGN_OR_RETURN(int64_t generation, store->add(seenKey, 0));
+  while (true) {
+    ++generation;
+    COFAB_ASSIGN_OR_RETURN(bool decided, store->check({options.name + "/" +
+                                                       std::to_string(generation) + "/" +
+                                                       kOutcomeKey}));
+    if (!decided) break;
+  }
+  std::string prefix = options.name + "/" + std::to_string(generation);
   std::unique_ptr<Communicator> comm(
       new Communicator(rank, size, store, options.name, prefix, std::move(context)));
   comm->allreducePath_ = options.allreducePath;
   comm->listenAddress_ = options.listenAddress;
-  Status connected = comm->connectMesh(options, deadline);
-  if (!connected.ok()) {
-    // The retry publishes its own: higher ranks must not dial the listener closed here.
-    comm->store_.remove(addrKey(rank)).status().ignoreError();
-    return connected.withContext("communicator '" + options.name + "' rank " +
-                                 std::to_string(rank) + " of " + std::to_string(size));
+  const Status connected = comm->connectMesh(options, deadline);
+  const Status agreed = comm->agreeOutcome(connected, deadline);
+  COFAB_RETURN_IF_ERROR(store->set(seenKey, toBytes(std::to_string(generation))));
+  if (!agreed.ok()) {
+    return agreed.withContext("communicator '" + options.name + "' rank " +
+                              std::to_string(rank) + " of " + std::to_string(size));
   }
-  COFAB_RETURN_IF_ERROR(store->add(setUpKey, 1).status());
   return comm;
+}
+
+Status Communicator::agreeOutcome(const Status& connected, Deadline deadline) {
+  std::string mine = "failed";
+  std::vector<int> missing;
+  if (connected.ok()) {
+    COFAB_RETURN_IF_ERROR(store_.set(upKey(rank_), Bytes{1}));
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(upKey(r));
+    // The others finish connecting within moments of this rank (their connections are this
+    // rank's): a setup that used its whole deadline still gets a little time to confirm.
+    const Deadline confirm = Deadline::after(std::max<Duration>(deadline.remaining(), Millis(2000)));
+    if (store_.wait(keys, confirm).ok()) {
+      mine = "ok";
+    } else {
+      for (int r = 0; r < size_; ++r) {
+        auto there = store_.check({upKey(r)});
+        if (!there.ok() || !*there) missing.push_back(r);
+      }
+    }
+  }
+  COFAB_ASSIGN_OR_RETURN(Bytes outcome, store_.compareSet(kOutcomeKey, {}, toBytes(mine)));
+  if (!connected.ok()) return connected;
+  if (toString(outcome) == "ok") return OkStatus();
+  if (!missing.empty()) {
+    return DeadlineExceeded("setup: rank(s) " + rankList(missing) +
+                            " did not finish connecting (their setup failed or was too slow); "
+                            "every rank gives this attempt up: retry on every rank");
+  }
+  return Aborted("setup: another rank's setup failed, and every rank gives this attempt up with "
+                 "it: retry on every rank");
 }
 
 Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) {
@@ -141,10 +184,29 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
   COFAB_ASSIGN_OR_RETURN(auto listener, context_->listen({options.listenAddress}));
   COFAB_RETURN_IF_ERROR(store_.set(addrKey(rank_), toBytes(listener->address())));
 
+  // Waits in slices of at most 1 s, between which it looks whether another rank has already
+  // given this generation up (an outcome is set): joining as that happens must not wait out
+  // the whole deadline in a generation nobody else is in any more.
+  auto givenUp = [&]() -> Status {
+    if (deadline.expired()) return OkStatus();  // this rank's own timeout says more
+    auto decided = store_.check({kOutcomeKey});
+    if (decided.ok() && *decided) {
+      return Aborted("setup: another rank gave this attempt up (its setup failed) while this one "
+                     "was joining: retry on every rank");
+    }
+    return OkStatus();
+  };
   // Lower ranks are dialled, higher ranks dial us: one connection per pair, no races.
   std::vector<std::string> keys;
   for (int p = 0; p < rank_; ++p) keys.push_back(addrKey(p));
-  if (!keys.empty() && !store_.wait(keys, deadline).ok()) {
+  Status published = keys.empty() ? OkStatus() : DeadlineExceeded("not yet");
+  while (!published.ok() && !deadline.expired()) {
+    const Deadline slice = deadline.min(Deadline::afterMs(1000));
+    published = store_.wait(keys, slice);
+    if (published.code() != StatusCode::kDeadlineExceeded) break;  // there, or the store failed
+    COFAB_RETURN_IF_ERROR(givenUp());
+  }
+  if (!published.ok()) {
     std::vector<int> missing;
     for (int p = 0; p < rank_; ++p) {
       auto there = store_.check({addrKey(p)});
@@ -157,27 +219,24 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
     }
   }
   for (int p = 0; p < rank_; ++p) {
+    COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
     transport::ConnectOptions co;
     co.localId = peerIdFor(prefix_, rank_);
-    while (true) {
-      // Read again before every attempt: the address may be that of an earlier, failed setup
-      // of rank p's, whose retry publishes a new one.
-      COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
-      auto conn = context_->connect(toString(addr), co, deadline.min(Deadline::afterMs(1000)));
-      if (conn.ok()) {
-        conns_[static_cast<size_t>(p)] = std::move(conn).value();
-        break;
-      }
-      const StatusCode code = conn.status().code();
-      if (deadline.expired() ||
-          (code != StatusCode::kDeadlineExceeded && code != StatusCode::kUnavailable)) {
-        return Status(code, "connecting to rank " + std::to_string(p) + " at " + toString(addr) +
-                                ": " + conn.status().message());
-      }
+    auto conn = context_->connect(toString(addr), co, deadline);
+    if (!conn.ok()) {
+      return Status(conn.status().code(), "connecting to rank " + std::to_string(p) + " at " +
+                                              toString(addr) + ": " + conn.status().message());
     }
+    conns_[static_cast<size_t>(p)] = std::move(conn).value();
   }
   for (int accepted = 0; accepted < size_ - 1 - rank_;) {
-    auto conn = listener->accept(deadline);
+    const Deadline slice = deadline.min(Deadline::afterMs(1000));
+    auto conn = listener->accept(slice);
+    if (!conn.ok() && conn.status().code() == StatusCode::kDeadlineExceeded &&
+        !deadline.expired()) {
+      COFAB_RETURN_IF_ERROR(givenUp());
+      continue;
+    }
     if (!conn.ok()) {
       std::vector<int> missing;
       for (int p = rank_ + 1; p < size_; ++p) {

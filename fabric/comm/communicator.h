@@ -42,8 +42,8 @@ struct CommOptions {
   // Transport name for transport::Registry ("tcp", "loopback", ...).
   std::string transport = "tcp";
   // Store namespace of this communicator. Communicators created on one store at the same time
-  // need distinct names; re-creating one with the same name is fine (successful setups are
-  // counted, so a rank may retry a setup that failed).
+  // need distinct names; re-creating one with the same name is fine, and so is retrying a
+  // setup that failed (every rank of an attempt agrees on its outcome: docs/COLLECTIVES.md).
   std::string name = "cofab-comm";
   // Where to listen (empty: the transport's default, see transport::ListenOptions).
   std::string listenAddress;
@@ -125,6 +125,9 @@ class Communicator {
   Communicator(int rank, int size, Store* store, std::string name, std::string prefix,
                std::shared_ptr<transport::Context> context);
   Status connectMesh(const CommOptions& options, Deadline deadline);
+  // After connectMesh(): every rank of the generation agrees on one outcome (see create()); OK
+  // only when it is "ok" and `connected` is.
+  Status agreeOutcome(const Status& connected, Deadline deadline);
   void handleFailure(CollectiveOp* op, Status status, int peer, bool timeout);
   // Starts `op`, and whatever its start lets start in turn, in a loop on this thread.
   void launch(std::shared_ptr<CollectiveOp> op);

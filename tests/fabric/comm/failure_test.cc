@@ -322,6 +322,34 @@ TEST(CommSetup, ARankWhoseSetupTimedOutJoinsTheOthersWhenItRetries) {
   for (float v : sums) EXPECT_EQ(v, 6.0f);
 }
 
+// A rank that is waiting for the others in a generation that another rank has given up (an
+// outcome is set there) stops at once with Aborted instead of waiting out its deadline there,
+// and the next setup of the name skips that generation: both ranks meet in the next one.
+TEST(CommSetup, AGenerationGivenUpIsLeftAndSkipped) {
+  HashStore store;
+  Status alone;
+  std::thread waiting([&] {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    alone = Communicator::create(0, 2, &store, o).status();
+  });
+  // Rank 1's part of a failed attempt: it gave generation 1 up.
+  ASSERT_TRUE(store.wait({"cofab-comm/1/addr/0"}, Deadline::afterMs(20000)).ok());
+  ASSERT_TRUE(store.compareSet("cofab-comm/1/outcome", {}, toBytes("failed")).ok());
+  waiting.join();
+  EXPECT_EQ(alone.code(), StatusCode::kAborted) << alone;
+  const std::vector<Status> st = runThreadRanks(2, [&](int r) -> Status {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    COFAB_ASSIGN_OR_RETURN(auto c, Communicator::create(r, 2, &store, o));
+    return barrier(*c);
+  });
+  ASSERT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
+  auto second = store.check({"cofab-comm/2/outcome"});
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(*second) << "the ranks met in generation 2";
+}
+
 TEST(CommSetup, RejectsBadArguments) {
   HashStore store;
   EXPECT_EQ(Communicator::create(2, 2, &store).status().code(), StatusCode::kInvalidArgument);
