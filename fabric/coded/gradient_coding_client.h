@@ -31,7 +31,8 @@ inline constexpr uint64_t kGradientCodingCheckKeys = 0xFFFF'FFFF'0000'0000ull;
 // --gradient-stragglers s with the same s. FailedPrecondition naming the daemon, what it summed
 // and the flag to start it with; the push-pull's own error (e.g. DeadlineExceeded naming the
 // workers that never probed) otherwise. Without it a daemon with another s (or none) returns
-// a multiple of the gradient, silently.
+// a multiple of the gradient, silently. A probe still running at the deadline is cancelled by
+// closing `client` (ps::waitEveryHandle): after such a failure, connect a new client.
 Status checkDaemonsRunTheCode(ps::PushPullClient& client,
                               const coding::FractionalRepetitionCode& code, uint64_t firstKey,
                               Deadline deadline);
