@@ -28,8 +28,8 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
-// Set by a rank whose connections are all up (agreeOutcome()).
-std::string upKey(int rank) { return "up/" + std::to_string(rank); }
+// The ranks whose connections are all up (agreeOutcome()).
+constexpr char kUpKey[] = "up";
 // A generation's one outcome, "ok" or "failed": the first rank to decide sets it.
 constexpr char kOutcomeKey[] = "outcome";
 
@@ -118,7 +118,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   // and a setup that failed on some ranks only moves all of them on together. The per-rank key
   // remembers where this rank's scan starts.
   const std::string seenKey = options.name + "/generation/" + std::to_string(rank);
-  COFAB_ASSIGN_OR_RETURN(int64_t generation, store->add(seenKey, 0));
+  int64_t generation = 0;
+  COFAB_ASSIGN_OR_RETURN(bool hinted, store->check({seenKey}));
+  if (hinted) {
+    COFAB_ASSIGN_OR_RETURN(Bytes seen, store->get(seenKey, deadline));
+    COFAB_ASSIGN_OR_RETURN(generation, parseCounter(seenKey, seen));
+  }
   while (true) {
     ++generation;
     COFAB_ASSIGN_OR_RETURN(bool decided, store->check({options.name + "/" +
@@ -132,8 +137,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
   comm->allreducePath_ = options.allreducePath;
   comm->listenAddress_ = options.listenAddress;
   const Status connected = comm->connectMesh(options, deadline);
-  const Status agreed = comm->agreeOutcome(connected, deadline);
-  COFAB_RETURN_IF_ERROR(store->set(seenKey, toBytes(std::to_string(generation))));
+  // The ranks still connecting may need up to their own setup timeout after this rank's.
+  const Deadline confirm =
+      Deadline::after(deadline.remaining() + orParam(options.setupTimeout, kSetupTimeoutMs));
+  const Status agreed = comm->agreeOutcome(connected, confirm);
+  // Only where the next scan starts: a failure to write it costs a longer scan, nothing more.
+  store->set(seenKey, toBytes(std::to_string(generation))).ignoreError();
   if (!agreed.ok()) {
     return agreed.withContext("communicator '" + options.name + "' rank " +
                               std::to_string(rank) + " of " + std::to_string(size));
@@ -142,31 +151,34 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(
 }
 
 Status Communicator::agreeOutcome(const Status& connected, Deadline deadline) {
-  std::string mine = "failed";
-  std::vector<int> missing;
+  // A rank whose connections are all up counts itself in; the one that completes the count
+  // decides "ok". A rank that failed decides "failed". Whichever comes first is the outcome
+  // every rank follows, and all of them wait on that one key, so a "failed" reaches ranks
+  // already done at once. A rank that sees no outcome by `deadline` decides "failed" itself.
+  std::string decide = "failed";
+  Status counted = connected;
   if (connected.ok()) {
-    COFAB_RETURN_IF_ERROR(store_.set(upKey(rank_), Bytes{1}));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back(upKey(r));
-    // The others finish connecting within moments of this rank (their connections are this
-    // rank's): a setup that used its whole deadline still gets a little time to confirm.
-    const Deadline confirm = Deadline::after(std::max<Duration>(deadline.remaining(), Millis(2000)));
-    if (store_.wait(keys, confirm).ok()) {
-      mine = "ok";
-    } else {
-      for (int r = 0; r < size_; ++r) {
-        auto there = store_.check({upKey(r)});
-        if (!there.ok() || !*there) missing.push_back(r);
-      }
-    }
+    StatusOr<int64_t> up = store_.add(kUpKey, 1);
+    counted = up.status();
+    if (up.ok() && *up == size_) decide = "ok";
   }
-  COFAB_ASSIGN_OR_RETURN(Bytes outcome, store_.compareSet(kOutcomeKey, {}, toBytes(mine)));
+  if (!counted.ok() || decide == "ok") {
+    StatusOr<Bytes> won = store_.compareSet(kOutcomeKey, {}, toBytes(decide));
+    if (!won.ok()) won = store_.get(kOutcomeKey, Deadline::afterMs(2000));  // applied or not?
+  }
+  Status waited = store_.wait({kOutcomeKey}, deadline);
+  if (!waited.ok()) store_.compareSet(kOutcomeKey, {}, toBytes("failed")).status().ignoreError();
+  StatusOr<Bytes> outcome = store_.get(kOutcomeKey, Deadline::afterMs(2000));
+  if (!outcome.ok()) {
+    return outcome.status().withContext("setup: reading the attempt's outcome from the store");
+  }
   if (!connected.ok()) return connected;
-  if (toString(outcome) == "ok") return OkStatus();
-  if (!missing.empty()) {
-    return DeadlineExceeded("setup: rank(s) " + rankList(missing) +
-                            " did not finish connecting (their setup failed or was too slow); "
-                            "every rank gives this attempt up: retry on every rank");
+  if (!counted.ok()) return counted.withContext("setup: counting this rank in");
+  if (toString(*outcome) == "ok") return OkStatus();
+  if (!waited.ok()) {
+    return DeadlineExceeded(
+        "setup: this rank's connections were up, but not every rank's by the deadline (a rank "
+        "that is slow or gone); every rank gives this attempt up: retry on every rank");
   }
   return Aborted("setup: another rank's setup failed, and every rank gives this attempt up with "
                  "it: retry on every rank");
@@ -219,15 +231,26 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
     }
   }
   for (int p = 0; p < rank_; ++p) {
-    COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
     transport::ConnectOptions co;
     co.localId = peerIdFor(prefix_, rank_);
-    auto conn = context_->connect(toString(addr), co, deadline);
-    if (!conn.ok()) {
-      return Status(conn.status().code(), "connecting to rank " + std::to_string(p) + " at " +
-                                              toString(addr) + ": " + conn.status().message());
+    while (true) {
+      // In slices too, reading the address again each time: a listener that is gone (rank p
+      // gave up, or left the address behind when it was killed) is retried only while the
+      // attempt is still on, and a new address published meanwhile is used.
+      COFAB_ASSIGN_OR_RETURN(Bytes addr, store_.get(addrKey(p), deadline));
+      auto conn = context_->connect(toString(addr), co, deadline.min(Deadline::afterMs(2000)));
+      if (conn.ok()) {
+        conns_[static_cast<size_t>(p)] = std::move(conn).value();
+        break;
+      }
+      const StatusCode code = conn.status().code();
+      if (deadline.expired() ||
+          (code != StatusCode::kDeadlineExceeded && code != StatusCode::kUnavailable)) {
+        return Status(code, "connecting to rank " + std::to_string(p) + " at " + toString(addr) +
+                                ": " + conn.status().message());
+      }
+      COFAB_RETURN_IF_ERROR(givenUp());
     }
-    conns_[static_cast<size_t>(p)] = std::move(conn).value();
   }
   for (int accepted = 0; accepted < size_ - 1 - rank_;) {
     const Deadline slice = deadline.min(Deadline::afterMs(1000));
@@ -249,14 +272,21 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
                         conn.status().message() + ")");
     }
     const int p = parsePeerRank(prefix_, (*conn)->peerId());
-    if (p <= rank_ || p >= size_ || conns_[static_cast<size_t>(p)]) {
+    if (p <= rank_ || p >= size_) {
       COFAB_LOG(kWarn, "comm") << "communicator '" << name_ << "': dropping unexpected connection"
                                << " from '" << (*conn)->peerId() << "'";
       (*conn)->close();
       continue;
     }
-    conns_[static_cast<size_t>(p)] = std::move(conn).value();
-    ++accepted;
+    auto& slot = conns_[static_cast<size_t>(p)];
+    if (slot) {
+      // Rank p dials again only once it gave up an earlier attempt (its handshake's time slice
+      // ran out after this side had taken it): the newest connection is the live one.
+      slot->close();
+    } else {
+      ++accepted;
+    }
+    slot = std::move(conn).value();
   }
   listener->close();
   return OkStatus();

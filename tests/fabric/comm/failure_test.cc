@@ -13,6 +13,7 @@
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/rendezvous/tcp_store.h"
 #include "fabric/rendezvous/tcp_store_server.h"
+#include "fabric/transport/registry.h"
 #include "tests/fabric/comm/comm_test_util.h"
 #include "tests/support/thread_ranks.h"
 
@@ -348,6 +349,55 @@ TEST(CommSetup, AGenerationGivenUpIsLeftAndSkipped) {
   auto second = store.check({"cofab-comm/2/outcome"});
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(*second) << "the ranks met in generation 2";
+}
+
+// Rank 1 of 2 dials an address rank 0 left behind (a listener that is gone: refused): it keeps
+// dialling only while the attempt is on, and leaves with Aborted once another rank gave the
+// generation up, instead of dialling until its own deadline.
+TEST(CommSetup, ADialerLeavesAGenerationGivenUp) {
+  HashStore store;
+  ASSERT_TRUE(store.set("cofab-comm/1/addr/0", toBytes("127.0.0.1:1")).ok());
+  Status dialing;
+  std::thread rank1([&] {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    dialing = Communicator::create(1, 2, &store, o).status();
+  });
+  // Rank 1 is in generation 1 once it published its own address there (it dials after that).
+  ASSERT_TRUE(store.wait({"cofab-comm/1/addr/1"}, Deadline::afterMs(20000)).ok());
+  ASSERT_TRUE(store.compareSet("cofab-comm/1/outcome", {}, toBytes("failed")).ok());
+  rank1.join();
+  EXPECT_EQ(dialing.code(), StatusCode::kAborted) << dialing;
+}
+
+// Rank 1 of 2 has its connection (this test plays rank 0's listener) and waits for the
+// attempt's outcome; rank 0 then gives the attempt up. Rank 1 learns it at once (Aborted), not
+// at its own deadline while waiting for rank 0 to report in.
+TEST(CommSetup, AConnectedRankLearnsAtOnceThatTheAttemptFailed) {
+  HashStore store;
+  auto ctx = transport::Registry::create("tcp", {.localId = "rank 0 stand-in"});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto listener = (*ctx)->listen({});
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  ASSERT_TRUE(store.set("cofab-comm/1/addr/0", toBytes((*listener)->address())).ok());
+  Status waiting;
+  std::thread rank1([&] {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    waiting = Communicator::create(1, 2, &store, o).status();
+  });
+  auto conn = (*listener)->accept(Deadline::afterMs(20000));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  // Rank 1 counts itself in once its one connection is up.
+  for (const Deadline d = Deadline::afterMs(20000); !d.expired();) {
+    auto up = store.check({"cofab-comm/1/up"});
+    if (up.ok() && *up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(store.compareSet("cofab-comm/1/outcome", {}, toBytes("failed")).ok());
+  rank1.join();
+  EXPECT_EQ(waiting.code(), StatusCode::kAborted) << waiting;
+  (*ctx)->join();
 }
 
 TEST(CommSetup, RejectsBadArguments) {
