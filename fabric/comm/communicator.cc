@@ -173,8 +173,9 @@ Status Communicator::agreeOutcome(const Status& connected, Deadline deadline) {
     return outcome.status().withContext("setup: reading the attempt's outcome from the store");
   }
   if (!connected.ok()) return connected;
-  if (!counted.ok()) return counted.withContext("setup: counting this rank in");
+  // "ok" means every rank was counted, this one too (an add whose reply was lost was applied).
   if (toString(*outcome) == "ok") return OkStatus();
+  if (!counted.ok()) return counted.withContext("setup: counting this rank in");
   if (!waited.ok()) {
     return DeadlineExceeded(
         "setup: this rank's connections were up, but not every rank's by the deadline (a rank "

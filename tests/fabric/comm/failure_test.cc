@@ -15,6 +15,7 @@
 #include "fabric/rendezvous/tcp_store_server.h"
 #include "fabric/transport/registry.h"
 #include "tests/fabric/comm/comm_test_util.h"
+#include "tests/support/forwarding_store.h"
 #include "tests/support/thread_ranks.h"
 
 namespace cofab::comm {
@@ -398,6 +399,49 @@ TEST(CommSetup, AConnectedRankLearnsAtOnceThatTheAttemptFailed) {
   rank1.join();
   EXPECT_EQ(waiting.code(), StatusCode::kAborted) << waiting;
   (*ctx)->join();
+}
+
+// A store whose add() to the setup's "up" counter is applied but answers Unavailable (a reply
+// lost with the connection), and answers only once the attempt's outcome is there.
+class UpReplyLost final : public cofab::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  StatusOr<int64_t> add(std::string_view k, int64_t x) override {
+    StatusOr<int64_t> r = to_->add(k, x);
+    if (!r.ok() || !k.ends_with("/up")) return r;
+    const std::string outcome = std::string(k.substr(0, k.size() - 2)) + "outcome";
+    to_->wait({outcome}, Deadline::afterMs(20000)).ignoreError();
+    return Unavailable("injected: the connection broke before add()'s reply");
+  }
+};
+
+// A store whose add() to the "up" counter waits until another rank has counted itself in.
+class UpAfterAnother final : public cofab::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  StatusOr<int64_t> add(std::string_view k, int64_t x) override {
+    if (k.ends_with("/up")) {
+      COFAB_RETURN_IF_ERROR(to_->wait({std::string(k)}, Deadline::afterMs(20000)));
+    }
+    return to_->add(k, x);
+  }
+};
+
+// Rank 1's count is applied but its reply lost; rank 0 completes the count and decides "ok".
+// Rank 1 must follow "ok" (its connections are up, and "ok" means it was counted): it used to
+// fail while rank 0 went on with a communicator whose peer had given up.
+TEST(CommSetup, ARankWhoseCountReplyWasLostFollowsTheOutcome) {
+  HashStore store;
+  UpReplyLost lossy(&store);
+  UpAfterAnother second(&store);  // rank 0 counts itself in after rank 1, completing the count
+  const std::vector<Status> st = runThreadRanks(2, [&](int r) -> Status {
+    CommOptions o;
+    o.setupTimeout = Millis(20000);
+    Store* mine = r == 1 ? static_cast<Store*>(&lossy) : &second;
+    COFAB_ASSIGN_OR_RETURN(auto c, Communicator::create(r, 2, mine, o));
+    return barrier(*c);
+  });
+  EXPECT_TRUE(cofab::testing::allOk(st).ok()) << cofab::testing::allOk(st);
 }
 
 TEST(CommSetup, RejectsBadArguments) {
