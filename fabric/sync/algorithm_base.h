@@ -82,6 +82,10 @@ class AlgorithmBase : public SyncAlgorithm {
   std::chrono::steady_clock::time_point started_;
   // Written by start(), read by the training threads' step() (which the caller starts after it).
   std::atomic<bool> startedOk_{false};
+  // The algorithms' sticky failure (docs/SYNC.md §3): the first failed step (or failed part of
+  // start()), returned by every later step() and finish(). start() clears it: an earlier run's
+  // failure is not the new run's.
+  Status failed_;
 
   // Counters (any thread).
   std::atomic<uint64_t> steps_{0}, syncs_{0}, bytesSent_{0}, bytesReceived_{0};

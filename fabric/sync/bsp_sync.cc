@@ -31,7 +31,6 @@ class BspSync final : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
-    failed_ = OkStatus();  // an earlier start()'s failure is not this run's
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
     // Start from the average of the workers' initial models (exact: uncompressed), so the
@@ -117,8 +116,6 @@ class BspSync final : public AlgorithmBase {
 
   std::vector<float> buf_;
   std::vector<ps::PushPullHandle> handles_;
-  // The first failed push-pull: every later step() returns it (sticky, docs/SYNC.md).
-  Status failed_;
   // Declared after the buffers it receives into, so it is destroyed (closed) before them.
   std::unique_ptr<ps::PushPullClient> client_;
 };

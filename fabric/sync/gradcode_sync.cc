@@ -55,8 +55,7 @@ class GradcodeSync final : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
-    failed_ = OkStatus();  // an earlier start()'s failure (or progress) is not this run's
-    checkedThrough_ = 0;
+    checkedThrough_ = 0;  // an earlier run's progress is not this one's
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (uint64_t(options_.gradcodeWindow) * counts_.size() >= kInitialKeys) {
       return InvalidArgument("sync gradcode: gradcodeWindow x tensors must stay below 2^20");
@@ -240,8 +239,6 @@ class GradcodeSync final : public AlgorithmBase {
   const coding::FractionalRepetitionCode code_;
   std::vector<float> result_;
   uint64_t checkedThrough_ = 0;  // keepWithinWindow() passed for this round
-  // The first failed push-pull: every later step() returns it (sticky).
-  Status failed_;
   // Declared after the buffer it receives into, so it is destroyed (closed) before it.
   std::unique_ptr<ps::PushPullClient> client_;
 };

@@ -25,7 +25,6 @@ class ModelStoreSync : public AlgorithmBase {
 
   Status doStart(std::span<const float> initial,
                  const std::vector<size_t>& tensorCounts) override {
-    failed_ = OkStatus();  // an earlier start()'s failure is not this run's
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     if (env_.store == nullptr) return InvalidArgument("sync " + name_ + " needs env.store");
     COFAB_ASSIGN_OR_RETURN(
@@ -76,10 +75,8 @@ class ModelStoreSync : public AlgorithmBase {
 
   std::unique_ptr<ps::ModelClient> client_;
   std::vector<float> buf_;  // the syncing thread's scratch
-  // A step's failure, returned by every later step and by finish() (ssp): part of its update
-  // may have been applied (tensor by tensor, or by the daemon after the wait gave up), so a
-  // retried step could apply it twice.
-  Status failed_;
+  // ssp's step failures are sticky too (failed_): part of an update may have been applied
+  // (tensor by tensor, or by the daemon after the wait gave up), so a retry could apply it twice.
 };
 
 class SspSync final : public ModelStoreSync {

@@ -26,6 +26,7 @@ Status AlgorithmBase::start(std::span<const float> initial,
     return FailedPrecondition("sync " + name_ + ": already started; finish() first");
   }
   startedOk_.store(false, std::memory_order_release);
+  failed_ = OkStatus();
   Status s = doStart(initial, tensorCounts);
   startedOk_.store(s.ok(), std::memory_order_release);
   return s;
