@@ -162,9 +162,10 @@ Status Communicator::agreeOutcome(const Status& connected, Deadline deadline) {
     counted = up.status();
     if (up.ok() && *up == size_) decide = "ok";
   }
+  // Who won does not matter here: the wait below reads the outcome, whoever set it (also when
+  // this compare-and-set's reply was lost).
   if (!counted.ok() || decide == "ok") {
-    StatusOr<Bytes> won = store_.compareSet(kOutcomeKey, {}, toBytes(decide));
-    if (!won.ok()) won = store_.get(kOutcomeKey, Deadline::afterMs(2000));  // applied or not?
+    store_.compareSet(kOutcomeKey, {}, toBytes(decide)).status().ignoreError();
   }
   Status waited = store_.wait({kOutcomeKey}, deadline);
   if (!waited.ok()) store_.compareSet(kOutcomeKey, {}, toBytes("failed")).status().ignoreError();
