@@ -347,23 +347,36 @@ CodedMaster::~CodedMaster() {
   ctx_->join();
 }
 
+int CodedMaster::blockGroups() const {
+  return options_.mode == CodedMode::kReplicated ? needed() : options_.n;
+}
+
+int CodedMaster::coveredGroups(const std::function<bool(int)>& holds) const {
+  const int groups = blockGroups();
+  std::vector<bool> covered(groups, false);
+  int count = 0;
+  for (int w = 0; w < options_.n; ++w) {
+    if (!covered[w % groups] && holds(w)) {
+      covered[w % groups] = true;
+      ++count;
+    }
+  }
+  return count;
+}
+
 Status CodedMaster::checkLive(const char* what) const {
   State& s = *state_;
   const int need = needed();
-  const int groups = options_.mode == CodedMode::kReplicated ? need : options_.n;
-  std::vector<bool> groupLive(groups, false);
+  const int live = coveredGroups([&](int w) { return s.dead[w].empty(); });
+  if (live >= need) return OkStatus();
   std::vector<int> deadList;
   std::string reasons;
   for (int w = 0; w < options_.n; ++w) {
-    if (s.dead[w].empty()) {
-      groupLive[w % groups] = true;
-    } else {
+    if (!s.dead[w].empty()) {
       deadList.push_back(w);
       reasons += "; " + s.dead[w];
     }
   }
-  const int live = static_cast<int>(std::count(groupLive.begin(), groupLive.end(), true));
-  if (live >= need) return OkStatus();
   return FailedPrecondition(std::string(what) + ": " + codedModeName(options_.mode) + " (n=" +
                             std::to_string(options_.n) + ") needs " + std::to_string(need) +
                             " live block groups, only " + std::to_string(live) +
@@ -426,18 +439,10 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   // counts: any k in coded mode, one replica per block group, every block uncoded). A straggler
   // must not hold up load() any more than a request: the others' acks suffice, and its block
   // still reaches it ahead of any request on its connection.
-  const int groups = options_.mode == CodedMode::kReplicated ? m : n;
   auto enoughLoaded = [&] {
-    std::vector<bool> covered(groups, false);
-    int count = 0;
-    for (int w = 0; w < n; ++w) {
-      if (s.dead[w].empty() && s.loaded[w] && !covered[w % groups]) {
-        covered[w % groups] = true;
-        ++count;
-      }
-    }
-    return count >= m;
+    return coveredGroups([&](int w) { return s.dead[w].empty() && s.loaded[w]; }) >= m;
   };
+  auto tooFewLive = [&] { return coveredGroups([&](int w) { return s.dead[w].empty(); }) < m; };
   auto notLoaded = [&] {
     std::vector<int> late;
     for (int w = 0; w < n; ++w) {
@@ -445,7 +450,7 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     }
     return late;
   };
-  s.cv.wait_until(lock, deadline.when(), [&] { return enoughLoaded() || !checkLive("").ok(); });
+  s.cv.wait_until(lock, deadline.when(), [&] { return enoughLoaded() || tooFewLive(); });
   if (!enoughLoaded()) {
     COFAB_RETURN_IF_ERROR(checkLive("coded load"));
     return DeadlineExceeded("coded load: workers " + workerList(notLoaded()) +
@@ -477,7 +482,7 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
       checkMatrixMessage("coded multiply: a worker's result", blockRows_, b.cols, 0));
   const int n = options_.n;
   const int need = needed();
-  const int groups = options_.mode == CodedMode::kReplicated ? need : n;
+  const int groups = blockGroups();
   State& s = *state_;
   RequestReport report;
   report.request = nextRequest_++;

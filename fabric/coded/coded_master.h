@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -142,6 +143,11 @@ class CodedMaster {
  private:
   explicit CodedMaster(const CodedServiceOptions& options);
   Status checkLive(const char* what) const;
+  // Block groups: the workers w with the same w % blockGroups() hold the same block (replicated
+  // mode); otherwise every worker is its own group.
+  int blockGroups() const;
+  // How many block groups have a worker w for which holds(w); under state_->mu.
+  int coveredGroups(const std::function<bool(int)>& holds) const;
 
   CodedServiceOptions options_;
   std::optional<coding::CodedMatmul> code_;
