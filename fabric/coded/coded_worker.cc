@@ -1,6 +1,7 @@
 #include "fabric/coded/coded_worker.h"
 
 #include <algorithm>
+#include <thread>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -219,11 +220,17 @@ Status Worker::run() {
       return addr.status().withContext(id + ": waiting for the master's address");
     }
     conn = ctx_->connect(toString(*addr), {.localId = id}, Deadline::afterMs(1000).min(deadline));
-    if (!conn.ok() &&
-        (deadline.expired() || conn.status().code() == StatusCode::kInvalidArgument)) {
+    if (conn.ok()) break;
+    const StatusCode code = conn.status().code();
+    // Only "nobody there yet" is worth another try; a closed context or a bad address is not.
+    if (deadline.expired() ||
+        (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded &&
+         code != StatusCode::kRemoteError)) {
       ctx_->join();
       return conn.status().withContext(id + ": master at " + toString(*addr));
     }
+    // A refusal can come back at once: pause before reading the address and dialling again.
+    std::this_thread::sleep_for(std::min<Duration>(Millis(100), deadline.remaining()));
   }
   conn_ = *conn;
   send(CodedOp::kRegister, 0, {});
