@@ -293,7 +293,7 @@ void Engine::onPush(Event& e) {
     return;
   }
   const bool deliver = (h.opcode & ps::kPushDeliver) != 0;
-  if (s.hasLast && h.iteration == s.lastIter) {
+  if (resend) {
     // A fan-out upload is the round's result itself, so a resend carries the same bytes. Other
     // bytes are another upload to keys nobody released (a second shuffle of the same shape, a
     // job resumed at an epoch it never released): acking it as a resend would leave the old
