@@ -312,9 +312,15 @@ TEST(SyncFailureTest, GradcodeStepRefusedByADrainingDaemonSaysSo) {
   RawWorker& peer = rig.peer;
 
   // Group {0,1} never pushes this key: once the daemon has opened its round, shutdown() drains
-  // (refusing pushes) until kDrainMs.
-  peer.push(kCheckKey + 1, 1, 1.0f, ps::ReduceOp::kSum);
+  // (refusing pushes) until kDrainMs. start()'s rounds are settled first: one of them still
+  // counted as open for a moment must not pass for this round (shutdown() then found no open
+  // round, stopped at once, and the step saw the connection closed instead of the refusal).
   const Deadline d = Deadline::afterMs(kWaitMs);
+  while (server->metrics().openRounds.load() != 0 && !d.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(server->metrics().openRounds.load(), 0u);
+  peer.push(kCheckKey + 1, 1, 1.0f, ps::ReduceOp::kSum);
   while (server->metrics().openRounds.load() == 0 && !d.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
