@@ -1,5 +1,6 @@
 #include "tests/support/thread_ranks.h"
 
+#include <string>
 #include <thread>
 
 namespace cofab::testing {
@@ -16,10 +17,18 @@ std::vector<Status> runThreadRanks(int n, const std::function<Status(int rank)>&
 }
 
 Status allOk(const std::vector<Status>& statuses) {
+  Status first;
+  std::string others;
   for (size_t r = 0; r < statuses.size(); ++r) {
-    if (!statuses[r].ok()) return statuses[r].withContext("rank " + std::to_string(r));
+    if (statuses[r].ok()) continue;
+    if (first.ok()) {
+      first = statuses[r].withContext("rank " + std::to_string(r));
+    } else {
+      others += "; rank " + std::to_string(r) + ": " + statuses[r].toString();
+    }
   }
-  return OkStatus();
+  if (first.ok() || others.empty()) return first;
+  return Status(first.code(), first.message() + others);
 }
 
 }  // namespace cofab::testing

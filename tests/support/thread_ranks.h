@@ -12,7 +12,9 @@ namespace cofab::testing {
 
 std::vector<Status> runThreadRanks(int n, const std::function<Status(int rank)>& fn);
 
-// OK if every status is OK, else the first failure prefixed with its rank.
+// OK if every status is OK, else the first failure's code with every failure's message, each
+// prefixed with its rank: one rank's failure often makes the others fail or wait, and the
+// first rank to fail is not always the lowest.
 Status allOk(const std::vector<Status>& statuses);
 
 }  // namespace cofab::testing
