@@ -16,6 +16,24 @@
 
 namespace cofab::testing {
 
+char processState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  // The command name in parentheses may hold spaces or ')': the state follows the last ')'.
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+bool stopAndWait(pid_t pid, Deadline deadline) {
+  ::kill(pid, SIGSTOP);
+  while (!deadline.expired()) {
+    if (processState(pid) == 'T') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 std::string ProcessExit::describe() const {
   std::string who = "rank " + std::to_string(rank);
   if (timedOut) return who + " did not finish before the deadline (killed)";

@@ -39,6 +39,7 @@ namespace {
 using coding::ConstMatrixView;
 using coding::MatrixView;
 using cofab::testing::childFail;
+using cofab::testing::processState;
 using cofab::testing::ProcessGroup;
 using cofab::testing::TempDir;
 
@@ -50,24 +51,8 @@ std::vector<float> randomMatrix(int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
-// Linux process state letter from /proc ('T' = stopped).
-char processState(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  const size_t paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
-}
-
-// SIGSTOP is asynchronous: wait (bounded) until the kernel shows the process stopped.
 bool stopAndWait(ProcessGroup& procs, int rank) {
-  procs.signal(rank, SIGSTOP);
-  const Deadline d = Deadline::afterMs(10000);
-  while (!d.expired()) {
-    if (processState(procs.pid(rank)) == 'T') return true;
-    usleep(1000);
-  }
-  return false;
+  return cofab::testing::stopAndWait(procs.pid(rank), Deadline::afterMs(10000));
 }
 
 // n worker processes and a master in this process.

@@ -600,7 +600,7 @@ class SchedProcess {
     }
   }
   ~SchedProcess() { kill(); }
-  void signal(int sig) { ::kill(pid_, sig); }
+  bool stop() { return stopAndWait(pid_, Deadline::afterMs(10000)); }
   void kill() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
@@ -636,19 +636,27 @@ TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
     // Stopped, the scheduler grants nothing, so any grant timeout expires: keep it short.
     o.grantTimeoutMs = 500;
     COFAB_ASSIGN_OR_RETURN(auto mgr, transfer::TransferManager::create(*client, o));
-    auto sync = [&](int want) {  // both workers done with the phase; rank 0 flips the process
+    // Both workers done with the phase; rank 0 flips the process. A rank that failed never
+    // arrives: the other says so instead of going on against a process in the wrong state.
+    auto sync = [&](int want) -> Status {
       ready++;
       const Deadline d = Deadline::afterMs(20000);
       while (phase.load() < want && !d.expired()) {
         if (rank == 0 && ready.load() == kWorkers * want) {
-          proc.signal(want == 1 ? SIGSTOP : SIGKILL);
-          if (want == 2) proc.kill();  // reaped: it is gone for sure
+          // Stopped for sure, not about to be; reaped: gone for sure.
+          if (want == 1 && !proc.stop()) {
+            return Internal("cofab-sched still runs 10 s after SIGSTOP");
+          }
+          if (want == 2) proc.kill();
           phase = want;
         }
         std::this_thread::sleep_for(Millis(2));
       }
+      if (phase.load() >= want) return OkStatus();
+      return DeadlineExceeded("phase " + std::to_string(want) + " never came: the other rank " +
+                              "stopped before it");
     };
-    sync(1);                                                 // stopped: no grant comes
+    COFAB_RETURN_IF_ERROR(sync(1));                          // stopped: no grant comes
     std::vector<float> g(4 * kChunk / sizeof(float), 1.0f);  // 4 chunks
     transfer::GradientUpdate u;
     u.key = 7;
@@ -663,7 +671,7 @@ TEST(CentralScheduler, StoppedOrKilledSchedulerIsAClearErrorNotAHang) {
     if (mgr->stats().destinations[0].queued != 0) {
       return Internal("chunks of a failed update are still queued");
     }
-    sync(2);  // killed: the connection breaks
+    COFAB_RETURN_IF_ERROR(sync(2));  // killed: the connection breaks
     // A long grant timeout from here: the broken connection must end the wait, however late a
     // loaded machine lets the client notice it (with 500 ms it could time out first).
     o.grantTimeoutMs = 15000;
