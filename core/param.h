@@ -1,5 +1,5 @@
 // COFAB_* parameters: every environment variable cofab reads is declared once, next to its use,
-// with a type, a default and a one-line doc (DESIGN.md §8). `cofab-info` lists them all.
+// with a type, a default and a one-line doc. `cofab-info` lists them all.
 //
 //   COFAB_PARAM_INT(kTcpLoops, "COFAB_TCP_LOOPS", 1, 1, 64, "epoll loop threads per context");
 //   ...
