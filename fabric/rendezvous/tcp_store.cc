@@ -1,5 +1,6 @@
 #include "fabric/rendezvous/tcp_store.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <thread>
@@ -65,12 +66,27 @@ TcpStore::~TcpStore() {
   for (int fd : idle_) ::close(fd);
 }
 
+// An idle connection sits at a message boundary, so anything readable on it (end of stream, a
+// reset, stray bytes) means the server dropped it: a restarted store, an idle timeout on a
+// middlebox. Such a connection is closed here, before a request goes out on it; sent on it, a
+// non-idempotent request (add, compareSet) would fail as "may or may not have been applied"
+// although no server ever saw it.
+namespace {
+bool idleConnectionIsLive(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+}  // namespace
+
 int TcpStore::takeConnection() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (idle_.empty()) return -1;
-  const int fd = idle_.back();
-  idle_.pop_back();
-  return fd;
+  while (!idle_.empty()) {
+    const int fd = idle_.back();
+    idle_.pop_back();
+    if (idleConnectionIsLive(fd)) return fd;
+    ::close(fd);
+  }
+  return -1;
 }
 
 void TcpStore::returnConnection(int fd) {

@@ -32,6 +32,9 @@ class TcpStoreServer::Loop {
   Status init();
   void run();
   void requestStop();
+  // After run() has returned: closes the listener and every connection, so that the port is
+  // free and clients see the end of the stream instead of waiting out their deadlines.
+  void closeAll();
   Stats stats() const;
 
  private:
@@ -95,10 +98,19 @@ constexpr uint64_t kWakeTag = ~0ull - 1;
 }  // namespace
 
 TcpStoreServer::Loop::~Loop() {
-  for (auto& [fd, _] : conns_) ::close(fd);
-  if (listenFd_ >= 0) ::close(listenFd_);
+  closeAll();
   if (wakeFd_ >= 0) ::close(wakeFd_);
   if (epfd_ >= 0) ::close(epfd_);
+}
+
+void TcpStoreServer::Loop::closeAll() {
+  for (auto& [fd, _] : conns_) ::close(fd);
+  conns_.clear();
+  parked_.clear();
+  if (listenFd_ >= 0) ::close(listenFd_);
+  listenFd_ = -1;
+  std::lock_guard<std::mutex> lock(statsMu_);
+  stats_.openConnections = 0;
 }
 
 Status TcpStoreServer::Loop::init() {
@@ -567,9 +579,11 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(
 TcpStoreServer::~TcpStoreServer() { stop(); }
 
 void TcpStoreServer::stop() {
+  std::lock_guard<std::mutex> lock(stopMu_);  // two stop()s must not both join
   if (!thread_.joinable()) return;
   loop_->requestStop();
   thread_.join();
+  loop_->closeAll();
 }
 
 std::string TcpStoreServer::url() const { return "tcp://" + HostPort{host_, port_}.toString(); }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -45,7 +46,8 @@ class TcpStoreServer {
   // "tcp://<bind address>:<port>" (with 0.0.0.0 replaced by 127.0.0.1 for local clients).
   std::string url() const;
   Stats stats() const;
-  // Stops the loop and closes connections; idempotent.
+  // Stops the loop and closes the listener and every connection (the port is free again when
+  // it returns); idempotent and safe to call from several threads.
   void stop();
 
  private:
@@ -54,6 +56,7 @@ class TcpStoreServer {
 
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
+  std::mutex stopMu_;
   std::string host_;
   uint16_t port_ = 0;
 };

@@ -358,5 +358,53 @@ TEST(TcpStoreReconnectTest, NonIdempotentCallSaysItsOutcomeIsUnknownOrRetriesBef
       << r.status();
 }
 
+// The client's idle connections die with the server that accepted them. A non-idempotent call
+// after a restart must not go out on one: it would fail as "may or may not have been applied"
+// although no server ever saw it (and a job that counts samples with add() would stop).
+TEST(TcpStoreReconnectTest, NonIdempotentCallsAfterAServerRestartGoOutOnAFreshConnection) {
+  auto first = TcpStoreServer::start({});
+  ASSERT_TRUE(first.ok());
+  const uint16_t port = (*first)->port();
+  auto client = TcpStore::connect("127.0.0.1", port, {}, Deadline::afterMs(2000));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->set("k", toBytes("1")).ok());  // leaves its connection idle
+  first->reset();
+  TcpStoreServerOptions o;
+  o.port = port;
+  auto second = TcpStoreServer::start(o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // The old connection's end of stream has reached the client by the time the new server is
+  // up (the kernel delivers it when the old server closes it).
+  auto n = (*client)->add("n", 5);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 5);
+  auto swapped = (*client)->compareSet("n", toBytes("5"), toBytes("7"));
+  ASSERT_TRUE(swapped.ok()) << swapped.status();
+}
+
+// stop() ends service at once: the port is free for a new server and connected clients see
+// the connection close instead of waiting out their deadlines.
+TEST(TcpStoreServerTest, StopClosesTheListenerAndTheConnections) {
+  auto first = TcpStoreServer::start({});
+  ASSERT_TRUE(first.ok());
+  const uint16_t port = (*first)->port();
+  const int raw = rawConnect(port);
+  ASSERT_GE(raw, 0);
+  auto client = TcpStore::connect("127.0.0.1", port, {}, Deadline::afterMs(2000));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->set("k", toBytes("1")).ok());
+  (*first)->stop();
+  (*first)->stop();  // idempotent
+  EXPECT_TRUE(closedByServer(raw))
+      << "a connection stayed open after stop()";
+  ::close(raw);
+  TcpStoreServerOptions o;
+  o.port = port;
+  auto second = TcpStoreServer::start(o);  // the object is still alive: only stop() freed it
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE((*client)->set("k", toBytes("2")).ok());
+  EXPECT_EQ(toString(*(*client)->get("k", Deadline::afterMs(2000))), "2");
+}
+
 }  // namespace
 }  // namespace cofab
