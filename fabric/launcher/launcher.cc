@@ -42,6 +42,9 @@ struct Child {
   std::unique_ptr<LinePrefixer> out, err;
   bool exited = false;
   bool groupLeftBehind = false;  // reaped with processes of its group still alive
+  // Still not reaped one grace period after SIGKILL (stuck in the kernel: a hung device or
+  // mount): reported and no longer waited for, so that cofab-run's own wait stays bounded.
+  bool abandoned = false;
   int status = 0;
   // The signals cofab-run sent this process's group (bit per signal): dying by one of them is
   // the expected end of a stop; dying by any other (a crash while draining) is reported.
@@ -134,7 +137,11 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
   // reads /dev/null instead; a pipe or file on stdin is passed on as it is.
   const bool stdinIsTerminal = ::isatty(0) == 1;
   pid_t pid = ::fork();
-  if (pid < 0) return errnoStatus(StatusCode::kIoError, "fork", errno);
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    return errnoStatus(StatusCode::kIoError, "fork", e);
+  }
   if (pid == 0) {
     // Dies with cofab-run, however cofab-run ends (SIGKILL, OOM killer): ranks must not live on
     // holding ports and devices. The check covers a parent that died before the prctl.
@@ -336,9 +343,13 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   // to SIGKILL and one more grace period). Only while the group has members: an empty group's
   // id may be reused by an unrelated process, so groupLeftBehind, once false, stays false.
   auto lingers = [](const Child& c) {
-    return c.pid > 0 && (!c.exited || c.outFd >= 0 || c.errFd >= 0 || c.groupLeftBehind);
+    return c.pid > 0 && !c.abandoned &&
+           (!c.exited || c.outFd >= 0 || c.errFd >= 0 || c.groupLeftBehind);
   };
-  auto signalable = [](const Child& c) { return c.pid > 0 && (!c.exited || c.groupLeftBehind); };
+  auto signalable = [](const Child& c) {
+    return c.pid > 0 && !c.abandoned && (!c.exited || c.groupLeftBehind);
+  };
+  int stopSignal = SIGTERM;  // the signal the stop began with, named when SIGKILL follows it
   auto stopAll = [&](int sig) {
     for (auto& c : children) {
       if (signalable(c)) {
@@ -346,7 +357,10 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         ::kill(-c.pid, sig);
       }
     }
-    if (!stopping) killAt = Deadline::afterMs(options.killGraceMs);
+    if (!stopping) {
+      killAt = Deadline::afterMs(options.killGraceMs);
+      stopSignal = sig;
+    }
     stopping = true;
   };
   if (!spawnError.ok()) {
@@ -383,7 +397,14 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
                                          : 1000;
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) {
-      say(std::string("poll failed: ") + strerror(errno));
+      // cofab-run can no longer watch the job: it must not look like a success, nor leave
+      // the processes running (their grandchildren would outlive the PDEATHSIG of its
+      // children).
+      say(std::string("poll failed: ") + strerror(errno) + "; killing every process");
+      if (exitCode == 0) exitCode = 1;
+      for (auto& c : children) {
+        if (signalable(c)) ::kill(-c.pid, SIGKILL);
+      }
       break;
     }
     // Output first, so the lines before a failure are printed before the failure report.
@@ -447,7 +468,8 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
       for (auto& c : children) {
         if (!signalable(c)) continue;
         say(c.label + (c.exited ? "'s leftover processes" : "") + " still running " +
-            std::to_string(options.killGraceMs) + " ms after SIGTERM; sending SIGKILL");
+            std::to_string(options.killGraceMs) + " ms after SIG" + sigabbrev_np(stopSignal) +
+            "; sending SIGKILL");
         if (!c.exited) c.signalsSent |= uint64_t{1} << SIGKILL;
         ::kill(-c.pid, SIGKILL);
       }
@@ -471,6 +493,18 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
         if (!c.exited || !c.groupLeftBehind) continue;
         say(c.label + "'s leftover processes did not end after SIGKILL; leaving them");
         c.groupLeftBehind = false;
+      }
+      for (auto& c : children) {
+        if (c.pid <= 0 || c.exited || c.abandoned) continue;
+        say(c.label + " (pid " + std::to_string(c.pid) +
+            ") did not exit after SIGKILL (stuck in the kernel?); no longer waiting for it");
+        c.abandoned = true;
+        for (int* fd : {&c.outFd, &c.errFd}) {
+          if (*fd < 0) continue;
+          (fd == &c.outFd ? c.out : c.err)->finish();
+          ::close(*fd);
+          *fd = -1;
+        }
       }
       abandonAt = Deadline::never();
     }

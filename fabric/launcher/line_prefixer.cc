@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace cofab {
 
@@ -24,25 +25,27 @@ void LinePrefixer::emit(const char* data, size_t len) {
 
 void LinePrefixer::feed(const char* data, size_t len) {
   size_t start = 0;
-  for (size_t i = 0; i < len; ++i) {
-    if (data[i] != '\n') continue;
-    if (partial_.empty()) {
-      emit(data + start, i - start);
-    } else {
-      partial_.append(data + start, i - start);
-      emit(partial_.data(), partial_.size());
-      partial_.clear();
+  while (start < len) {
+    const auto* nl = static_cast<const char*>(std::memchr(data + start, '\n', len - start));
+    const size_t end = nl != nullptr ? static_cast<size_t>(nl - data) : len;
+    // The cap holds however the line arrives: in one piece or across reads.
+    while (start < end) {
+      const size_t take = std::min(end - start, kMaxLine - partial_.size());
+      partial_.append(data + start, take);
+      start += take;
+      cutJustNow_ = false;
+      if (partial_.size() == kMaxLine) {
+        emit(partial_.data(), partial_.size());
+        partial_.clear();
+        cutJustNow_ = true;
+      }
     }
-    start = i + 1;
-  }
-  while (len - start > 0) {
-    const size_t take = std::min(len - start, kMaxLine - partial_.size());
-    partial_.append(data + start, take);
-    start += take;
-    if (partial_.size() == kMaxLine) {
-      emit(partial_.data(), partial_.size());
-      partial_.clear();
-    }
+    if (nl == nullptr) break;
+    // A newline right after a cut ends the piece already written, not an empty line.
+    if (!cutJustNow_) emit(partial_.data(), partial_.size());
+    partial_.clear();
+    cutJustNow_ = false;
+    start = end + 1;
   }
 }
 

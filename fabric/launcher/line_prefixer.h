@@ -23,6 +23,7 @@ class LinePrefixer {
   int outFd_;
   bool enabled_;
   std::string partial_;
+  bool cutJustNow_ = false;  // the last byte fed completed a kMaxLine piece
 };
 
 }  // namespace cofab

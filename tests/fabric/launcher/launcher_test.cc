@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "fabric/launcher/launcher.h"
 #include "fabric/launcher/line_prefixer.h"
@@ -110,15 +111,20 @@ TEST(LauncherTest, ARoleThatCrashesWhileStoppingFailsTheJob) {
   }
 }
 
-// Starts 2 ranks that trap `sig`, sends it to cofab-run once both are ready, and returns
-// cofab-run's wait status and output.
-RunResult forwardSignal(const std::string& sig) {
+// Starts 2 ranks that trap `sig` (by default: say so and exit 0; with `survive`: do nothing and
+// keep waiting), sends it to cofab-run once both are ready, and returns cofab-run's wait status
+// and output.
+RunResult forwardSignal(const std::string& sig, bool survive = false,
+                        const std::string& flags = "") {
   testing::TempDir dir;
+  const std::string action = survive ? "true" : "echo got-" + sig + "; exit 0";
+  const std::string body = survive ? "while :; do sleep 30 & wait; done" : "sleep 30 & wait";
   // Each rank says it is ready only after its trap is installed, so the signal below can never
   // arrive before the rank can report it, however slow the machine.
-  auto script = writeScript(dir, "trap 'echo got-" + sig + "; exit 0' " + sig + "\ntouch " +
-                                     dir.path() + "/ready.$COFAB_RANK\nsleep 30 & wait\n");
-  std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 2 " + script + " > " + dir.path() +
+  auto script = writeScript(dir, "trap '" + action + "' " + sig + "\ntouch " + dir.path() +
+                                     "/ready.$COFAB_RANK\n" + body + "\n");
+  std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 2 " + flags + " " + script + " > " +
+                    dir.path() +
                     "/out 2>&1 & pid=$!; i=0; while [ $i -lt 600 ] && ! { [ -e " + dir.path() +
                     "/ready.0 ] && [ -e " + dir.path() + "/ready.1 ]; }; do sleep 0.1; " +
                     "i=$((i+1)); done; kill -" + sig + " $pid; wait $pid";
@@ -145,6 +151,15 @@ TEST(LauncherTest, SighupIsForwardedAndReported) {
   EXPECT_EQ(r.exitCode, 128 + SIGHUP) << r.out;
   EXPECT_NE(r.out.find("[rank 0] got-HUP"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 1] got-HUP"), std::string::npos) << r.out;
+}
+
+// Ranks that ignore the forwarded signal get SIGKILL after the grace, and cofab-run names the
+// signal the stop began with (it used to say SIGTERM whatever it had forwarded).
+TEST(LauncherTest, TheKillMessageNamesTheSignalTheStopBeganWith) {
+  auto r = forwardSignal("INT", /*survive=*/true, "--grace-ms 300");
+  EXPECT_EQ(r.exitCode, 128 + SIGINT) << r.out;
+  EXPECT_NE(r.out.find("300 ms after SIGINT; sending SIGKILL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("after SIGTERM"), std::string::npos) << r.out;
 }
 
 // True when `pid` is gone or a zombie (killed, not yet reaped by whoever inherited it).
@@ -337,6 +352,35 @@ TEST(LinePrefixerTest, ALineWithoutNewlineIsCutIntoBoundedPieces) {
   }
   EXPECT_EQ(lines, 4);
   EXPECT_EQ(joined, input);
+}
+
+// The cap holds for a long line that ends in a later read (it used to come out whole, up to
+// twice the cap), and a newline right after a cut piece adds no empty line; a real empty line
+// is kept.
+TEST(LinePrefixerTest, ALongLineEndedInALaterReadIsCutToo) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/out";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string a(60000, 'a'), b(10000, 'b'), exact(LinePrefixer::kMaxLine, 'c');
+  LinePrefixer p("[r] ", fd, true);
+  p.feed(a.data(), a.size());
+  const std::string rest = b + "\n\n" + exact + "\nend\n";
+  p.feed(rest.data(), rest.size());
+  p.finish();
+  ::close(fd);
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    ASSERT_EQ(line.rfind("[r] ", 0), 0u) << "line " << lines.size() << " lacks the prefix";
+    EXPECT_LE(line.size() - 4, LinePrefixer::kMaxLine) << "line " << lines.size();
+    lines.push_back(line.substr(4));
+  }
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0] + lines[1], a + b);
+  EXPECT_EQ(lines[2], "");
+  EXPECT_EQ(lines[3], exact);
+  EXPECT_EQ(lines[4], "end");
 }
 
 // --help is a request, not a mistake: the usage on stdout and exit 0 (it used to print a bare
