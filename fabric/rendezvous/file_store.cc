@@ -225,6 +225,7 @@ Status FileStore::wait(const std::vector<std::string>& keys, Deadline deadline) 
 StatusOr<Bytes> FileStore::compareSet(std::string_view key, const Bytes& expected,
                                       const Bytes& desired) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(expected));
   COFAB_RETURN_IF_ERROR(validateStoreValue(desired));
   return withLock([&]() -> StatusOr<Bytes> {
     bool found = false;

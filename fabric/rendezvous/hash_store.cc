@@ -78,6 +78,7 @@ Status HashStore::wait(const std::vector<std::string>& keys, Deadline deadline) 
 StatusOr<Bytes> HashStore::compareSet(std::string_view key, const Bytes& expected,
                                       const Bytes& desired) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(expected));
   COFAB_RETURN_IF_ERROR(validateStoreValue(desired));
   Bytes result;
   {

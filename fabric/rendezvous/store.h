@@ -48,6 +48,7 @@ class Store {
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // If the current value equals `expected` (an empty `expected` means "absent"), sets `desired`.
   // Returns the value after the call: `desired` when it was swapped in, else the current one.
+  // `expected` and `desired` longer than kMaxStoreValueBytes are InvalidArgument.
   virtual StatusOr<Bytes> compareSet(std::string_view key, const Bytes& expected,
                                      const Bytes& desired) = 0;
   // Deletes key; returns whether it existed.

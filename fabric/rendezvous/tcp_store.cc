@@ -46,6 +46,37 @@ StatusOr<T> parseResult(const std::string& store, const Bytes& body, Fn read) {
   if (!r.done()) return malformedReply(store, "trailing bytes after the result");
   return v;
 }
+// A kOk reply to a request that returns nothing (set, wait) must be empty.
+Status parseEmpty(const std::string& store, const StatusOr<Bytes>& body) {
+  if (!body.ok()) return body.status();
+  if (!body->empty()) return malformedReply(store, "trailing bytes after the result");
+  return OkStatus();
+}
+// A wait or check request. Its key list must fit the protocol's body limit (65536 keys of
+// 4 KiB each would not): the server would drop the connection as a protocol error and the
+// client, the request being idempotent, would resend it until its deadline.
+StatusOr<Writer> keyListRequest(Op op, const char* call, const std::vector<std::string>& keys) {
+  if (keys.size() > store_proto::kMaxWaitKeys) {
+    return InvalidArgument(std::string(call) + " on " + std::to_string(keys.size()) +
+                           " keys; the limit is " + std::to_string(store_proto::kMaxWaitKeys));
+  }
+  Writer w;
+  w.u8(static_cast<uint8_t>(op));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
+    w.str(k);
+  }
+  constexpr size_t kWaitMsField = 4;  // appended to each attempt of a wait
+  if (w.size() + kWaitMsField > store_proto::kMaxBodyBytes) {
+    return InvalidArgument(std::string(call) + " on " + std::to_string(keys.size()) +
+                           " keys takes " + std::to_string(w.size()) +
+                           " bytes, over the store protocol's limit of " +
+                           std::to_string(store_proto::kMaxBodyBytes) +
+                           ": use fewer or shorter keys");
+  }
+  return w;
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, uint16_t port,
@@ -147,21 +178,25 @@ StatusOr<Bytes> TcpStore::roundTrip(const Writer& request, Deadline deadline, bo
         case Reply::kOk:
           return Bytes(body->begin() + 1, body->end());
         case Reply::kTimeout: {
+          // Only a get or wait times out, and its key list fills the reply exactly.
+          if (waitKeys == nullptr) return malformedReply(describe(), "a timeout to a request that cannot time out");
           std::vector<std::string> missing;
           auto n = r.u32();
-          for (uint32_t i = 0; n.ok() && i < *n; ++i) {
+          if (!n.ok()) return malformedReply(describe(), "timeout reply without its key count");
+          for (uint32_t i = 0; i < *n; ++i) {
             auto k = r.str();
-            if (!k.ok()) break;
+            if (!k.ok()) return malformedReply(describe(), "timeout reply's key list is cut short");
             missing.push_back(*k);
           }
+          if (!r.done()) return malformedReply(describe(), "trailing bytes after the timeout reply");
           return storeWaitTimeout(describe(), missing);
         }
         case Reply::kError: {
           auto code = r.u8();
           auto msg = r.str();
           if (!code.ok() || !msg.ok() || *code == 0 ||
-              *code > static_cast<uint8_t>(StatusCode::kInternal)) {
-            return Internal("malformed store error reply from " + describe());
+              *code > static_cast<uint8_t>(StatusCode::kInternal) || !r.done()) {
+            return malformedReply(describe(), "error reply with an unknown code or a bad layout");
           }
           return Status(static_cast<StatusCode>(*code), "store " + describe() + ": " + *msg);
         }
@@ -208,7 +243,7 @@ Status TcpStore::setBy(std::string_view key, const Bytes& value, Deadline deadli
   w.u8(static_cast<uint8_t>(Op::kSet));
   w.str(key);
   w.blob(value);
-  return roundTrip(w, opDeadline().min(deadline), true).status();
+  return parseEmpty(describe(), roundTrip(w, opDeadline().min(deadline), true));
 }
 
 StatusOr<Bytes> TcpStore::get(std::string_view key, Deadline deadline) {
@@ -232,23 +267,14 @@ StatusOr<int64_t> TcpStore::add(std::string_view key, int64_t delta) {
 }
 
 Status TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
-  if (keys.size() > store_proto::kMaxWaitKeys) {
-    return InvalidArgument("wait() on " + std::to_string(keys.size()) + " keys; the limit is " +
-                           std::to_string(store_proto::kMaxWaitKeys));
-  }
-  Writer w;
-  w.u8(static_cast<uint8_t>(Op::kWait));
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) {
-    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
-    w.str(k);
-  }
-  return roundTrip(w, deadline, true, &keys).status();
+  COFAB_ASSIGN_OR_RETURN(Writer w, keyListRequest(Op::kWait, "wait()", keys));
+  return parseEmpty(describe(), roundTrip(w, deadline, true, &keys));
 }
 
 StatusOr<Bytes> TcpStore::compareSet(std::string_view key, const Bytes& expected,
                                      const Bytes& desired) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(expected));
   COFAB_RETURN_IF_ERROR(validateStoreValue(desired));
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kCompareSet));
@@ -271,17 +297,7 @@ StatusOr<bool> TcpStore::remove(std::string_view key) {
 }
 
 StatusOr<bool> TcpStore::check(const std::vector<std::string>& keys) {
-  if (keys.size() > store_proto::kMaxWaitKeys) {
-    return InvalidArgument("check() on " + std::to_string(keys.size()) + " keys; the limit is " +
-                           std::to_string(store_proto::kMaxWaitKeys));
-  }
-  Writer w;
-  w.u8(static_cast<uint8_t>(Op::kCheck));
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) {
-    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
-    w.str(k);
-  }
+  COFAB_ASSIGN_OR_RETURN(Writer w, keyListRequest(Op::kCheck, "check()", keys));
   COFAB_ASSIGN_OR_RETURN(Bytes body, roundTrip(w, opDeadline(), true));
   COFAB_ASSIGN_OR_RETURN(uint8_t all,
                          parseResult<uint8_t>(describe(), body, [](Reader& r) { return r.u8(); }));

@@ -52,6 +52,7 @@ class Writer {
   void blob(const Bytes& b) { bytes(b.data(), b.size()); }
   // The framed message: magic, length, body.
   Bytes frame(uint32_t magic) const;
+  size_t size() const { return buf_.size(); }
 
  private:
   Bytes buf_;

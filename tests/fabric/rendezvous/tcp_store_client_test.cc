@@ -187,6 +187,69 @@ TEST(TcpStoreClientTest, AMalformedResultIsDataLoss) {
   EXPECT_EQ(n.status().code(), StatusCode::kDataLoss) << n.status();
 }
 
+// Timeout and error replies are checked like results: a timeout to a request that cannot time
+// out, a key list cut short or followed by stray bytes, an unknown error code and a non-empty
+// answer to set are the server's fault (DataLoss), not a timeout or the caller's error.
+TEST(TcpStoreClientTest, MalformedTimeoutAndErrorRepliesAreDataLoss) {
+  ScriptedServer server([](int, const Bytes& request) {
+    Writer w;
+    switch (static_cast<store_proto::Op>(request[0])) {
+      case store_proto::Op::kGet:  // three keys announced, one follows
+        w.u8(static_cast<uint8_t>(store_proto::Reply::kTimeout));
+        w.u32(3);
+        w.str("k");
+        break;
+      case store_proto::Op::kWait:  // a whole list, then a stray byte
+        w.u8(static_cast<uint8_t>(store_proto::Reply::kTimeout));
+        w.u32(1);
+        w.str("k");
+        w.u8(0);
+        break;
+      case store_proto::Op::kAdd:  // a timeout to a request that cannot time out
+        w.u8(static_cast<uint8_t>(store_proto::Reply::kTimeout));
+        w.u32(0);
+        break;
+      case store_proto::Op::kRemove:  // an error code no version defines
+        w.u8(static_cast<uint8_t>(store_proto::Reply::kError));
+        w.u8(200);
+        w.str("?");
+        break;
+      default:  // set: OK with a result set never has
+        w.u8(static_cast<uint8_t>(store_proto::Reply::kOk));
+        w.u8(1);
+    }
+    return w.frame(store_proto::kResponseMagic);
+  });
+  auto client = TcpStore::connect("127.0.0.1", server.port(), {}, Deadline::afterMs(20000));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Store& s = **client;
+  EXPECT_EQ(s.get("k", Deadline::afterMs(5000)).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.wait({"k"}, Deadline::afterMs(5000)).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.add("n", 1).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.remove("k").status().code(), StatusCode::kDataLoss);
+  const Status set = s.set("k", toBytes("v"));
+  EXPECT_EQ(set.code(), StatusCode::kDataLoss) << set;
+}
+
+// A wait or check whose key list is over the protocol's body limit fails at once, naming the
+// limit; the server used to drop each attempt as a protocol error until the deadline.
+TEST(TcpStoreClientTest, AKeyListOverTheBodyLimitIsRefusedAtOnce) {
+  auto server = TcpStoreServer::start({});
+  ASSERT_TRUE(server.ok());
+  auto client = TcpStore::connect("127.0.0.1", (*server)->port(), {}, Deadline::afterMs(5000));
+  ASSERT_TRUE(client.ok());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 33000; ++i) {
+    std::string k = std::to_string(i);
+    keys.push_back(k + std::string(kMaxStoreKeyBytes - k.size(), 'x'));
+  }
+  const Status w = (*client)->wait(keys, Deadline::afterMs(60000));
+  EXPECT_EQ(w.code(), StatusCode::kInvalidArgument) << w;
+  EXPECT_NE(w.message().find("limit"), std::string::npos) << w;
+  EXPECT_EQ((*client)->check(keys).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*server)->stats().protocolErrors, 0u);
+}
+
 // A store host whose name does not resolve (yet) is retried until the deadline, like a refused
 // connection: a master's DNS record may appear only once it runs. It used to fail at once with
 // InvalidArgument. (".invalid" never resolves, RFC 6761.)
