@@ -70,6 +70,10 @@ StatusOr<addrinfo*> resolve(const HostPort& addr, bool passive) {
   return res;
 }
 
+// How long one connect attempt to one address may take before the next address (or the next
+// round) is tried. A handshake on any network cofab runs on takes far less.
+constexpr int64_t kConnectAttemptMs = 2000;
+
 // One non-blocking connect attempt bounded by `deadline`; the fd on success.
 StatusOr<int> connectOnce(const addrinfo* ai, Deadline deadline, const std::string& peer) {
   int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -105,35 +109,37 @@ StatusOr<int> connectOnce(const addrinfo* ai, Deadline deadline, const std::stri
 
 StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
   std::string peer = addr.toString();
-  addrinfo* res = nullptr;  // resolved inside the loop: the name may appear before the deadline
   auto backoff = std::chrono::milliseconds(5);
   Status last;
   int attempts = 0;
   while (true) {
-    if (res == nullptr) {
-      StatusOr<addrinfo*> resolved = resolve(addr, false);
-      if (resolved.ok()) {
-        res = *resolved;
-      } else if (resolved.status().code() == StatusCode::kUnavailable) {
-        last = resolved.status();
-      } else {
-        return resolved.status();
-      }
+    // Resolved again each round: the name may appear, or move to another address (a store
+    // host restarted elsewhere), before the deadline.
+    addrinfo* res = nullptr;
+    StatusOr<addrinfo*> resolved = resolve(addr, false);
+    if (resolved.ok()) {
+      res = *resolved;
+    } else if (resolved.status().code() == StatusCode::kUnavailable) {
+      last = resolved.status();
+    } else {
+      return resolved.status();
     }
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
       ++attempts;
-      auto fd = connectOnce(ai, deadline, peer);
+      // Each attempt gets a slice, not the whole deadline: an address that drops SYNs (an AAAA
+      // record behind a firewall) would otherwise keep the ones after it from being tried.
+      auto fd = connectOnce(ai, deadline.min(Deadline::afterMs(kConnectAttemptMs)), peer);
       if (fd.ok()) {
         freeaddrinfo(res);
         return fd;
       }
       last = fd.status();
     }
+    if (res != nullptr) freeaddrinfo(res);
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
-  if (res != nullptr) freeaddrinfo(res);
   return DeadlineExceeded("could not connect to " + peer + " before the deadline (" +
                           std::to_string(attempts) + " attempts; last: " + last.message() + ")");
 }

@@ -1,6 +1,8 @@
 // The TcpStore client against a scripted server: what it sends on a retry, and how it takes
 // replies that time out or break the protocol.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -263,6 +265,34 @@ TEST(TcpStoreClientTest, AHostThatDoesNotResolveIsRetriedUntilTheDeadline) {
   // Not a timing threshold: the call must have waited for its deadline rather than return at
   // once.
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+}
+
+// An address that drops SYNs (here: a listener whose accept queue is full) gets 2 s slices,
+// not the whole deadline: with several addresses (an AAAA record behind a firewall first) the
+// others are tried, and each round resolves the name again. The attempt count says which.
+TEST(TcpStoreClientTest, AnAddressThatDropsSynsIsTriedInSlicesNotForTheWholeDeadline) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const uint16_t port = ntohs(a.sin_port);
+  auto filler = connectTcp(HostPort{"127.0.0.1", port}, Deadline::afterMs(5000));  // queue full
+  ASSERT_TRUE(filler.ok()) << filler.status();
+  auto fd = connectTcp(HostPort{"127.0.0.1", port}, Deadline::afterMs(3000));
+  ::close(*filler);
+  ::close(listener);
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ(fd.status().code(), StatusCode::kDeadlineExceeded);
+  const std::string& m = fd.status().message();
+  const size_t at = m.find(" attempts");
+  ASSERT_NE(at, std::string::npos) << m;
+  const size_t open = m.rfind('(', at);
+  EXPECT_GE(std::stoi(m.substr(open + 1, at - open - 1)), 2) << m;
 }
 
 // One TcpStore shared by threads: a get that waits for a key does not hold up the other
