@@ -80,7 +80,7 @@ void BM_TcpStoreBarrier(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_TcpStoreBarrier)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TcpStoreBarrier)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TcpStoreSet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_TcpStoreGet)->Arg(64)->Threads(1)->Threads(4)->UseRealTime();
 
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
                     {"ops_per_s", cofab::bench::num(1e9 / c->realTimeNs, 6)}});
     }
   }
-  for (int ranks : {64, 256}) {
+  for (int ranks : {64, 256, 1024}) {
     const auto* c = cofab::bench::findCase(
         cases, "BM_TcpStoreBarrier/" + std::to_string(ranks) + "/real_time");
     if (c == nullptr) continue;

@@ -7,10 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -44,7 +46,7 @@ class TcpStoreServer::Loop {
     Bytes in;         // unparsed bytes
     Bytes out;        // unsent response bytes
     size_t outOffset = 0;
-    bool parked = false;  // a get/wait is waiting for keys
+    uint64_t parkId = 0;  // its get/wait waiting for keys (parked_), 0: none
     bool wantWrite = false;
   };
   struct Parked {
@@ -53,6 +55,7 @@ class TcpStoreServer::Loop {
     Op op;
     std::vector<std::string> keys;
     Deadline deadline;
+    size_t awaited = 0;  // index in keys of the key it is registered in waitingOn_ for
   };
 
   void acceptAll();
@@ -64,9 +67,16 @@ class TcpStoreServer::Loop {
   bool handle(Conn& c, const uint8_t* body, size_t len);
   void reply(Conn& c, const Writer& w);
   void replyError(Conn& c, const Status& s);
-  // Completes parked requests whose keys now exist or whose deadline passed.
+  // Completes parked requests whose awaited key was written or whose deadline passed.
   void serviceParked();
-  bool tryComplete(const Parked& p, bool timedOut);
+  // Answers `p` if all its keys exist (or, timed out, with the missing ones) and returns true;
+  // else registers it for its first missing key and returns false. A request waits on one
+  // key at a time, so a write touches only the requests waiting on that key: rescanning every
+  // parked request's keys on every loop turn cost O(waits x keys) per turn (a 1024-rank
+  // barrier: a million lookups a turn).
+  bool settle(uint64_t id, Parked& p, bool timedOut);
+  void keyWritten(const std::string& key);
+  void unpark(uint64_t id);
   void closeConn(int fd, const char* why);
   int nextTimeoutMs() const;
   void updateBuffered();
@@ -83,7 +93,12 @@ class TcpStoreServer::Loop {
   std::atomic<bool> stop_{false};
   std::unordered_map<int, Conn> conns_;
   uint64_t nextConnId_ = 1;
-  std::deque<Parked> parked_;
+  std::unordered_map<uint64_t, Parked> parked_;
+  uint64_t nextParkId_ = 1;
+  // Parked request ids by the key each waits on next, and by deadline (never: not listed).
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> waitingOn_;
+  std::set<std::pair<Clock::time_point, uint64_t>> byDeadline_;
+  std::vector<uint64_t> woken_;  // requests whose awaited key was written since the last pass
   Deadline acceptPausedUntil_ = Deadline::never();  // never: accepting
   std::map<std::string, Bytes, std::less<>> data_;
 
@@ -107,6 +122,9 @@ void TcpStoreServer::Loop::closeAll() {
   for (auto& [fd, _] : conns_) ::close(fd);
   conns_.clear();
   parked_.clear();
+  waitingOn_.clear();
+  byDeadline_.clear();
+  woken_.clear();
   if (listenFd_ >= 0) ::close(listenFd_);
   listenFd_ = -1;
   std::lock_guard<std::mutex> lock(statsMu_);
@@ -144,8 +162,8 @@ TcpStoreServer::Stats TcpStoreServer::Loop::stats() const {
 
 int TcpStoreServer::Loop::nextTimeoutMs() const {
   int ms = acceptPausedUntil_.isNever() ? -1 : acceptPausedUntil_.remainingMsForPoll();
-  for (const auto& p : parked_) {
-    int left = p.deadline.remainingMsForPoll();
+  if (!byDeadline_.empty()) {
+    const int left = Deadline::at(byDeadline_.begin()->first).remainingMsForPoll();
     if (ms < 0 || left < ms) ms = left;
   }
   return ms;
@@ -247,9 +265,10 @@ void TcpStoreServer::Loop::closeConn(int fd, const char* why) {
   COFAB_LOG(kDebug, "store") << "closing connection fd " << fd << ": " << why;
   ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
+  if (auto it = conns_.find(fd); it != conns_.end() && it->second.parkId != 0) {
+    unpark(it->second.parkId);
+  }
   conns_.erase(fd);
-  // Parked requests of this connection are dropped by serviceParked(), which may be iterating
-  // parked_ right now.
   std::lock_guard<std::mutex> lock(statsMu_);
   stats_.openConnections = conns_.size();
 }
@@ -267,7 +286,7 @@ void TcpStoreServer::Loop::onReadable(Conn& c) {
         closeConn(c.fd, "input beyond one frame while a request is pending");
         return;
       }
-      if (!c.parked && !serveFrames(c)) return;
+      if (c.parkId == 0 && !serveFrames(c)) return;
       // A reply the socket did not take: read no more until it has gone (onWritable resumes),
       // so a client that sends requests without reading the answers is held back by TCP
       // instead of growing this server's memory by one answer per request.
@@ -288,7 +307,7 @@ void TcpStoreServer::Loop::onReadable(Conn& c) {
 bool TcpStoreServer::Loop::serveFrames(Conn& c) {
   size_t off = 0;
   int fd = c.fd;
-  while (!c.parked && c.out.empty() && c.in.size() - off >= store_proto::kFrameHeaderBytes) {
+  while (c.parkId == 0 && c.out.empty() && c.in.size() - off >= store_proto::kFrameHeaderBytes) {
     auto len = store_proto::parseFrameHeader(c.in.data() + off, store_proto::kRequestMagic);
     if (!len.ok()) {
       COFAB_LOG(kWarn, "store") << "closing client: " << len.status().message();
@@ -360,7 +379,7 @@ void TcpStoreServer::Loop::onWritable(Conn& c) {
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
   // Requests that arrived while the reply waited are served now; more in the socket are
   // picked up by EPOLLIN.
-  if (!c.parked && !c.in.empty()) serveFrames(c);
+  if (c.parkId == 0 && !c.in.empty()) serveFrames(c);
 }
 
 void TcpStoreServer::Loop::replyError(Conn& c, const Status& s) {
@@ -410,7 +429,7 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
         replyError(c, s);
         return true;
       }
-      data_.insert_or_assign(std::move(*key), std::move(*value));
+      keyWritten(data_.insert_or_assign(std::move(*key), std::move(*value)).first->first);
       w.u8(static_cast<uint8_t>(Reply::kOk));
       reply(c, w);
       return true;
@@ -428,10 +447,15 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
       auto timeoutMs = r.u32();
       if (!timeoutMs.ok() || !r.done()) return false;
       if (!validKeys(keys)) return true;
-      Parked p{c.fd, c.id, static_cast<Op>(*op), std::move(keys), Deadline::afterMs(*timeoutMs)};
-      if (!tryComplete(p, false)) {
-        c.parked = true;
-        parked_.push_back(std::move(p));
+      const uint64_t id = nextParkId_++;
+      Parked& p =
+          parked_
+              .emplace(id, Parked{c.fd, c.id, static_cast<Op>(*op), std::move(keys),
+                                  Deadline::afterMs(*timeoutMs)})
+              .first->second;
+      if (!settle(id, p, false)) {
+        c.parkId = id;
+        if (!p.deadline.isNever()) byDeadline_.emplace(p.deadline.when(), id);
       }
       return true;
     }
@@ -446,7 +470,8 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
         replyError(c, result.status());
         return true;
       }
-      data_.insert_or_assign(std::move(*key), toBytes(std::to_string(*result)));
+      keyWritten(
+          data_.insert_or_assign(std::move(*key), toBytes(std::to_string(*result))).first->first);
       w.u8(static_cast<uint8_t>(Reply::kOk));
       w.i64(*result);
       reply(c, w);
@@ -467,7 +492,7 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
       w.u8(static_cast<uint8_t>(Reply::kOk));
       if (matches) {
         w.blob(*desired);
-        data_.insert_or_assign(std::move(*key), std::move(*desired));
+        keyWritten(data_.insert_or_assign(std::move(*key), std::move(*desired)).first->first);
       } else {
         w.blob(it == data_.end() ? Bytes{} : it->second);
       }
@@ -498,50 +523,90 @@ bool TcpStoreServer::Loop::handle(Conn& c, const uint8_t* body, size_t len) {
   return false;  // unknown op
 }
 
-bool TcpStoreServer::Loop::tryComplete(const Parked& p, bool timedOut) {
-  auto it = conns_.find(p.fd);
-  if (it == conns_.end() || it->second.id != p.connId) return true;  // client gone: drop
-  std::vector<std::string> missing;
-  for (const auto& k : p.keys) {
-    if (data_.find(k) == data_.end()) missing.push_back(k);
+bool TcpStoreServer::Loop::settle(uint64_t id, Parked& p, bool timedOut) {
+  auto conn = conns_.find(p.fd);
+  if (conn == conns_.end() || conn->second.id != p.connId) {  // client gone: drop
+    unpark(id);
+    return true;
   }
-  if (!missing.empty() && !timedOut) return false;
+  auto missingAt = [&](size_t i) { return data_.find(p.keys[i]) == data_.end(); };
+  // From the awaited key on, then the ones before it: a remove may have taken one away again.
+  size_t next = p.keys.size();
+  for (size_t i = p.awaited; i < p.keys.size() && next == p.keys.size(); ++i) {
+    if (missingAt(i)) next = i;
+  }
+  for (size_t i = 0; i < p.awaited && next == p.keys.size(); ++i) {
+    if (missingAt(i)) next = i;
+  }
+  if (next < p.keys.size() && !timedOut) {
+    p.awaited = next;
+    waitingOn_[p.keys[next]].insert(id);
+    return false;
+  }
   Writer w;
-  if (!missing.empty()) {
+  if (next < p.keys.size()) {
+    std::vector<const std::string*> missing;
+    for (size_t i = 0; i < p.keys.size(); ++i) {
+      if (missingAt(i)) missing.push_back(&p.keys[i]);
+    }
     w.u8(static_cast<uint8_t>(Reply::kTimeout));
     w.u32(static_cast<uint32_t>(missing.size()));
-    for (const auto& k : missing) w.str(k);
+    for (const auto* k : missing) w.str(*k);
   } else {
     w.u8(static_cast<uint8_t>(Reply::kOk));
     if (p.op == Op::kGet) w.blob(data_.find(p.keys[0])->second);
   }
-  Conn& c = it->second;
-  c.parked = false;
+  // Unparked before the reply, which may close the connection (and look for its park).
+  unpark(id);
+  Conn& c = conn->second;
+  c.parkId = 0;
   reply(c, w);
   return true;
+}
+
+void TcpStoreServer::Loop::unpark(uint64_t id) {
+  auto it = parked_.find(id);
+  if (it == parked_.end()) return;
+  const Parked& p = it->second;
+  if (auto w = waitingOn_.find(p.keys[p.awaited]); w != waitingOn_.end()) {
+    w->second.erase(id);
+    if (w->second.empty()) waitingOn_.erase(w);
+  }
+  if (!p.deadline.isNever()) byDeadline_.erase({p.deadline.when(), id});
+  parked_.erase(it);
+}
+
+void TcpStoreServer::Loop::keyWritten(const std::string& key) {
+  auto w = waitingOn_.find(key);
+  if (w == waitingOn_.end()) return;
+  woken_.insert(woken_.end(), w->second.begin(), w->second.end());
+  waitingOn_.erase(w);
 }
 
 void TcpStoreServer::Loop::serviceParked() {
   // Until nothing changes: a client whose request completed may have pipelined more frames,
   // and a set among them can complete requests this pass already looked at (they would
   // otherwise wait for their deadline).
-  bool servedMore = true;
-  while (servedMore && !parked_.empty()) {
-    servedMore = false;
+  const auto now = Clock::now();
+  while (!byDeadline_.empty() && byDeadline_.begin()->first <= now) {
+    woken_.push_back(byDeadline_.begin()->second);
+    byDeadline_.erase(byDeadline_.begin());
+  }
+  while (!woken_.empty()) {
+    std::vector<uint64_t> ready;
+    ready.swap(woken_);
     std::vector<int> resumed;
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (tryComplete(*it, it->deadline.expired())) {
-        resumed.push_back(it->fd);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
+    for (uint64_t id : ready) {
+      auto it = parked_.find(id);
+      if (it == parked_.end()) continue;  // answered, or its connection closed
+      Parked& p = it->second;
+      const int fd = p.fd;
+      if (settle(id, p, p.deadline.expired())) resumed.push_back(fd);
     }
     for (int fd : resumed) {
       auto c = conns_.find(fd);
-      if (c != conns_.end() && !c->second.in.empty() && !c->second.parked) {
+      if (c != conns_.end() && !c->second.in.empty() && c->second.parkId == 0) {
         serveFrames(c->second);
-        servedMore = true;
       }
     }
   }

@@ -120,6 +120,31 @@ TEST_P(StoreContractTest, WaitNamesOnlyTheMissingKeys) {
   EXPECT_FALSE(*store_->check({"a", "zzz"}));
 }
 
+// A wait completes only when every key exists at once: one set and then removed while it
+// waited for another does not count, and many waiters on the same keys are all released by
+// the writes they wait for (the tcp server waits on one key at a time and re-checks the rest).
+TEST_P(StoreContractTest, AWaitNeedsEveryKeyAtOnceAndReleasesEveryWaiter) {
+  constexpr int kWaiters = 4;
+  std::atomic<int> released{0};
+  std::vector<Status> results(kWaiters);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      results[size_t(i)] = store_->wait({"x", "y"}, Deadline::afterMs(20000));
+      released++;
+    });
+  }
+  std::this_thread::sleep_for(Millis(50));  // parked, most likely (if not, the same must hold)
+  ASSERT_TRUE(store_->set("x", toBytes("1")).ok());
+  ASSERT_TRUE(*store_->remove("x"));
+  ASSERT_TRUE(store_->set("y", toBytes("1")).ok());
+  std::this_thread::sleep_for(Millis(50));
+  EXPECT_EQ(released.load(), 0) << "a wait returned while 'x' was missing";
+  ASSERT_TRUE(store_->set("x", toBytes("2")).ok());
+  for (auto& t : waiters) t.join();
+  for (const Status& r : results) EXPECT_TRUE(r.ok()) << r;
+}
+
 TEST_P(StoreContractTest, AddIsAtomicAcrossThreads) {
   constexpr int kThreads = 8, kAdds = 50;
   auto statuses = testing::runThreadRanks(kThreads, [&](int) -> Status {
