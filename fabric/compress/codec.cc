@@ -97,7 +97,8 @@ bool encodeInt8(float* x, size_t n, uint8_t*& p) {
     }
   } else {
     // A saturated block (range up to 2^129): x - lo may overflow, x * inv - lo * inv cannot
-    // (each term is at most 2^8), and it is at most 513, so the conversion stays defined.
+    // (each term is at most ~2^9), and the sum stays near 1024 at most ({-FLT_MAX, FLT_MAX}), so
+    // the conversion to int stays defined before the clamp to 255.
     const float loInv = lo * inv;
     for (size_t j = 0; j < n; ++j) {
       const int q = std::min(static_cast<int>(x[j] * inv - loInv + 0.5f), 255);

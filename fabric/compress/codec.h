@@ -7,7 +7,7 @@
 // `block` elements (the last block shorter):
 //   u32 count, u32 block, then per block:
 //     kInt8:   f32 min, f32 scale, then n bytes q      (x' = min + q * scale, q in 0..255)
-//     kOneBit: f32 scale, then ceil(n / 8) bytes of sign bits, bit j of byte j/8 = x_j >= 0
+//     kOneBit: f32 scale, then ceil(n / 8) bytes of sign bits, bit j%8 (least significant first) of byte j/8 = x_j >= 0
 //              (x' = +scale or -scale; scale = mean |x| over the block)
 //   A block with an Inf or NaN has NaN parameters (min and scale, or scale) and zero bytes.
 //   then zero padding to a multiple of 4 bytes (the wire header's f32 element size).
