@@ -194,7 +194,9 @@ class PushPullClient {
                           const PushPullOptions& options = {});
 
   // Waits for every operation started so far: the first failure, or DeadlineExceeded naming
-  // what is missing.
+  // what is missing. Operations that finished (or were refused) before the call count too,
+  // however long ago; each failure is returned by one waitAll() only, so a later call reports
+  // only what failed since.
   Status waitAll(Deadline deadline);
 
   // OK, or the sticky error that failed the client.

@@ -62,6 +62,9 @@ struct OpState {
   int ioInFlight = 0;
   bool deferred = false;
   Status deferredStatus;
+  // Its failure has been returned by a waitAll() or recorded for the next one (each failure
+  // is reported once).
+  bool reported = false;
 
   void beginIo() {
     std::lock_guard<std::mutex> lock(mu);
@@ -286,6 +289,8 @@ class PushPullClient::Impl {
     Status bad = validate(in, out, options);
     if (!bad.ok()) {
       op->finish(bad.withContext("pushPull key=" + std::to_string(key)));
+      std::lock_guard<std::mutex> lock(mu_);
+      noteUnwaitedLocked(*op);
       return handle;
     }
     const size_t esize = dtypeSize(in.dtype);
@@ -386,12 +391,30 @@ class PushPullClient::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       ops = ops_;
     }
-    Status first;
-    for (auto& op : ops) {
-      Status s = PushPullHandle(op).wait(deadline);
-      if (!s.ok() && first.ok()) first = s;
+    std::vector<Status> waited;
+    for (auto& op : ops) waited.push_back(PushPullHandle(op).wait(deadline));
+    // Decided under mu_, where finished ops are also dropped from ops_ (and their failures
+    // recorded in unreported_): each failure goes to exactly one waitAll().
+    std::lock_guard<std::mutex> lock(mu_);
+    Status first = std::exchange(unreported_, OkStatus());
+    for (size_t i = 0; i < ops.size() && first.ok(); ++i) {
+      std::lock_guard<std::mutex> l(ops[i]->mu);
+      if (!ops[i]->done) {
+        first = waited[i];  // the wait's own DeadlineExceeded, naming what is missing
+      } else if (!ops[i]->status.ok() && !ops[i]->reported) {
+        ops[i]->reported = true;
+        first = ops[i]->status;
+      }
     }
     return first;
+  }
+
+  // The failure of an op that never entered ops_ or has left it, for the next waitAll().
+  void noteUnwaitedLocked(detail::OpState& op) {
+    std::lock_guard<std::mutex> l(op.mu);
+    if (!op.done || op.status.ok() || op.reported) return;
+    op.reported = true;
+    if (unreported_.ok()) unreported_ = op.status;
   }
 
   Status status() const {
@@ -511,10 +534,12 @@ class PushPullClient::Impl {
                                  uint32_t chunkCount) {
     if (!sticky_.ok()) {
       op.finish(sticky_);
+      noteUnwaitedLocked(op);
       return true;
     }
     if (closed_) {  // close() runs (its goodbyes, the joins) before it sets sticky_
       op.finish(Cancelled("push-pull client closed"));
+      noteUnwaitedLocked(op);
       return true;
     }
     if (chunkCount == 0) {
@@ -527,7 +552,13 @@ class PushPullClient::Impl {
     bool inFlight = false;
     std::erase_if(ops_, [&](const std::shared_ptr<detail::OpState>& other) {
       std::lock_guard<std::mutex> l(other->mu);
-      if (other->done) return true;
+      if (other->done) {
+        if (!other->status.ok() && !other->reported) {
+          other->reported = true;
+          if (unreported_.ok()) unreported_ = other->status;
+        }
+        return true;
+      }
       inFlight = inFlight || (other->key == key && other->iteration == iteration);
       return false;
     });
@@ -535,6 +566,7 @@ class PushPullClient::Impl {
     op.finish(FailedPrecondition("pushPull key=" + std::to_string(key) +
                                  " iteration=" + std::to_string(iteration) +
                                  " is already in flight on this client"));
+    noteUnwaitedLocked(op);
     return true;
   }
 
@@ -915,6 +947,9 @@ class PushPullClient::Impl {
   std::mutex feedbackMu_;             // guards feedback_ (taken before, never inside, mu_)
   compress::ErrorFeedback feedback_;  // per key, 1-bit compression
   std::vector<std::shared_ptr<detail::OpState>> ops_;
+  // The first failure of an op no longer in ops_ (dropped when done, or refused at the start)
+  // that no waitAll() has returned yet.
+  Status unreported_;
   std::thread heartbeat_;
 };
 
