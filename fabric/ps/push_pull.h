@@ -115,7 +115,8 @@ struct ClientOptions {
   std::string storePrefix = "cofab/agg";
   // Static daemon addresses instead of the store (index = daemon id). Empty: read the store.
   std::vector<std::string> serverAddresses;
-  // Chunk size in bytes; 0: COFAB_PS_CHUNK_BYTES (default 4 MiB). Same on every worker.
+  // Chunk size in bytes; 0: COFAB_PS_CHUNK_BYTES (default 4 MiB). Same on every worker. At
+  // most 1 GiB (a message's payload limit); more is InvalidArgument at connect.
   size_t chunkBytes = 0;
   // Replication on: every chunk has a backup daemon ((primary + 1) % M) that the primary
   // forwards to before acknowledging; on the primary's death the client fails over to it.

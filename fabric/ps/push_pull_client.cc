@@ -968,6 +968,11 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
   if (options.chunkBytes == 0) {
     COFAB_ASSIGN_OR_RETURN(int64_t v, kPsChunkBytes.get());
     impl->chunkBytes_ = static_cast<size_t>(v);
+  } else if (options.chunkBytes > wire::kDefaultMaxPayload) {
+    // Refused here, not by the first large push's send, which would look like a lost daemon.
+    return InvalidArgument("PushPullClient: ClientOptions::chunkBytes=" +
+                           std::to_string(options.chunkBytes) + " exceeds a message's " +
+                           std::to_string(wire::kDefaultMaxPayload) + " bytes");
   } else {
     impl->chunkBytes_ = options.chunkBytes;
   }

@@ -40,6 +40,20 @@ TEST(PushPullClient, WithoutAStoreTheAddressesAreRequired) {
   EXPECT_NE(c.status().message().find("serverAddresses"), std::string::npos) << c.status();
 }
 
+// A chunk larger than a message may carry is the caller's configuration error, said at
+// connect. It used to pass, and the first large pushPull failed to send and was reported as a
+// lost daemon.
+TEST(PushPullClient, AChunkSizeOverTheMessageLimitIsRefusedAtConnect) {
+  ClientOptions o;
+  o.serverAddresses = {"127.0.0.1:1"};
+  o.connectTimeoutMs = 300;
+  o.chunkBytes = (size_t{1} << 30) + 64;
+  auto c = PushPullClient::connect(0, 1, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("chunkBytes"), std::string::npos) << c.status();
+}
+
 TEST(PushPullClient, InvalidHandleSaysSo) {
   PushPullHandle h;
   EXPECT_FALSE(h.valid());
