@@ -312,9 +312,11 @@ void TcpConnectionImpl::close() {
     scheduled_ = true;
   }
   if (needSchedule && !loop_->schedule(shared_from_this())) {
-    // The loop is gone (context joined): it already failed everything that was queued.
-    std::lock_guard<std::mutex> lock(submitMu_);
-    scheduled_ = false;
+    // The loop is gone (context joined): it already failed everything queued before. A send or
+    // recv another thread submitted since saw scheduled_ set and left its completion to this
+    // call, so fail what is queued now (as submitSend/submitRecv do) rather than only
+    // clearing the flag, which left such an operation without a callback.
+    failOffLoop();
   }
 }
 
