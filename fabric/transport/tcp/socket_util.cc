@@ -208,14 +208,20 @@ Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer) {
 namespace {
 
 Status waitFd(int fd, short events, Deadline deadline, std::string_view what,
-              std::string_view peer) {
+              std::string_view peer, const std::function<bool()>& cancelled) {
   while (true) {
+    if (cancelled && cancelled()) {
+      return Cancelled("tcp: stopped " + std::string(what) + " (peer " + std::string(peer) +
+                       "): the transport context was closed");
+    }
     if (deadline.expired()) {
       return DeadlineExceeded("tcp: timed out " + std::string(what) + " (peer " +
                               std::string(peer) + ")");
     }
     pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, deadline.remainingMsForPoll());
+    const int slice = cancelled ? std::min(deadline.remainingMsForPoll(), 100)
+                                : deadline.remainingMsForPoll();
+    const int rc = ::poll(&p, 1, slice);
     if (rc > 0) return OkStatus();
     if (rc < 0 && errno != EINTR) return errnoStatus(StatusCode::kIoError, "poll", errno, peer);
   }
@@ -223,7 +229,8 @@ Status waitFd(int fd, short events, Deadline deadline, std::string_view what,
 
 }  // namespace
 
-Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::string_view peer) {
+Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::string_view peer,
+                const std::function<bool()>& cancelled) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (size > 0) {
     const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
@@ -231,7 +238,7 @@ Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::s
       p += n;
       size -= static_cast<size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLOUT, deadline, "sending the handshake", peer));
+      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLOUT, deadline, "sending the handshake", peer, cancelled));
     } else if (n < 0 && errno != EINTR) {
       return errnoStatus(StatusCode::kRemoteError, "send", errno, peer);
     }
@@ -239,7 +246,8 @@ Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::s
   return OkStatus();
 }
 
-Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_view peer) {
+Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_view peer,
+               const std::function<bool()>& cancelled) {
   auto* p = static_cast<uint8_t*>(data);
   while (size > 0) {
     const ssize_t n = ::recv(fd, p, size, 0);
@@ -250,7 +258,7 @@ Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_v
       return RemoteError("tcp: peer " + std::string(peer) + " closed the connection during the "
                          "handshake (is it a cofab listener?)");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLIN, deadline, "waiting for the handshake", peer));
+      COFAB_RETURN_IF_ERROR(waitFd(fd, POLLIN, deadline, "waiting for the handshake", peer, cancelled));
     } else if (errno != EINTR) {
       return errnoStatus(StatusCode::kRemoteError, "recv", errno, peer);
     }

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -73,7 +74,11 @@ Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer);
 Status setNonBlocking(int fd, bool on, std::string_view peer);
 
 // Blocking-with-deadline helpers for the connect-side handshake (poll + non-blocking I/O).
-Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::string_view peer);
-Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_view peer);
+// `cancelled`, when set, is asked every 100 ms while waiting: true ends the wait with
+// Cancelled (the transport context was closed).
+Status writeAll(int fd, const void* data, size_t size, Deadline deadline, std::string_view peer,
+                const std::function<bool()>& cancelled = {});
+Status readAll(int fd, void* data, size_t size, Deadline deadline, std::string_view peer,
+               const std::function<bool()>& cancelled = {});
 
 }  // namespace cofab::transport::tcp

@@ -141,7 +141,8 @@ uint64_t randomToken() {
 
 // Hello{our id, stripe group} -> HelloAck{their id}; returns their id.
 StatusOr<std::string> clientHandshake(int fd, const std::string& text, const std::string& localId,
-                                      const StripeGroup& group, Deadline deadline) {
+                                      const StripeGroup& group, Deadline deadline,
+                                      const std::function<bool()>& cancelled) {
   wire::Header hello;
   hello.type = wire::MessageType::kHello;
   hello.payloadLength = localId.size();
@@ -153,9 +154,9 @@ StatusOr<std::string> clientHandshake(int fd, const std::string& text, const std
   std::string out(wire::kHeaderSize, '\0');
   wire::encodeHeader(hello, reinterpret_cast<uint8_t*>(out.data()));
   out += localId;
-  COFAB_RETURN_IF_ERROR(writeAll(fd, out.data(), out.size(), deadline, text));
+  COFAB_RETURN_IF_ERROR(writeAll(fd, out.data(), out.size(), deadline, text, cancelled));
   uint8_t hdr[wire::kHeaderSize];
-  COFAB_RETURN_IF_ERROR(readAll(fd, hdr, sizeof(hdr), deadline, text));
+  COFAB_RETURN_IF_ERROR(readAll(fd, hdr, sizeof(hdr), deadline, text, cancelled));
   auto ack = wire::decodeHeader({hdr, sizeof(hdr)}, {kMaxHandshakeId});
   if (!ack.ok()) return ack.status().withContext("tcp handshake with " + text);
   if (ack->type != wire::MessageType::kHelloAck) {
@@ -163,7 +164,7 @@ StatusOr<std::string> clientHandshake(int fd, const std::string& text, const std
                     std::string(wire::messageTypeName(ack->type)));
   }
   std::string peerId(ack->payloadLength, '\0');
-  COFAB_RETURN_IF_ERROR(readAll(fd, peerId.data(), peerId.size(), deadline, text));
+  COFAB_RETURN_IF_ERROR(readAll(fd, peerId.data(), peerId.size(), deadline, text, cancelled));
   return peerId;
 }
 
@@ -332,7 +333,10 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& ad
   }
   // A listener that goes away mid-handshake (closed, restarting) shows up as a reset or EOF:
   // worth another attempt, like a refused connect.
-  auto peerId = clientHandshake(fd.get(), text, options.localId, group, deadline);
+  // A listener that accepted at the TCP level but never answers (a stopped process, a paused
+  // accept) must not hold the caller past a close() of this context.
+  auto peerId = clientHandshake(fd.get(), text, options.localId, group, deadline,
+                                [state = state_] { return state->closed(); });
   if (!peerId.ok()) {
     const StatusCode c = peerId.status().code();
     *retryable = c == StatusCode::kRemoteError || c == StatusCode::kDeadlineExceeded;

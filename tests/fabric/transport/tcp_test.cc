@@ -1,4 +1,6 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -350,6 +352,38 @@ TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
   const auto r = connecting.get();
   EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status();
   EXPECT_NE(r.status().message().find("closed"), std::string::npos) << r.status();
+  (*ctx)->join();
+}
+
+// A listener whose kernel completes the TCP handshake but that never answers the Hello (a
+// plain listen() socket here; a stopped process or a paused accept in life): closing the
+// context ends the connect at once. Only the connect(2) wait used to check for a closed
+// context; the Hello exchange waited for the whole attempt (here set to 2 minutes).
+TEST(TcpTest, ClosingTheContextEndsAConnectStuckInTheHandshake) {
+  ::setenv("COFAB_TCP_CONNECT_TIMEOUT_MS", "120000", 1);
+  auto ctx = tcp::createContext({.localId = "c"}, {});
+  ::unsetenv("COFAB_TCP_CONNECT_TIMEOUT_MS");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(silent, 8), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto connecting = std::async(std::launch::async, [&] {
+    return (*ctx)->connect(address, {}, Deadline::afterMs(90000));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // waiting for the HelloAck
+  (*ctx)->close();
+  ASSERT_EQ(connecting.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the connect still waits for the silent listener's answer";
+  const auto r = connecting.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status();
+  ::close(silent);
   (*ctx)->join();
 }
 
