@@ -404,11 +404,20 @@ Status TcpConnectionImpl::peerClosed() const {
                      " (did it exit or crash?)");
 }
 
+void TcpConnectionImpl::failQueuedSendsLocked() {
+  for (; sendHead_ < sendQueue_.size(); ++sendHead_) {
+    auto& op = sendQueue_[sendHead_];
+    if (op->error.ok()) op->error = sendFailure_;
+    doneSends_.push_back(std::move(op));
+  }
+}
+
 void TcpConnectionImpl::flushWrites(bool nowWritable) {
   Status error;
   {
     std::lock_guard<std::mutex> w(writeMu_);
     if (nowWritable) writable_ = true;
+    if (!sendFailure_.ok()) failQueuedSendsLocked();
     while (writeReady_ && writable_ && sendHead_ < sendQueue_.size()) {
       // Ops that failed validation complete in their turn, without touching the socket.
       if (!sendQueue_[sendHead_]->error.ok()) {
@@ -460,7 +469,27 @@ void TcpConnectionImpl::flushWrites(bool nowWritable) {
     completeSend(std::move(op), s);
   }
   completing_.clear();
-  if (!error.ok()) fail(error);
+  if (error.ok()) return;
+  if (!inputQueued()) {
+    fail(error);
+    return;
+  }
+  // Messages the peer sent before the reset are still in the socket: closing it now would
+  // throw them away (an aggregator's last reply, a peer's error report). The sends fail with
+  // the sticky error; the receives read what is queued and meet the error after it.
+  markFailed(error);
+  const Status sticky = status();  // submitMu_ before writeMu_
+  {
+    std::lock_guard<std::mutex> w(writeMu_);
+    sendFailure_ = sticky;
+    failQueuedSendsLocked();
+    completing_.swap(doneSends_);
+  }
+  for (auto& op : completing_) {
+    const Status s = op->error;
+    completeSend(std::move(op), s);
+  }
+  completing_.clear();
 }
 
 // Finished operations leave empty slots in front of the head. A queue that never drains (a

@@ -99,6 +99,8 @@ class TcpConnectionImpl final : public EpollHandler,
 
   // Loop thread only.
   void flushWrites(bool nowWritable = false);
+  // Under writeMu_: completes every queued send with sendFailure_ (its own error if it has one).
+  void failQueuedSendsLocked();
   void pumpReads();
   bool readHeader(RecvOp& op);
   bool readPayload(RecvOp& op);
@@ -148,6 +150,9 @@ class TcpConnectionImpl final : public EpollHandler,
   bool writable_ = true;
   std::vector<std::unique_ptr<SendOp>> sendQueue_;
   size_t sendHead_ = 0;
+  // Set when a write failed while input was still queued (a reset after whole messages): the
+  // socket stays open for reading them, and every send fails with this, the sticky error.
+  Status sendFailure_;
   std::vector<iovec> gather_;
   // Written completely (by the loop or a caller's inline write), callbacks not yet run; the
   // loop runs them in this order.

@@ -528,6 +528,54 @@ TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
   EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
 }
 
+// The same, with a send posted after the reset and before the receives: the send fails with
+// the connection's sticky error, and the message that arrived before the reset is still
+// received. The failing write used to close the socket with the message unread and fail the
+// receives with "sendmsg: Broken pipe".
+TEST(TcpTest, ASendAfterAResetDoesNotDiscardTheMessagesThatArrivedBeforeIt) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  const int fd = rawConnect(**l);
+  ASSERT_GE(fd, 0);
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  const auto b = wire::encodeHeader(hello);
+  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto h = wire::encodeHeader(wire::Header{.key = 9, .payloadLength = payload.size()});
+  std::vector<uint8_t> message(h.begin(), h.end());
+  message.insert(message.end(), payload.begin(), payload.end());
+  ASSERT_EQ(::write(fd, message.data(), message.size()), 72);
+  const linger abortive{.l_onoff = 1, .l_linger = 0};
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)), 0);
+  ::close(fd);
+  for (const Deadline d = testDeadline(); (*a)->status().ok() && !d.expired();) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const Status sticky = (*a)->status();
+  ASSERT_EQ(sticky.code(), StatusCode::kRemoteError) << sticky;
+  std::vector<uint8_t> out(64, 7);
+  Recorder sent;
+  (*a)->send(wire::Header{.key = 1, .payloadLength = out.size()}, out.data(), out.size(),
+             sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_EQ(sent.statuses()[0].code(), sticky.code()) << sent.statuses()[0];
+  std::vector<uint8_t> got(payload.size());
+  Recorder rec;
+  (*a)->recv(got.data(), got.size(), rec.recvCb());
+  ASSERT_TRUE(rec.wait(1));
+  ASSERT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
+  EXPECT_EQ(got, payload);
+  Recorder after;
+  (*a)->recv(got.data(), got.size(), after.recvCb());
+  ASSERT_TRUE(after.wait(1));
+  EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
+}
+
 TEST(TcpTest, IdleAndClosedObjectsDoNotSpin) {
   TcpPair p;
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
