@@ -886,7 +886,14 @@ class PushPullClient::Impl {
         ++it;
       }
     }
-    for (auto& s : servers_) drainCreditLocked(s);
+    for (auto& s : servers_) {
+      // Its chunks still waiting for credit leave the queue now. Left there, an entry would
+      // send whatever later takes the same (key, iteration, chunk): the op pushed again sent
+      // each chunk twice and leaked the second one's credit.
+      std::erase_if(s.creditQueue,
+                    [&](const ChunkId& id) { return pending_.find(id) == pending_.end(); });
+      drainCreditLocked(s);
+    }
   }
 
   void failAllLocked(const Status& st) {
