@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -66,14 +67,21 @@ struct OpState {
   // is reported once).
   bool reported = false;
 
-  void beginIo() {
+  // The same, per daemon: a timed-out wait names the daemons whose connections hold them.
+  std::map<int, int> ioByServer;
+
+  void beginIo(int server) {
     std::lock_guard<std::mutex> lock(mu);
     ++ioInFlight;
+    ++ioByServer[server];
   }
-  void endIo() {
+  void endIo(int server) {
     Status s;
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (auto it = ioByServer.find(server); it != ioByServer.end() && --it->second == 0) {
+        ioByServer.erase(it);
+      }
       if (--ioInFlight > 0 || !deferred) return;
       deferred = false;
       s = std::move(deferredStatus);
@@ -142,7 +150,10 @@ Status PushPullHandle::wait(Deadline deadline) const {
                                            : "failed (" + state_->deferredStatus.toString() + ")")
            << ", and still waiting for " << state_->ioInFlight
            << " transport operation(s) on the caller's memory (pushes from `in`, results into "
-              "`out`) to end";
+              "`out`) to end, on";
+        for (const auto& [server, n] : state_->ioByServer) {
+          os << " aggregator " << server << " (" << n << ")";
+        }
         return DeadlineExceeded(os.str());
       }
       os << state_->remaining << " of " << state_->chunkServer.size() << " chunks still missing:";
@@ -656,11 +667,12 @@ class PushPullClient::Impl {
     if (p.push) {
       // The send reads `in` (or the chunk's encoding) until its callback: the op stays open
       // that long, and the encoding stays alive even if the chunk's entry goes first.
-      p.op->beginIo();
-      conn->send(h, p.in, p.bytes, [onSent, op = p.op, keep = p.encoded](const Status& st) {
-        onSent(st);
-        op->endIo();
-      });
+      p.op->beginIo(server);
+      conn->send(h, p.in, p.bytes,
+                 [onSent, server, op = p.op, keep = p.encoded](const Status& st) {
+                   onSent(st);
+                   op->endIo(server);
+                 });
       chunksPushed_.fetch_add(1, std::memory_order_relaxed);
       bytesOut_.fetch_add(p.bytes, std::memory_order_relaxed);
     }
@@ -687,7 +699,7 @@ class PushPullClient::Impl {
                          }
                        }
                        if (!st.ok()) {
-                         if (routed) routed->endIo();
+                         if (routed) routed->endIo(server);
                          onServerError(server, conn, st);
                          return;
                        }
@@ -715,7 +727,7 @@ class PushPullClient::Impl {
     ServerState& s = servers_[static_cast<size_t>(server)];
     s.routedOp = p.op;
     s.routedId = id;
-    p.op->beginIo();
+    p.op->beginIo(server);
     return {p.out, p.bytes, nullptr};
   }
 
@@ -731,7 +743,7 @@ class PushPullClient::Impl {
     servers_[static_cast<size_t>(server)].lastHeardNs = nowNs();
     const ChunkId id{h.key, h.iteration, h.chunkIndex};
     // The write into `out` is over: a failure that came meanwhile may complete the op now.
-    if (routed) routed->endIo();
+    if (routed) routed->endIo(server);
     if (h.type == wire::MessageType::kPullReply) {
       auto it = pending_.find(id);
       if (it == pending_.end()) return;  // a duplicate result after a resend: already applied

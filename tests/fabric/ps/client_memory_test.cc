@@ -92,6 +92,8 @@ TEST(PushPullClientMemory, AnEarlyRejectWaitsForQueuedSendsBeforeHandingInBack) 
   EXPECT_NE(early.message().find("test daemon refuses everything"), std::string::npos) << early;
   EXPECT_NE(early.message().find("still waiting for"), std::string::npos) << early;
   EXPECT_EQ(early.message().find("still missing"), std::string::npos) << early;
+  // ... and whose connection holds them: daemon 1's, which stopped reading.
+  EXPECT_NE(early.message().find("on aggregator 1 ("), std::string::npos) << early;
 
   // Daemon 1 reads again: the queued pushes go out, the handle completes with the reject.
   std::map<uint32_t, std::vector<uint8_t>> got;
