@@ -127,7 +127,7 @@ struct ClientOptions {
   // COFAB_PS_HEARTBEAT_MS (default 500) and COFAB_PS_FAILOVER_MS (default 3000).
   int64_t heartbeatMs = 0;
   int64_t failoverMs = 0;
-  // Waiting for the daemons to register and accept.
+  // All of connect(): the daemons registering, accepting and (credits on) granting a window.
   int64_t connectTimeoutMs = 60000;
   // Receiver-driven credits (cofab-aggd --credit-bytes): a daemon that granted a window
   // (ControlOp::kCredit) gets at most that many unacknowledged payload bytes from this client

@@ -237,11 +237,10 @@ class PushPullClient::Impl {
       : rank_(rank), worldSize_(worldSize), options_(std::move(options)) {}
   ~Impl() { close(); }
 
-  Status start(const std::vector<std::string>& addresses) {
+  Status start(const std::vector<std::string>& addresses, Deadline deadline) {
     transport::ContextOptions co;
     co.localId = workerPeerId(rank_);
     COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
-    const Deadline deadline = Deadline::afterMs(options_.connectTimeoutMs);
     servers_.resize(addresses.size());
     for (const auto& [index, end] : options_.inProcess) {
       if (index < 0 || static_cast<size_t>(index) >= addresses.size() || !end) {
@@ -1023,12 +1022,13 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
 // over, and both daemons counted it lost. So a client that found the daemons in the store
 // refuses a chunk size above what any of them published (daemons that publish nothing, older
 // ones, are not checked).
-Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes) {
+Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
+                      Deadline deadline) {
   for (size_t i = 0; i < daemons; ++i) {
     const std::string key = serverMaxChunkKey(prefix, static_cast<int>(i));
     COFAB_ASSIGN_OR_RETURN(bool published, store.check({key}));
     if (!published) continue;
-    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(key, Deadline::afterMs(10000)));
+    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(key, deadline));
     COFAB_ASSIGN_OR_RETURN(int64_t limit, parseCounter(key, v));
     if (limit > 0 && chunkBytes > static_cast<uint64_t>(limit)) {
       return InvalidArgument("PushPullClient::connect: chunks of " + std::to_string(chunkBytes) +
@@ -1044,15 +1044,17 @@ Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, s
 StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank, int worldSize,
                                                           const ClientOptions& options) {
   COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_ASSIGN_OR_RETURN(
-      std::vector<std::string> addresses,
-      daemonAddresses(store, options.storePrefix, options.serverAddresses,
-                      Deadline::afterMs(options.connectTimeoutMs), "PushPullClient::connect"));
+  // One deadline for all of connect: finding the daemons, checking their chunk limit, dialling
+  // them and their credit grants (each step used to get connectTimeoutMs of its own).
+  const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
+  COFAB_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                         daemonAddresses(store, options.storePrefix, options.serverAddresses,
+                                         deadline, "PushPullClient::connect"));
   if (store != nullptr && options.serverAddresses.empty()) {
-    COFAB_RETURN_IF_ERROR(
-        checkChunkSize(*store, options.storePrefix, addresses.size(), impl->chunkBytes_));
+    COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
+                                         impl->chunkBytes_, deadline));
   }
-  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  COFAB_RETURN_IF_ERROR(impl->start(addresses, deadline));
   return impl;
 }
 
