@@ -119,10 +119,14 @@ void AggregatorServer::onAccepted(std::shared_ptr<transport::Connection> conn) {
   if (w >= 0 && w < options_.numWorkers) {
     peer->workerRank = w;
     std::lock_guard<std::mutex> lock(linksMu_);
-    ++links_[static_cast<size_t>(w)].open;
+    WorkerLinks& links = links_[static_cast<size_t>(w)];
+    ++links.open;
     // A worker that connects (again) is part of the job: rounds wait for it for the round
     // timeout, not the dead-worker deadline of its lost connection. Posted under linksMu_ like
-    // every Gone and Back, so the engines get them in the order the links changed.
+    // every Gone and Back, so the engines get them in the order the links changed. No longer
+    // marked gone either: a Goodbye on this connection must post its Gone again (it posted
+    // nothing, and the rounds waited the round timeout naming it as connected).
+    links.lost = false;
     workerBack(w);
   }
   const int a = ps::parseAggregatorPeerId(peer->conn->peerId());

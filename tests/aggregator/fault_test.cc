@@ -160,6 +160,37 @@ TEST(AggregatorFaults, AWorkerThatSaidGoodbyeIsNamedAsGoneAndItsRoundsReleased) 
   EXPECT_EQ(*cluster.metric(0, "cofab_agg_workers_lost_total"), 0);
 }
 
+// The same after the worker came back once: connect, Goodbye, close, twice over (a restarted
+// process that left again before pushing). The reconnect posted Back but left the worker marked
+// as gone, so the second Goodbye posted nothing, and its rounds waited the round timeout,
+// naming it as connected.
+TEST(AggregatorFaults, AWorkerThatLeavesAgainAfterReconnectingIsNamedAsGone) {
+  DaemonCluster cluster(1, 2, {"--dead-worker-ms", "1", "--round-timeout-ms", "3600000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  auto visit = [&] {
+    auto leaving = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(leaving.ok()) << leaving.status();
+    wire::Header bye;
+    bye.type = wire::MessageType::kGoodbye;
+    bye.senderRank = 1;
+    ASSERT_TRUE((*leaving)->send(bye, {}).ok());
+  };
+  visit();
+  auto first = roundFailedText(**w0);  // round 0 of key 3: the first Goodbye is taken
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE(first->find("worker 1 (left"), std::string::npos) << *first;
+  visit();
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 4, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  auto failed = (*w0)->recvSkippingAcks();
+  ASSERT_TRUE(failed.ok()) << failed.status() << " (the round waits for worker 1)";
+  ASSERT_TRUE(failed->isControl(ps::ControlOp::kRoundFailed)) << failed->header.describe();
+  const std::string why(failed->payload.begin(), failed->payload.end());
+  EXPECT_NE(why.find("worker 1 (left"), std::string::npos) << why;
+}
+
 // A worker is lost only once no connection of it is left: while a second one is open (a
 // reconnect the daemon accepted before it noticed the old link break, or a second client), the
 // broken link does not release its rounds; that connection carries its pushes instead.
