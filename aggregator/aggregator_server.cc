@@ -374,6 +374,7 @@ void AggregatorServer::onMessage(const std::shared_ptr<Peer>& peer, const wire::
       e.kind = Event::Kind::kPull;
       e.peer = peer;
       e.header = h;
+      e.draining = draining_.load();
       engines_[engineFor(h.key, h.chunkIndex)]->post(std::move(e));
       return;
     }

@@ -541,6 +541,17 @@ void Engine::resetRound(Slot& s) {
 void Engine::onPull(Event& e) {
   const wire::Header& h = e.header;
   const bool known = slots_.count(slotId(h.key, h.chunkIndex)) != 0;
+  // Draining: a pull may wait for a round that contributions already opened (it may still
+  // complete), or take the result of the one just finished; it does not open a round of its
+  // own, which no push could complete now (they are refused) and the drain would wait for
+  // until its timeout.
+  const auto refuseWhileDraining = [&] {
+    e.peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
+  };
+  if (e.draining && !known) {
+    refuseWhileDraining();
+    return;
+  }
   if (!known && wasReleased(h.key)) {
     e.peer->reject(metrics_, RejectReason::kReleased, h,
                    "the fan-out round was released by its uploader (ControlOp kFanOutRelease)");
@@ -578,6 +589,10 @@ void Engine::onPull(Event& e) {
         metrics_,
         h.iteration < s.cur ? RejectReason::kFinishedIteration : RejectReason::kBeyondWindow, h,
         "the open round is iteration " + std::to_string(s.cur));
+    return;
+  }
+  if (e.draining && s.present == 0) {
+    refuseWhileDraining();
     return;
   }
   s.pullers.emplace_back(e.peer, h);

@@ -80,8 +80,8 @@ struct Event {
   // kWorkerGone: the worker closed its last link with a Goodbye (it left; not a failure, and not
   // a model-store leave, which has its own op), rather than losing it.
   bool left = false;
-  // kPush received while the daemon drains: taken only into a round already open (it may
-  // complete it), refused (kDraining) where it would open one.
+  // kPush or kPull received while the daemon drains: taken only into a round already open (it
+  // may complete it) or for the round just finished, refused (kDraining) where it would open one.
   bool draining = false;
   // kRelease: engines still to release; the last one acknowledges.
   std::shared_ptr<std::atomic<int>> enginesLeft;

@@ -205,6 +205,43 @@ TEST(AggregatorDaemon, DrainingTakesThePushesThatCompleteOpenRounds) {
   EXPECT_EQ(cluster.wait(0, Deadline::afterMs(30000)), 0);
 }
 
+// A pull while draining does not open a round of its own: no push could complete it now (they
+// are refused), so the drain would wait for it until --drain-timeout-ms. Refused like a push
+// that would open a round. (A Delivery::kPull client sends a push and then a pull: the push was
+// refused, the pull taken.)
+TEST(AggregatorDaemon, DrainingRefusesAPullThatWouldOpenARound) {
+  DaemonCluster cluster(1, 2, {"--drain-timeout-ms", "20000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  // An open round keeps the daemon draining (and serving) until worker 1 completes it.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 1, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack
+  cluster.signal(0, SIGTERM);
+  bool draining = false;
+  for (int i = 0; i < 2000 && !draining; ++i) {
+    draining = !cluster.httpGet(0, "/healthz").ok();
+    if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(draining) << "the daemon never started draining";
+  wire::Header pull = RawPeer::push(1, 5, 0, DType::kF32);
+  pull.type = wire::MessageType::kPull;
+  pull.opcode = 0;
+  ASSERT_TRUE((*w1)->send(pull, {}).ok());
+  auto refused = (*w1)->recvSkippingAcks();
+  ASSERT_TRUE(refused.ok()) << refused.status() << " (the pull was taken and waits)";
+  EXPECT_TRUE(refused->isReject(ps::RejectReason::kDraining)) << refused->header.describe();
+  // The open round still completes, and the daemon exits once it has.
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, 1, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  auto sum = (*w0)->recvResult();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  EXPECT_EQ(cluster.wait(0, Deadline::afterMs(30000)), 0);
+}
+
 // SIGTERM while large results are still queued for workers that have not read them yet: the
 // daemon lets them reach the sockets before it closes the connections. It closed them a fixed
 // 20 ms after its engines stopped, cancelling what was still queued, and the workers saw the
