@@ -877,7 +877,11 @@ void Conn::tick(uint64_t now) {
   // window update that was lost is repeated here even while this side streams data (a peer
   // blocked on our window, with everything acknowledged, has nothing to resend that would draw
   // a new one).
-  if (elapsed(now, lastAckNs_) > kKeepaliveNs) ackPending_ = true;
+  // At least four keepalives per peer timeout: a timeout under 100 ms (50 ms is allowed) must
+  // not declare a healthy idle peer dead.
+  if (elapsed(now, lastAckNs_) > std::min(kKeepaliveNs, engine_->peerTimeoutNs() / 4)) {
+    ackPending_ = true;
+  }
   if (ackPending_) pumpWanted_ = true;
 }
 

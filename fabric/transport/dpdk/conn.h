@@ -222,7 +222,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // When the oldest unacknowledged frame was first sent into an empty pipe, una_ last moved, or
   // a frame was first SACKed.
   uint64_t progressNs_ = 0;
-  uint64_t lastAckNs_ = 0;  // keepalive: an ack at least every kKeepaliveNs (conn.cc)
+  uint64_t lastAckNs_ = 0;  // keepalive: an ack every min(kKeepaliveNs, timeout / 4) (conn.cc)
   uint64_t closeNs_ = 0;  // close(), or the last ack that advanced its drain since
   bool pumpWanted_ = false;
 

@@ -376,6 +376,18 @@ TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndResetStaysReadable) {
   expectDataThenClose(pair_, src);
 }
 
+// A peer timeout under the keepalive's old fixed 100 ms (COFAB_DPDK_PEER_TIMEOUT_MS takes 50
+// and up): idle but healthy connections must stay up. Their keepalive came every 100 ms, so
+// every idle connection failed with "nothing heard from the peer".
+TEST_F(DpdkTransportTest, AShortPeerTimeoutDoesNotFailHealthyIdleConnections) {
+  start(0, /*peerTimeoutMs=*/90);
+  if (IsSkipped()) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // idle, many timeouts long
+  EXPECT_TRUE(pair_.client->status().ok()) << pair_.client->status();
+  EXPECT_TRUE(pair_.server->status().ok()) << pair_.server->status();
+  roundTrip(pair_, 1000, 1, 7);
+}
+
 TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndWentSilentStaysReadable) {
   start(0, /*peerTimeoutMs=*/200);
   if (IsSkipped()) return;
