@@ -27,7 +27,9 @@ struct Engine::Slot {
   // The open round.
   std::vector<Payload> contribution;             // by rank
   std::vector<uint8_t> state;                    // 0 absent, 1 waiting for backup, 2 durable
-  std::vector<int64_t> forwardedNs;              // by rank: when a state-1 one was forwarded
+  // By rank: when it was forwarded to the backup; 0 once the backup acked it (the send is over:
+  // the backup has it all) or never forwarded.
+  std::vector<int64_t> forwardedNs;
   std::vector<std::shared_ptr<Peer>> pusher;     // who to ack, by rank
   std::vector<std::shared_ptr<Peer>> deliverTo;  // push-back results
   std::vector<std::pair<std::shared_ptr<Peer>, wire::Header>> pullers;
@@ -451,6 +453,7 @@ void Engine::onForwardAck(const Event& e) {
   if (it == slots_.end()) return;
   Slot& s = *it->second;
   if (h.iteration != s.cur || h.senderRank >= static_cast<uint32_t>(options_.numWorkers)) return;
+  s.forwardedNs[h.senderRank] = 0;
   markDurable(s, static_cast<int>(h.senderRank));
 }
 
@@ -475,8 +478,14 @@ void Engine::complete(Slot& s) {
   for (size_t i = 0; i < ranks.size(); ++i) inputs[i] = s.contribution[ranks[i]]->data();
   // The result overwrites the first input's buffer (the reducer allows exactly that alias): no
   // allocation, zero-fill or page faults per round. Nothing else reads it any more — with
-  // replication the round completes only after the backup acked every forwarded copy.
+  // replication the round completes once the backup acked every forwarded copy. Except when
+  // the backup was lost instead (onBackupLost): a forward of that buffer may still be on its
+  // way to the socket, and summing into it would send the backup a half-reduced "contribution"
+  // it keeps for a failover. The result gets a buffer of its own then.
   Payload result = s.contribution[static_cast<size_t>(ranks[0])];
+  if (s.forwardedNs[static_cast<size_t>(ranks[0])] != 0) {
+    result = std::make_shared<std::vector<uint8_t>>(result->size());
+  }
   if (s.codec != compress::Compression::kNone) {
     // Decompress, fold in f32 in rank order, recompress (with reply feedback: with the slot's
     // residual, which therefore survives across rounds).
@@ -530,6 +539,7 @@ void Engine::resetRound(Slot& s) {
   for (auto& c : s.contribution) c.reset();
   for (auto& p : s.pusher) p.reset();
   std::fill(s.state.begin(), s.state.end(), 0);
+  std::fill(s.forwardedNs.begin(), s.forwardedNs.end(), 0);
   s.deliverTo.clear();
   s.pullers.clear();
   s.present = 0;
