@@ -568,9 +568,13 @@ void TcpStoreServer::Loop::unpark(uint64_t id) {
   auto it = parked_.find(id);
   if (it == parked_.end()) return;
   const Parked& p = it->second;
-  if (auto w = waitingOn_.find(p.keys[p.awaited]); w != waitingOn_.end()) {
-    w->second.erase(id);
-    if (w->second.empty()) waitingOn_.erase(w);
+  // A wait for no keys (one rank's communicator waits for every other rank's) is answered at
+  // once and was never registered.
+  if (p.awaited < p.keys.size()) {
+    if (auto w = waitingOn_.find(p.keys[p.awaited]); w != waitingOn_.end()) {
+      w->second.erase(id);
+      if (w->second.empty()) waitingOn_.erase(w);
+    }
   }
   if (!p.deadline.isNever()) byDeadline_.erase({p.deadline.when(), id});
   parked_.erase(it);
