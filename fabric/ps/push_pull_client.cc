@@ -405,15 +405,17 @@ class PushPullClient::Impl {
     for (auto& op : ops) waited.push_back(PushPullHandle(op).wait(deadline));
     // Decided under mu_, where finished ops are also dropped from ops_ (and their failures
     // recorded in unreported_): each failure goes to exactly one waitAll().
+    // Every failure it waited for counts as reported, not only the one returned: a later call
+    // must not fail with an earlier step's second failure.
     std::lock_guard<std::mutex> lock(mu_);
     Status first = std::exchange(unreported_, OkStatus());
-    for (size_t i = 0; i < ops.size() && first.ok(); ++i) {
+    for (size_t i = 0; i < ops.size(); ++i) {
       std::lock_guard<std::mutex> l(ops[i]->mu);
       if (!ops[i]->done) {
-        first = waited[i];  // the wait's own DeadlineExceeded, naming what is missing
+        if (first.ok()) first = waited[i];  // the wait's DeadlineExceeded, naming what is missing
       } else if (!ops[i]->status.ok() && !ops[i]->reported) {
         ops[i]->reported = true;
-        first = ops[i]->status;
+        if (first.ok()) first = ops[i]->status;
       }
     }
     return first;

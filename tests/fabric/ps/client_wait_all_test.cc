@@ -85,6 +85,16 @@ TEST(PushPullClientWaitAll, ReportsAFailureOfAnOperationTheClientNoLongerTracksO
   EXPECT_EQ((*client)->waitAll(Deadline::afterMs(10000)).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE((*client)->waitAll(Deadline::afterMs(10000)).ok());
 
+  // Two failures before one waitAll(): it returns one, and the next call, after another
+  // pushPull dropped the second from the client's list, does not return the other.
+  PushPullHandle f1 = (*client)->pushPull(kRejectedKey, view(in), view(out));
+  PushPullHandle f2 = (*client)->pushPull(kRejectedKey, view(in), view(out2));
+  ASSERT_FALSE(f1.wait(Deadline::afterMs(10000)).ok());
+  ASSERT_FALSE(f2.wait(Deadline::afterMs(10000)).ok());
+  EXPECT_FALSE((*client)->waitAll(Deadline::afterMs(10000)).ok());
+  ASSERT_TRUE((*client)->pushPull(6, view(in), view(out2)).wait(Deadline::afterMs(10000)).ok());
+  EXPECT_TRUE((*client)->waitAll(Deadline::afterMs(10000)).ok()) << "an old failure came back";
+
   // An op waitAll() itself waited for and saw fail is not reported again by the next one.
   PushPullHandle failing = (*client)->pushPull(kRejectedKey, view(in), view(out));
   EXPECT_FALSE((*client)->waitAll(Deadline::afterMs(10000)).ok());
