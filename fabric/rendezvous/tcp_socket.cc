@@ -112,18 +112,25 @@ StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
   auto backoff = std::chrono::milliseconds(5);
   Status last;
   int attempts = 0;
+  addrinfo* res = nullptr;
+  bool resolveAgain = true;
   while (true) {
-    // Resolved again each round: the name may appear, or move to another address (a store
-    // host restarted elsewhere), before the deadline.
-    addrinfo* res = nullptr;
-    StatusOr<addrinfo*> resolved = resolve(addr, false);
-    if (resolved.ok()) {
-      res = *resolved;
-    } else if (resolved.status().code() == StatusCode::kUnavailable) {
-      last = resolved.status();
-    } else {
-      return resolved.status();
+    // Resolved again when the name did not resolve yet, or an address let a slice run out (the
+    // host may have moved: restarted elsewhere). Not after a quick refusal: a thousand ranks
+    // waiting for the store to listen would send the resolver thousands of queries a second.
+    if (resolveAgain) {
+      if (res != nullptr) freeaddrinfo(res);
+      res = nullptr;
+      StatusOr<addrinfo*> resolved = resolve(addr, false);
+      if (resolved.ok()) {
+        res = *resolved;
+      } else if (resolved.status().code() == StatusCode::kUnavailable) {
+        last = resolved.status();
+      } else {
+        return resolved.status();
+      }
     }
+    resolveAgain = res == nullptr;
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
       ++attempts;
       // Each attempt gets a slice, not the whole deadline: an address that drops SYNs (an AAAA
@@ -134,12 +141,13 @@ StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline) {
         return fd;
       }
       last = fd.status();
+      if (last.code() == StatusCode::kDeadlineExceeded) resolveAgain = true;
     }
-    if (res != nullptr) freeaddrinfo(res);
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
+  if (res != nullptr) freeaddrinfo(res);
   return DeadlineExceeded("could not connect to " + peer + " before the deadline (" +
                           std::to_string(attempts) + " attempts; last: " + last.message() + ")");
 }

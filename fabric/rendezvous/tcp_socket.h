@@ -24,8 +24,10 @@ StatusOr<HostPort> parseHostPort(std::string_view text);
 // Connects a TCP socket (TCP_NODELAY, close-on-exec), retrying refused or unreachable
 // attempts, and a host name that does not resolve yet (EAI_NONAME, EAI_AGAIN, EAI_FAIL), with
 // exponential backoff until the deadline: DeadlineExceeded then names the last error. Each
-// round resolves the name again and tries every address, each for at most 2 s, so that one
-// address that drops SYNs cannot use up the deadline. Returns the fd.
+// round tries every address, each for at most 2 s, so that one address that drops SYNs cannot
+// use up the deadline; the name is resolved again after a round where it did not resolve or
+// an attempt ran out its slice (the host may have moved), not after quick refusals. Returns
+// the fd.
 StatusOr<int> connectTcp(const HostPort& addr, Deadline deadline);
 
 // Binds and listens on addr (port 0: ephemeral). Returns the fd; *boundPort gets the port.
