@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -25,10 +26,31 @@ char processState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
 }
 
+namespace {
+// Every thread of `pid` stopped: /proc/<pid>/stat shows only the main thread, and another one
+// may still finish the system call it was in (sending a grant) after the main one stopped.
+bool allThreadsStopped(pid_t pid) {
+  std::error_code ec;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  bool any = false;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream f(t.path() / "stat");
+    std::string line;
+    std::getline(f, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
+      return false;
+    }
+    any = true;
+  }
+  return !ec && any;
+}
+}  // namespace
+
 bool stopAndWait(pid_t pid, Deadline deadline) {
   ::kill(pid, SIGSTOP);
   while (!deadline.expired()) {
-    if (processState(pid) == 'T') return true;
+    if (allThreadsStopped(pid)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;

@@ -50,10 +50,10 @@ class ProcessGroup {
 // Linux process state letter from /proc ('T' = stopped, '?' = unreadable).
 char processState(pid_t pid);
 
-// Sends SIGSTOP and waits until the kernel shows `pid` stopped; false at the deadline. SIGSTOP
-// is asynchronous: a multi-threaded process stops only once one of its threads has taken the
-// signal, and the others keep running meanwhile (on a loaded machine, long enough to answer a
-// request sent after kill() returned).
+// Sends SIGSTOP and waits until the kernel shows every thread of `pid` stopped; false at the
+// deadline. SIGSTOP is asynchronous: a multi-threaded process stops only once one of its
+// threads has taken the signal, and the others keep running meanwhile (on a loaded machine,
+// long enough to answer a request sent after kill() returned).
 bool stopAndWait(pid_t pid, Deadline deadline);
 
 // "" if every child exited 0, else one line per failed child.

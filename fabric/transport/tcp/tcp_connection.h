@@ -99,7 +99,8 @@ class TcpConnectionImpl final : public EpollHandler,
 
   // Loop thread only.
   void flushWrites(bool nowWritable = false);
-  // Under writeMu_: completes every queued send with sendFailure_ (its own error if it has one).
+  // Under writeMu_: moves every queued send to doneSends_ with sendFailure_ (its own error if it
+  // has one); the caller runs their callbacks after releasing the lock.
   void failQueuedSendsLocked();
   void pumpReads();
   bool readHeader(RecvOp& op);

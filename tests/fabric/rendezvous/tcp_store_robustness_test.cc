@@ -373,8 +373,10 @@ TEST(TcpStoreReconnectTest, NonIdempotentCallsAfterAServerRestartGoOutOnAFreshCo
   o.port = port;
   auto second = TcpStoreServer::start(o);
   ASSERT_TRUE(second.ok()) << second.status();
-  // The old connection's end of stream has reached the client by the time the new server is
-  // up (the kernel delivers it when the old server closes it).
+  // The old server closed the connection before it was destroyed; give the kernel a moment to
+  // deliver that end of stream to the client's side on a loaded machine (a missed one would
+  // make this test fail, never pass wrongly).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto n = (*client)->add("n", 5);
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 5);
