@@ -558,13 +558,13 @@ void Engine::onPull(Event& e) {
   const auto refuseWhileDraining = [&] {
     e.peer->reject(metrics_, RejectReason::kDraining, h, "the daemon is shutting down");
   };
-  if (e.draining && !known) {
-    refuseWhileDraining();
-    return;
-  }
   if (!known && wasReleased(h.key)) {
     e.peer->reject(metrics_, RejectReason::kReleased, h,
                    "the fan-out round was released by its uploader (ControlOp kFanOutRelease)");
+    return;
+  }
+  if (e.draining && !known) {
+    refuseWhileDraining();
     return;
   }
   if (!known && pulledOnly_ >= options_.maxPulledOnly) {
