@@ -155,7 +155,9 @@ TEST_P(Preemption, UrgentUpdateOvertakesAtTheNextChunkBoundary) {
   o.fuseBelowBytes = 1;
   auto mgr = makeManager(*client, o);
   ASSERT_TRUE(mgr);
-  const size_t bigChunks = 64;
+  // Many chunks: between the check below and pause() a descheduled test thread must not find
+  // all of A gone (64 were seen to go on a loaded 2-core machine).
+  const size_t bigChunks = 512;
   auto big = gradient(10, 0, bigChunks * 1024);
   auto urgent = gradient(11, 0, 4 * 1024);
   GradientUpdate a;
