@@ -6,14 +6,13 @@
 // for good.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/ps/push_pull.h"
-#include "fabric/transport/registry.h"
+#include "tests/fabric/ps/hand_daemons.h"
 #include "tests/fabric/ps/raw_messages.h"
 
 namespace cofab::ps {
@@ -27,15 +26,8 @@ constexpr size_t kChunkBytes = 1024;
 
 void sendControl(Connection& conn, ControlOp op, const wire::Header& about,
                  std::vector<uint8_t> payload) {
-  wire::Header r;
-  r.type = wire::MessageType::kControl;
-  r.opcode = static_cast<uint8_t>(op);
-  r.key = about.key;
-  r.iteration = about.iteration;
-  r.chunkIndex = about.chunkIndex;
-  r.chunkCount = about.chunkCount;
   auto body = std::make_shared<std::vector<uint8_t>>(std::move(payload));
-  conn.send(r, body->data(), body->size(), [body](const Status&) {});
+  conn.send(controlHeader(op, about), body->data(), body->size(), [body](const Status&) {});
 }
 
 void sendResult(Connection& conn, const wire::Header& push, size_t bytes) {
@@ -60,36 +52,30 @@ wire::Header nextPush(Connection& conn) {
 }
 
 TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
-  auto ctx = transport::Registry::create("tcp", {});
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  auto l = (*ctx)->listen({});
-  ASSERT_TRUE(l.ok());
   ClientOptions o;
-  o.serverAddresses = {(*l)->address()};
   o.chunkBytes = kChunkBytes;
   o.credits = 1;
   o.connectTimeoutMs = 10000;
-  auto connecting =
-      std::async(std::launch::async, [&] { return PushPullClient::connect(0, 1, o); });
-  auto a = (*l)->accept(Deadline::afterMs(10000));
-  ASSERT_TRUE(a.ok()) << a.status();
-  Connection& daemon = **a;
-  std::vector<uint8_t> window(8, 0);
-  window[1] = kChunkBytes >> 8;  // 1024, little-endian
-  sendControl(daemon, ControlOp::kCredit, wire::Header{}, window);
-  auto client = connecting.get();
-  ASSERT_TRUE(client.ok()) << client.status();
+  testing::HandDaemons hand;
+  // connect() waits for the grant: a window of one chunk (1024, little-endian).
+  ASSERT_TRUE(hand.start(1, o, [](testing::HandDaemons& h) {
+                    std::vector<uint8_t> window(8, 0);
+                    window[1] = kChunkBytes >> 8;
+                    sendControl(*h.daemons[0], ControlOp::kCredit, wire::Header{}, window);
+                  }).ok());
+  auto& client = hand.client;
+  Connection& daemon = *hand.daemons[0];
   auto view = [](std::vector<float>& v) { return TensorView(v.data(), v.size(), DType::kF32); };
   const size_t perChunk = kChunkBytes / sizeof(float);
 
   // B goes out and holds the whole window; C and A (two chunks) wait for credit behind it.
   std::vector<float> b(perChunk, 1), c(perChunk, 1), a1(2 * perChunk, 1), out(2 * perChunk);
   std::vector<float> outB(perChunk), outC(perChunk);
-  PushPullHandle hb = (*client)->pushPull(2, view(b), view(outB));
+  PushPullHandle hb = client->pushPull(2, view(b), view(outB));
   const wire::Header pushB = nextPush(daemon);
   ASSERT_EQ(pushB.key, 2u);
-  PushPullHandle hc = (*client)->pushPull(3, view(c), view(outC));
-  PushPullHandle ha = (*client)->pushPull(1, view(a1), view(out), {.iteration = 0});
+  PushPullHandle hc = client->pushPull(3, view(c), view(outC));
+  PushPullHandle ha = client->pushPull(1, view(a1), view(out), {.iteration = 0});
   // A result of the wrong size for A's chunk 0 fails A while its chunks wait for credit.
   wire::Header aboutA;
   aboutA.key = 1;
@@ -100,7 +86,7 @@ TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
   ASSERT_EQ(ha.wait(Deadline::afterMs(10000)).code(), StatusCode::kDataLoss);
 
   // A again, same iteration; then B's ack and result return the credit.
-  PushPullHandle again = (*client)->pushPull(1, view(a1), view(out), {.iteration = 0});
+  PushPullHandle again = client->pushPull(1, view(a1), view(out), {.iteration = 0});
   sendControl(daemon, ControlOp::kAck, pushB, {});
   sendResult(daemon, pushB, kChunkBytes);
   ASSERT_TRUE(hb.wait(Deadline::afterMs(10000)).ok());
@@ -117,7 +103,7 @@ TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
   // Anything sent twice arrives before this op's push (one connection, sends in order); and
   // with credit leaked, this push would never be sent at all.
   std::vector<float> d(perChunk, 1), outD(perChunk);
-  PushPullHandle hd = (*client)->pushPull(4, view(d), view(outD));
+  PushPullHandle hd = client->pushPull(4, view(d), view(outD));
   for (;;) {
     const wire::Header p = nextPush(daemon);
     if (p.key == 0 && p.type != wire::MessageType::kPush) break;  // no push came
@@ -132,9 +118,6 @@ TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
   EXPECT_EQ(seen[std::make_pair(uint64_t{1}, uint32_t{0})], 1);
   EXPECT_EQ(seen[std::make_pair(uint64_t{1}, uint32_t{1})], 1);
   EXPECT_EQ(seen[std::make_pair(uint64_t{3}, uint32_t{0})], 1);
-  (*client)->close();
-  (*ctx)->close();
-  (*ctx)->join();
 }
 
 }  // namespace
