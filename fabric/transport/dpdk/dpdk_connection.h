@@ -33,6 +33,7 @@ class DpdkConnection final : public Connection {
   const std::string& peerId() const override { return conn_->peerName(); }
   const std::string& peerAddress() const override { return conn_->peerAddressText(); }
   std::string describe() const override { return conn_->describe(); }
+  const Conn& conn() const { return *conn_; }
 
  private:
   // The status an operation gets when the poller is gone.

@@ -223,6 +223,13 @@ Status injectFrame(Context& context, std::span<const uint8_t> frame) {
   return c->engine().inject(frame);
 }
 
+StatusOr<ConnectionIds> connectionIds(const Connection& connection) {
+  const auto* c = dynamic_cast<const DpdkConnection*>(&connection);
+  if (c == nullptr) return InvalidArgument("connectionIds: not a dpdk connection");
+  // Both are set once, before the application gets the connection.
+  return ConnectionIds{c->conn().id(), c->conn().peerConn()};
+}
+
 StatusOr<std::string> localAddress(const Context& context) {
   const auto* c = dynamic_cast<const DpdkContext*>(&context);
   if (c == nullptr) return InvalidArgument("localAddress: not a dpdk context");

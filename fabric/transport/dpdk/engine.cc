@@ -326,12 +326,14 @@ bool Engine::dropDataFrame(const rte_mbuf* m) {
 }
 
 rte_mbuf* Engine::corruptedCopy(rte_mbuf* m) {
-  constexpr size_t kFrom = kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
   const size_t len = rte_pktmbuf_data_len(m);
-  if (m->nb_segs != 1 || len <= kFrom) return nullptr;
+  if (m->nb_segs != 1 || len == 0) return nullptr;
   rte_mbuf* c = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
   if (c == nullptr) return nullptr;
-  const uint64_t bit = kFrom * 8 + nextRandom() % ((len - kFrom) * 8);
+  // Anywhere in the frame: the Ethernet, IPv4 and UDP headers in front of the frame CRC's reach
+  // as well (most of an ack's bytes), whose flips the receiver must survive without their
+  // being checked by the CRC.
+  const uint64_t bit = nextRandom() % (len * 8);
   rte_pktmbuf_mtod(c, uint8_t*)[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   return c;
 }
@@ -422,6 +424,11 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
         // retransmission brings the SynAck again; a Rst here would kill its side.
       } else if (conn != nullptr && conn->isFrom(f)) {
         kept = conn->onFrame(f, m, now);
+      } else if (conn != nullptr && conn->peerConn() == f.header.srcConn) {
+        // Both ids are this connection's, but the source MAC is not its peer's: a bit flipped
+        // in the Ethernet header, which the frame CRC does not cover. A reset would carry the
+        // ids of this connection's real peer and tear a healthy connection down: dropped.
+        bump(counters_.rxUnknownConnection);
       } else {
         bump(counters_.rxUnknownConnection);
         if (f.header.kind != FrameKind::kRst) sendRst(f.src, f.header.srcConn, f.header.dstConn);

@@ -178,8 +178,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   uint64_t nextRandom();  // xorshift64*, seeded from dropSeed and the port's address
   bool dropThisFrame();
   bool dropDataFrame(const rte_mbuf* m);  // DpdkOptions::dropDataRate
-  // A copy of `m` with one bit flipped after the UDP header (DpdkOptions::corruptRate);
-  // null when it has no such bytes or the pool is empty. A copy, because in ring mode `m` is the
+  // A copy of `m` with one bit flipped anywhere in it (DpdkOptions::corruptRate); null when it
+  // is empty or the pool is. A copy, because in ring mode `m` is the
   // sender's own frame, which it keeps for retransmission.
   rte_mbuf* corruptedCopy(rte_mbuf* m);
   // Free mbufs in the port's pool, for the reserve checks (allocFrame, poolLow). Exact while the

@@ -35,9 +35,10 @@ struct DpdkOptions {
   double dropRate = -1;   // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
   int64_t dropSeed = -1;  // < 0: COFAB_DPDK_DROP_SEED
   // For tests: the fraction of received frames, in [0, 0.5], replaced by a copy with one bit
-  // flipped after the UDP header (seeded with the drop seed); half of the time the intact frame
-  // is received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
-  // every receive path (most flips land in a payload); the frame CRC must catch them all.
+  // flipped anywhere in it (seeded with the drop seed); half of the time the intact frame is
+  // received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
+  // every receive path (most flips land in a payload); the checks must catch them all, and a
+  // flip in the bytes nothing checks (Ethernet header, UDP ports) must do no harm.
   double corruptRate = 0;
   // For tests: the fraction of received Data frames, in [0, 1], dropped while acks, keepalives
   // and control frames pass (seeded with the drop seed). 1 is a link that loses full-size frames
@@ -108,6 +109,14 @@ StatusOr<DpdkStats> stats(const Context& context);
 // For tests: hands `frame` (a whole Ethernet frame) to the context's poller as if its port had
 // received it. ResourceExhausted when the injection queue or the pool is full.
 Status injectFrame(Context& context, std::span<const uint8_t> frame);
+
+// For tests: a dpdk connection's own id and its peer's, as its frames carry them (dstConn and
+// srcConn of what the peer sends). InvalidArgument if `connection` is not a dpdk connection.
+struct ConnectionIds {
+  uint32_t local = 0;
+  uint32_t peer = 0;
+};
+StatusOr<ConnectionIds> connectionIds(const Connection& connection);
 
 // The address a context's connections send from ("<mac>/<ip>:<udp port>").
 StatusOr<std::string> localAddress(const Context& context);

@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
+#include <thread>
 
 #include "core/param.h"
 #include "fabric/rendezvous/file_store.h"
 #include "fabric/transport/dpdk/factory.h"
+#include "fabric/transport/dpdk/frame.h"
 #include "tests/fabric/transport/transport_test_util.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
@@ -31,6 +34,9 @@ using cofab::testing::unshareNetns;
 
 Bytes toBytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string toString(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// Runs in the echo server (rank 0) once it accepted the connection, before the echoes.
+using AcceptedHook = std::function<Status(Context&, Connection&)>;
 
 // Sets the EAL arguments and the memif vdev of one side, then creates the context. With
 // `zeroCopy` the client (rank 1) is memif's zero-copy client: it lends its own mbufs and the
@@ -94,7 +100,7 @@ class DpdkMemifTest : public ::testing::Test {
   }
 
   // echoSizes (below) between a memif server (rank 0) and client (rank 1) process.
-  void echoOverMemif(bool zeroCopyClient);
+  void echoOverMemif(bool zeroCopyClient, const AcceptedHook& onAccepted = nullptr);
 
   cofab::testing::TempDir dir_;
 };
@@ -102,7 +108,7 @@ class DpdkMemifTest : public ::testing::Test {
 // Rank 0 listens and echoes every message back; rank 1 sends messages of every interesting size
 // (0 bytes to 8 MiB), checks each echo, then closes: the server's next receive fails with
 // RemoteError. Run by each child over whatever link its context has (memif, af_packet).
-int echoSizes(int rank, Context& ctx, Store& storeRef) {
+int echoSizes(int rank, Context& ctx, Store& storeRef, const AcceptedHook& onAccepted = nullptr) {
   Store* st = &storeRef;
   const std::vector<size_t> sizes = {0, 1, 7, 1441, 4093, 65537, (1u << 20) + 3, 8u << 20};
   std::shared_ptr<Connection> conn;
@@ -116,6 +122,9 @@ int echoSizes(int rank, Context& ctx, Store& storeRef) {
     if (!a.ok()) return childFail(rank, a.status().toString());
     conn = *a;
     if (conn->peerId() != "client") return childFail(rank, "peer id " + conn->peerId());
+    if (onAccepted) {
+      if (Status hs = onAccepted(ctx, *conn); !hs.ok()) return childFail(rank, hs.toString());
+    }
     for (size_t i = 0; i < sizes.size(); ++i) {
       Recorder rec;
       std::vector<uint8_t> got;
@@ -168,17 +177,17 @@ int echoSizes(int rank, Context& ctx, Store& storeRef) {
   return 0;
 }
 
-void DpdkMemifTest::echoOverMemif(bool zeroCopyClient) {
+void DpdkMemifTest::echoOverMemif(bool zeroCopyClient, const AcceptedHook& onAccepted) {
   const std::string dir = dir_.path();
   ProcessGroup group;
-  group.start(2, [this, dir, zeroCopyClient](int rank) -> int {
+  group.start(2, [this, dir, zeroCopyClient, onAccepted](int rank) -> int {
     auto st = store();
     auto ctx = memifContext(dir, rank, rank == 0 ? "server" : "client", *st, zeroCopyClient);
     if (!ctx.ok())
       return ctx.status().code() == StatusCode::kUnavailable
                  ? kSkipCode
                  : childFail(rank, ctx.status().toString());
-    return echoSizes(rank, **ctx, *st);
+    return echoSizes(rank, **ctx, *st, onAccepted);
   });
   finish(group, 2);
 }
@@ -190,6 +199,45 @@ TEST_F(DpdkMemifTest, EchoSizesInOrderThenClose) { echoOverMemif(false); }
 // from, mbufs of its own pool that the server process writes and reads. The transport must not
 // care where an mbuf's bytes were put.
 TEST_F(DpdkMemifTest, EchoSizesWithAZeroCopyMemifClient) { echoOverMemif(true); }
+
+// The frame CRC covers the cofab header and payload, not the Ethernet header. Before the echoes,
+// the server gets an ack of the live connection whose source MAC had a bit flipped on the way:
+// it is dropped and counted, not answered with a reset, which memif (point to point, no MAC
+// filter) would carry to the client and which names the client's connection: it tore it down.
+TEST_F(DpdkMemifTest, AFrameWithAFlippedSourceMacDoesNotResetTheConnection) {
+  echoOverMemif(false, [](Context& ctx, Connection& conn) -> Status {
+    auto ids = dpdk::connectionIds(conn);
+    if (!ids.ok()) return ids.status();
+    auto from = dpdk::parseNetAddress(conn.peerAddress());
+    auto here = dpdk::localAddress(ctx);
+    if (!from.ok()) return from.status();
+    if (!here.ok()) return here.status();
+    auto to = dpdk::parseNetAddress(*here);
+    if (!to.ok()) return to.status();
+    from->mac[5] ^= 0x10;
+    dpdk::FrameHeader h;
+    h.kind = dpdk::FrameKind::kAck;
+    h.dstConn = ids->local;
+    h.srcConn = ids->peer;
+    std::vector<uint8_t> frame(dpdk::frameSize(h));
+    dpdk::writeFrameHeaders(frame.data(), *from, *to, h);
+    dpdk::sealFrame(frame.data());
+    auto before = dpdk::stats(ctx);
+    if (!before.ok()) return before.status();
+    COFAB_RETURN_IF_ERROR(dpdk::injectFrame(ctx, frame));
+    const Deadline d = Deadline::afterMs(5000);
+    auto now = dpdk::stats(ctx);
+    while (now.ok() && now->rxUnknownConnection == before->rxUnknownConnection && !d.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      now = dpdk::stats(ctx);
+    }
+    if (!now.ok()) return now.status();
+    if (now->rxUnknownConnection != before->rxUnknownConnection + 1) {
+      return Internal("the flipped frame was not counted as for an unknown connection");
+    }
+    return OkStatus();
+  });
+}
 
 // A zero-copy memif client without --single-file-segments: DPDK refuses the vdev, and the
 // context says so with the missing argument named, instead of a bare "did not probe".
