@@ -160,6 +160,7 @@ class ElasticSync final : public ModelStoreSync {
 
   Status step(int thread, std::span<const float> grad, uint64_t step, uint64_t samples) override {
     COFAB_RETURN_IF_ERROR(checkStep(thread, grad));
+    COFAB_RETURN_IF_ERROR(stickyFailure());
     // Hogwild: concurrent with the other threads' steps. Each of the T threads steps with lr / T
     // on its share of the worker's batch, so the worker moves as far per sample as easgd does.
     model_.add(momentum_[size_t(thread)]->update(grad), -options_.lr / float(threads_));
@@ -170,13 +171,35 @@ class ElasticSync final : public ModelStoreSync {
     // Elastic move, tensor by tensor, on a snapshot of the (still moving) shared model.
     model_.read(buf_);
     for (size_t t = 0; t < counts_.size(); ++t) {
-      COFAB_RETURN_IF_ERROR(client_->elastic(t, view(buf_, t), alpha(), view(buf_, t), deadline()));
+      // A failed move may still have moved the center (the request went out), and the tensors
+      // before it have moved: the run cannot go on as if nothing happened (docs/SYNC.md §3).
+      Status moved = client_->elastic(t, view(buf_, t), alpha(), view(buf_, t), deadline());
+      if (!moved.ok()) {
+        return fail(moved.withContext("sync " + name_ + ": elastic move of tensor " +
+                                      std::to_string(t)));
+      }
       model_.add(offsets_[t], tensorOf(buf_, t), -1.0f);
     }
     syncs_.fetch_add(1);
     recordBytes();
-    return publishSamples();
+    Status published = publishSamples();
+    return published.ok() ? published : fail(published);
   }
+
+ private:
+  // failed_ under failMu_: eawild's other threads read it in their steps while thread 0 sets it
+  // (finish() reads it after every training thread has returned).
+  Status stickyFailure() {
+    std::lock_guard<std::mutex> lock(failMu_);
+    return failed_;
+  }
+  Status fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(failMu_);
+    if (failed_.ok()) failed_ = s;
+    return failed_;
+  }
+
+  std::mutex failMu_;
 };
 
 }  // namespace

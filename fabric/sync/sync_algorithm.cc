@@ -193,10 +193,23 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
     return InvalidArgument("sync " + a + ": shadowIntervalMs must be >= 0 (0: back to back), got " +
                            std::to_string(options.shadowIntervalMs));
   }
-  if (options.syncEvery < 1 || options.threads < 1 || options.elasticAlpha < 0 ||
-      options.elasticAlpha >= 1) {
-    return InvalidArgument("sync " + a +
-                           ": syncEvery and threads must be >= 1, elasticAlpha in [0, 1)");
+  if (options.syncEvery < 1) {
+    return InvalidArgument("sync " + a + ": syncEvery must be >= 1, got " +
+                           std::to_string(options.syncEvery));
+  }
+  if (options.threads < 1) {
+    return InvalidArgument("sync " + a + ": threads must be >= 1, got " +
+                           std::to_string(options.threads));
+  }
+  // Only eawild runs several training threads per worker; any other algorithm would train with
+  // one while the caller thought it had asked for more.
+  if (options.threads != 1 && a != "eawild") {
+    return InvalidArgument("sync " + a + ": threads applies to eawild only (got " +
+                           std::to_string(options.threads) + "; the others train with 1)");
+  }
+  if (!(options.elasticAlpha >= 0 && options.elasticAlpha < 1)) {
+    return InvalidArgument("sync " + a + ": elasticAlpha must be in [0, 1), got " +
+                           std::to_string(options.elasticAlpha));
   }
   if (options.replyFeedback && a != "onebit") {
     return InvalidArgument("sync " + a + ": replyFeedback applies to onebit only");

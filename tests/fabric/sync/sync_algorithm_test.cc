@@ -377,6 +377,28 @@ struct SoloWorker {
   }
 };
 
+// A failed elastic move is sticky (docs/SYNC.md §3): the center may have moved by its request
+// while the worker did not, so the steps after it, and finish(), return that failure. They used
+// to return OK, and finish() did too.
+TEST(SyncAlgorithmTest, AFailedElasticMoveIsSticky) {
+  SyncOptions o;
+  o.algorithm = "easgd";
+  o.syncEvery = 2;
+  SoloWorker w;
+  ASSERT_TRUE(w.make(o).ok());
+  const std::vector<float> model(8, 1.0f);
+  const std::vector<float> grad(8, 0.5f);
+  ASSERT_TRUE(w.algo->start(model, {8}).ok());
+  ASSERT_TRUE(w.algo->step(0, grad, 0, 1).ok());
+  w.server.reset();  // the daemon holding the center is gone
+  const Status moved = w.algo->step(0, grad, 1, 1);  // a sync step
+  ASSERT_FALSE(moved.ok());
+  const Status next = w.algo->step(0, grad, 2, 1);  // no sync of its own
+  EXPECT_FALSE(next.ok()) << "a step after the failed elastic move returned OK";
+  std::vector<float> out(8);
+  EXPECT_FALSE(w.algo->finish(out).ok());
+}
+
 // finish() into a buffer of another size than the model: InvalidArgument naming both sizes
 // (a smaller one was filled with a truncated model and OK, a larger one aborted the process).
 TEST(SyncAlgorithmTest, FinishIntoAWrongSizedBufferIsRefused) {
@@ -619,6 +641,8 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
 // Numeric options that are NaN or infinite (or negative where that means nothing) are refused
 // with InvalidArgument naming the option: a NaN momentum or elastic alpha used to pass the
 // range checks (every comparison with NaN is false) and silently turn the model into NaNs.
+// Also threads other than 1 for an algorithm that trains with one (all but eawild): easgd with
+// 4 threads used to train with 1 and say nothing.
 TEST(SyncAlgorithmTest, RejectsNonFiniteAndNegativeNumericOptions) {
   SyncEnv env;
   HashStore store;
@@ -638,6 +662,9 @@ TEST(SyncAlgorithmTest, RejectsNonFiniteAndNegativeNumericOptions) {
       {"elasticAlpha", [&](SyncOptions& o) { o.elasticAlpha = -0.5f; }},
       {"shadowIntervalMs", [&](SyncOptions& o) { o.shadowIntervalMs = -1; }},
       {"timeoutMs", [&](SyncOptions& o) { o.timeoutMs = -1; }},
+      {"syncEvery", [&](SyncOptions& o) { o.syncEvery = 0; }},
+      {"threads", [&](SyncOptions& o) { o.threads = 0; }},
+      {"threads", [&](SyncOptions& o) { o.threads = 4; }},
   };
   for (const Case& c : cases) {
     SyncOptions o;
