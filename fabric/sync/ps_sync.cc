@@ -175,8 +175,8 @@ class ElasticSync final : public ModelStoreSync {
       // before it have moved: the run cannot go on as if nothing happened (docs/SYNC.md §3).
       Status moved = client_->elastic(t, view(buf_, t), alpha(), view(buf_, t), deadline());
       if (!moved.ok()) {
-        return fail(moved.withContext("sync " + name_ + ": elastic move of tensor " +
-                                      std::to_string(t)));
+        return fail(
+            moved.withContext("sync " + name_ + ": elastic move of tensor " + std::to_string(t)));
       }
       model_.add(offsets_[t], tensorOf(buf_, t), -1.0f);
     }

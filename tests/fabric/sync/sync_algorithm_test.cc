@@ -390,7 +390,7 @@ TEST(SyncAlgorithmTest, AFailedElasticMoveIsSticky) {
   const std::vector<float> grad(8, 0.5f);
   ASSERT_TRUE(w.algo->start(model, {8}).ok());
   ASSERT_TRUE(w.algo->step(0, grad, 0, 1).ok());
-  w.server.reset();  // the daemon holding the center is gone
+  w.server.reset();                                  // the daemon holding the center is gone
   const Status moved = w.algo->step(0, grad, 1, 1);  // a sync step
   ASSERT_FALSE(moved.ok());
   const Status next = w.algo->step(0, grad, 2, 1);  // no sync of its own
