@@ -466,17 +466,6 @@ void Engine::flushReleased() {
 }
 
 void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
-  std::shared_ptr<ListenerState> l;
-  {
-    std::lock_guard<std::mutex> lock(listenersMu_);
-    auto it = listeners_.find(f.dstPort);
-    if (it != listeners_.end()) l = it->second;
-  }
-  if (!l || l->queue().closed()) {
-    bump(counters_.rxUnknownConnection);
-    sendRst(f.src, f.header.srcConn, 0);
-    return;
-  }
   const auto key =
       std::make_pair(macKey(f.src), (static_cast<uint64_t>(f.src.ip) << 32) | f.header.srcConn);
   std::shared_ptr<Conn> conn;
@@ -484,6 +473,22 @@ void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
     if (auto c = conns_.find(it->second); c != conns_.end()) conn = c->second;
   }
   const bool fresh = conn == nullptr;
+  // A repeated Syn (our SynAck was lost) gets the connection already accepted, also once its
+  // listener is closed (Communicator closes it right after its last accept): a reset would fail
+  // the connect while this side holds an accepted connection that then dies of silence.
+  std::shared_ptr<ListenerState> l;
+  if (fresh) {
+    {
+      std::lock_guard<std::mutex> lock(listenersMu_);
+      auto it = listeners_.find(f.dstPort);
+      if (it != listeners_.end()) l = it->second;
+    }
+    if (!l || l->queue().closed()) {
+      bump(counters_.rxUnknownConnection);
+      sendRst(f.src, f.header.srcConn, 0);
+      return;
+    }
+  }
   if (fresh) {
     const uint32_t id = nextConnId_++;
     conn = std::make_shared<Conn>(this, id, f.src, f.src.toString());
