@@ -39,28 +39,37 @@ class ShadowSync final : public AlgorithmBase {
       abort_ = false;
       error_ = OkStatus();
     }
+    // This run's progress: a restart (after finish()) counts its samples from 0.
+    localSamples_.store(0);
+    unpublishedSamples_.store(0);
+    globalSamples_.store(0);
+    samplesAtRound_.store(0);
+    clientBytesOut_ = 0;
+    clientBytesIn_ = 0;
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
     snapshot_.assign(initial.begin(), initial.end());
     avg_.resize(total_);
-    if (options_.shadowMode == "average") {
-      COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
-      // Round 0 (exact average of the initial models) happens here, before training.
-      COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
-    } else if (options_.shadowMode == "easgd") {
+    if (options_.shadowMode != "average" && options_.shadowMode != "easgd") {
+      return InvalidArgument("shadowsync: shadowMode '" + options_.shadowMode +
+                             "' is not 'average' or 'easgd'");
+    }
+    COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
+    // Round 0 (exact average of the initial models) happens here, before training. In easgd
+    // mode too (its client is otherwise only for the final average in finish()): against
+    // daemons that served a run already, a new client's round 0 is refused here
+    // (finished_iteration), not its final round after a whole run.
+    COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
+    if (options_.shadowMode == "easgd") {
       if (env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
       COFAB_ASSIGN_OR_RETURN(model_client_, ps::ModelClient::connect(*env_.store, env_.rank,
                                                                      env_.worldSize, env_.client));
-      // Only for the final average of the workers' models (finish()).
-      COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
+      model_.read(snapshot_);
       for (size_t t = 0; t < counts_.size(); ++t) {
         TensorView v(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);
         COFAB_RETURN_IF_ERROR(model_client_->init(t, v, deadline()));
         COFAB_RETURN_IF_ERROR(model_client_->pull(t, v, deadline()).status());
       }
       model_.assign(snapshot_);
-    } else {
-      return InvalidArgument("shadowsync: shadowMode '" + options_.shadowMode +
-                             "' is not 'average' or 'easgd'");
     }
     thread_ = std::thread([this] { shadowLoop(); });
     return OkStatus();
@@ -204,9 +213,13 @@ class ShadowSync final : public AlgorithmBase {
     samplesAtRound_.store(local);
     globalSamples_.store(uint64_t(progress_[0]));
     if (allDone != nullptr) *allDone = everyoneDone;
-    ps::ClientStats cs = client_->stats();
-    bytesSent_.store(cs.bytesOut);
-    bytesReceived_.store(cs.bytesIn);
+    // Added, not stored: in easgd mode the elastic rounds count their bytes into the same
+    // counters, which the final average's client figures overwrote.
+    const ps::ClientStats cs = client_->stats();
+    bytesSent_.fetch_add(cs.bytesOut - clientBytesOut_);
+    bytesReceived_.fetch_add(cs.bytesIn - clientBytesIn_);
+    clientBytesOut_ = cs.bytesOut;
+    clientBytesIn_ = cs.bytesIn;
     return OkStatus();
   }
 
@@ -234,6 +247,9 @@ class ShadowSync final : public AlgorithmBase {
   std::vector<float> snapshot_, avg_;  // shadow thread only (after start())
   std::vector<ps::PushPullHandle> handles_;
   double progress_[2] = {0, 0};
+  // client_'s byte counts already added to bytesSent_/bytesReceived_ (the thread running the
+  // rounds: start(), then the shadow thread, then finish()).
+  uint64_t clientBytesOut_ = 0, clientBytesIn_ = 0;
   std::atomic<uint64_t> samplesAtRound_{0};
   std::thread thread_;
   std::mutex mu_;

@@ -155,8 +155,10 @@ class SyncAlgorithm {
   // computation, advances its sample streams as if it had drawn the step's samples, and calls
   // step() with an empty gradient, which applies the round's result. Always true for the others.
   virtual StatusOr<bool> needsGradient(int /*thread*/, uint64_t /*step*/) { return true; }
-  // Samples processed by all workers of the job so far, as far as this worker knows (exact for
-  // sync and after finish(), at the last publication for the others; ssp counts only the samples
+  // Samples processed by all workers of the job so far, as far as this worker knows (sync, int8,
+  // onebit, gossip and gradcode take this rank's `samples` x the number of workers: exact when
+  // every rank passes the same count to each step(), as a loop ending its epochs on this value
+  // must; for the others at the last publication, exact after finish(); ssp counts only the samples
   // of steps whose updates were all applied). Lets a loop end an epoch on global progress so
   // fast workers do more of the work than slow ones.
   virtual uint64_t globalSamples() const = 0;

@@ -17,6 +17,7 @@
 
 #include "aggregator/aggregator_server.h"
 #include "fabric/comm/communicator.h"
+#include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/sync/algorithm_base.h"
 #include "tests/support/thread_ranks.h"
@@ -445,34 +446,91 @@ TEST(ShadowSyncTest, ASecondStartWhileRunningIsRefused) {
   EXPECT_EQ(out, model);
 }
 
-// start() again after finish() (allowed once the background thread is joined): the new thread
-// must keep synchronizing. finish() had left its "done" flag set, so the new thread ran one
-// final round and stopped, and the restarted run trained without any synchronization. (easgd
-// mode: in average mode a restart against the same daemons is refused at start(), as a new
-// client numbers its rounds from 0 again; the error says the daemon's round is further on.)
-TEST(ShadowSyncTest, ARestartAfterFinishKeepsSynchronizing) {
+// Registers `daemon` as the job's only aggregator in `store` (what cofab-aggd does), so that
+// clients find it by discovery and a restarted daemon replaces it.
+void registerDaemon(Store& store, const aggregator::AggregatorServer& daemon) {
+  const std::string a = daemon.address();
+  ASSERT_TRUE(store.set(ps::serverAddressKey("cofab/agg", 0), Bytes(a.begin(), a.end())).ok());
+  ASSERT_TRUE(store.set(ps::serverCountKey("cofab/agg"), Bytes{'1'}).ok());
+}
+
+// start() again after finish() (allowed once the background thread is joined), easgd mode:
+//  - against the daemons of the first run it is refused at start() (a new client's round 0 is a
+//    finished round there), as in average mode. It was accepted, trained a whole run with the
+//    first run's center in place of the new initial model, and failed only in finish();
+//  - against restarted daemons it begins a clean run: globalSamples() from 0 (it went on from
+//    the first run's count), a thread that keeps synchronizing (finish() had left its "done"
+//    flag set, and the new thread ran one final round and stopped), and a finish() that works.
+TEST(ShadowSyncTest, ARestartIsRefusedOnTheOldDaemonsAndBeginsACleanRunOnNewOnes) {
+  HashStore store;
+  auto daemon = localDaemon(1);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  registerDaemon(store, **daemon);
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 1;
+  env.store = &store;
+  SyncOptions o;
+  o.algorithm = "shadowsync";
+  o.shadowMode = "easgd";
+  o.timeoutMs = 20000;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  SyncAlgorithm& w = **algo;
+  const std::vector<float> model(8, 1.0f);
+  const std::vector<float> grad(8, 0.0f);
+  std::vector<float> out(8);
+  ASSERT_TRUE(w.start(model, {8}).ok());
+  for (uint64_t s = 0; s < 10; ++s) ASSERT_TRUE(w.step(0, grad, s, 10).ok());
+  ASSERT_TRUE(w.finish(out).ok());
+
+  const Status same = w.start(model, {8});
+  EXPECT_FALSE(same.ok()) << "a restart against the first run's daemons was accepted";
+  EXPECT_NE(same.message().find("finished_iteration"), std::string::npos) << same;
+
+  auto restarted = localDaemon(1);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  registerDaemon(store, **restarted);
+  const Status fresh = w.start(model, {8});
+  ASSERT_TRUE(fresh.ok()) << fresh;
+  EXPECT_EQ(w.globalSamples(), 0u);
+  const uint64_t before = w.stats().syncs;
+  // A condition with a bound: rounds run back to back (no interval), so this is quick unless
+  // the thread has stopped.
+  const Deadline bound = Deadline::afterMs(20000);
+  for (uint64_t s = 0; w.stats().syncs < before + 3 && !bound.expired(); ++s) {
+    ASSERT_TRUE(w.step(0, grad, s, 1).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(w.stats().syncs, before + 3) << "the restarted background thread stopped";
+  const Status finished = w.finish(out);
+  EXPECT_TRUE(finished.ok()) << finished;
+}
+
+// shadowsync easgd: finish()'s final average used to store its client's byte counts over the
+// elastic rounds' sums, so the stats (and train_mnist's RESULT line) showed one round's bytes.
+TEST(ShadowSyncTest, EasgdBytesAfterFinishIncludeTheElasticRounds) {
   SyncOptions o;
   o.algorithm = "shadowsync";
   o.shadowMode = "easgd";
   SoloWorker w;
   ASSERT_TRUE(w.make(o).ok());
-  const std::vector<float> model(8, 1.0f);
-  std::vector<float> out(8);
-  ASSERT_TRUE(w.algo->start(model, {8}).ok());
-  ASSERT_TRUE(w.algo->finish(out).ok());
-  const Status restarted = w.algo->start(model, {8});
-  ASSERT_TRUE(restarted.ok()) << restarted;
-  const uint64_t before = w.algo->stats().syncs;
-  // A condition with a bound: rounds run back to back (no interval), so this is quick unless
-  // the thread has stopped.
+  const std::vector<float> model(1024, 1.0f);
+  const std::vector<float> grad(1024, 0.0f);
+  ASSERT_TRUE(w.algo->start(model, {1024}).ok());
   const Deadline bound = Deadline::afterMs(20000);
-  const std::vector<float> grad(8, 0.0f);
-  for (uint64_t s = 0; w.algo->stats().syncs < before + 3 && !bound.expired(); ++s) {
+  for (uint64_t s = 0; w.algo->stats().syncs < 10 && !bound.expired(); ++s) {
     ASSERT_TRUE(w.algo->step(0, grad, s, 1).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_GE(w.algo->stats().syncs, before + 3) << "the restarted background thread stopped";
-  w.algo->finish(out).ignoreError();  // its final average is refused as a finished round
+  ASSERT_GE(w.algo->stats().syncs, 10u);
+  const uint64_t sent = w.algo->stats().bytesSent;
+  const uint64_t received = w.algo->stats().bytesReceived;
+  ASSERT_GE(sent, 10u * 1024 * sizeof(float));
+  std::vector<float> out(1024);
+  ASSERT_TRUE(w.algo->finish(out).ok());
+  EXPECT_GT(w.algo->stats().bytesSent, sent);
+  EXPECT_GT(w.algo->stats().bytesReceived, received);
 }
 
 // A worker that finishes while another still trains runs its rounds back to back, and each
