@@ -308,6 +308,12 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
     lock.unlock();
     return DeadlineExceeded(msg);
   }
+  lock.unlock();
+  // Every worker is in: nobody else is accepted from now on. An open listener let a late worker
+  // (restarted, or with an index already taken) connect and register into a queue nobody reads,
+  // and wait there for as long as this master lived; closed, its connect is refused and it fails
+  // at its setup deadline saying why.
+  m->listener_.reset();
   return m;
 }
 

@@ -155,7 +155,7 @@ class CodedMaster {
   Device device_;  // options_.device resolved
   int64_t aRows_ = 0, aCols_ = 0, blockRows_ = 0;
   std::shared_ptr<transport::Context> ctx_;
-  std::unique_ptr<transport::Listener> listener_;
+  std::unique_ptr<transport::Listener> listener_;  // open while create() takes the workers
   std::shared_ptr<State> state_;
   uint64_t nextRequest_ = 1;
 };

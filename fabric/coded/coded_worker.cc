@@ -227,7 +227,13 @@ Status Worker::run() {
         (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded &&
          code != StatusCode::kRemoteError)) {
       ctx_->join();
-      return conn.status().withContext(id + ": master at " + toString(*addr));
+      std::string where = id + ": master at " + toString(*addr);
+      if (deadline.expired()) {
+        where +=
+            " (a master takes its workers only while it is being created: one started "
+            "after that, or with an index already taken, finds nobody listening)";
+      }
+      return conn.status().withContext(where);
     }
     // A refusal can come back at once: pause before reading the address and dialling again.
     std::this_thread::sleep_for(std::min<Duration>(Millis(100), deadline.remaining()));

@@ -93,6 +93,9 @@ class Service {
     procs_.signal(worker, SIGKILL);
   }
   CodedMaster& master() { return *master_; }
+  void stopMaster() { master_.reset(); }  // shuts the workers down
+  std::string storeDir() const { return dir_.path(); }
+  const std::string& name() const { return options_.name; }
   ProcessGroup& procs() { return procs_; }
   bool ok() const { return master_ != nullptr; }
 
@@ -586,6 +589,28 @@ TEST(CodedService, ABadRegistrationDoesNotTakeAWorkersPlace) {
   master->reset();  // tells the workers to leave
   EXPECT_EQ(cofab::testing::failures(procs.waitAll(Deadline::afterMs(20000))), "");
   (*ctx)->join();
+}
+
+// A worker started after the master's create() returned (a restarted one, or one with an index
+// already taken) fails within its setup timeout, saying why. The master kept its listener open:
+// the worker's connect succeeded, it registered, nobody accepted it, and it waited for a block
+// for as long as the master lived.
+TEST(CodedService, AWorkerStartedAfterTheMasterWasCreatedFailsInsteadOfWaitingForever) {
+  Service svc({.mode = CodedMode::kCoded, .n = 2, .k = 1});
+  ASSERT_TRUE(svc.ok());
+  auto store = FileStore::open(svc.storeDir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto late = std::async(std::launch::async, [&] {
+    return runCodedWorker(
+        {.store = store->get(), .name = svc.name(), .index = 1, .setupTimeout = Millis(2000)});
+  });
+  if (late.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    svc.stopMaster();  // lets it return, so the future can be destroyed
+    FAIL() << "the late worker still waits for the master";
+  }
+  const Status s = late.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("while it is being created"), std::string::npos) << s;
 }
 
 // A worker's acknowledgement of an earlier load that timed out does not count for the next
