@@ -26,6 +26,9 @@ constexpr uint64_t kTickNs = 200'000;
 // nap EngineOptions::idleNapNs (the idle policy: spin idleSpinNs, then nap).
 constexpr auto kRingSleep = std::chrono::milliseconds(2);
 constexpr uint64_t kMaxYieldNapNs = 500'000;  // see Engine::run's ack wait
+// A TX backlog the port has taken nothing of for this long is dropped, as a wire would lose it
+// (a memif peer that died, a link that is down): data frames stay with their connections.
+constexpr uint64_t kTxStuckNs = 100'000'000;
 // Data frames stop while fewer mbufs than this are free, so acks can always be built.
 constexpr unsigned kPoolReserve = 512;
 // poolAvail(): re-read the pool's count every this many calls, and at every call while fewer
@@ -208,6 +211,7 @@ void Engine::run() {
     if (workStart != 0 && now - workStart < kPreemptedNs) {
       bump(counters_.pollerBusyNs, now - workStart);
     }
+    const uint64_t takenBefore = txTaken_;
     int work = drainCommands();
     work += pollRx(now);
     if (now - lastTick > kTickNs) {
@@ -218,7 +222,18 @@ void Engine::run() {
     flushTx();
     reapDone();
     flushReleased();
-    if (txCount_ > 0) ++work;  // a backlog the port did not take yet: no nap
+    if (txCount_ == 0 || txTaken_ != takenBefore) {
+      txStuckSince_ = 0;
+      if (txCount_ > 0) ++work;  // a backlog the port is taking: no nap
+    } else if (txStuckSince_ == 0) {
+      txStuckSince_ = now;
+    } else if (now - txStuckSince_ > kTxStuckNs) {
+      // The port took nothing for kTxStuckNs. Counted as work, such a backlog kept the poller
+      // spinning at 100% of a core for as long as the context lived after a memif peer died
+      // (memif refuses every burst while its link is down); not counted, it naps meanwhile.
+      flushTx(/*final=*/true);
+      txStuckSince_ = 0;
+    }
     workStart = work > 0 ? now : 0;
     if (work > 0) {
       idleSince = 0;
@@ -693,6 +708,7 @@ void Engine::flushTx(bool final) {
   while (sent < txCount_ && stalls < 64) {
     const uint16_t n = port_->txBurst(tx_ + sent, static_cast<uint16_t>(txCount_ - sent));
     sent += n;
+    txTaken_ += n;
     if (n == 0) {
       ++stalls;
       rte_pause();

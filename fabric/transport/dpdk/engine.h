@@ -234,6 +234,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static constexpr int kTxBuffer = 64;
   rte_mbuf* tx_[kTxBuffer];
   int txCount_ = 0;
+  uint64_t txTaken_ = 0;       // frames the port has taken (flushTx), for run()'s stuck check
+  uint64_t txStuckSince_ = 0;  // since when a backlog has not moved (0: none, or it moves)
   // Data frame mbufs taken from the pool kDataStash at a time (rte_pktmbuf_alloc_bulk): the
   // mbufs come back from acks a window later, cold, and one bulk call overlaps their header
   // misses where one alloc per frame paid each in turn. Freed at shutdown.

@@ -366,6 +366,18 @@ TEST_F(DpdkMemifTest, KilledPeerGivesRemoteErrorWithinDeadline) {
         s.message().find("doomed child") == std::string::npos) {
       return childFail(rank, "expected RemoteError naming the peer, got " + s.toString());
     }
+    // What was queued for the dead peer (memif refuses every burst while its link is down) is
+    // dropped and counted once the port has taken nothing for a while. It stayed queued, and
+    // counted as work, kept the poller spinning on a core for as long as the context lived.
+    const Deadline d = Deadline::afterMs(10000);
+    auto st2 = dpdk::stats(**ctx);
+    while (st2.ok() && st2->txDrops == 0 && !d.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      st2 = dpdk::stats(**ctx);
+    }
+    if (!st2.ok() || st2->txDrops == 0) {
+      return childFail(rank, "frames queued for the dead peer were never dropped");
+    }
     (*ctx)->join();
     return 0;
   });
