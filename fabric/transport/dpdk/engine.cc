@@ -342,13 +342,20 @@ bool Engine::dropDataFrame(const rte_mbuf* m) {
 
 rte_mbuf* Engine::corruptedCopy(rte_mbuf* m) {
   const size_t len = rte_pktmbuf_data_len(m);
-  if (m->nb_segs != 1 || len == 0) return nullptr;
+  if (m->nb_segs != 1 || len <= kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize) return nullptr;
+  constexpr size_t kCofabAt = kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
   rte_mbuf* c = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
   if (c == nullptr) return nullptr;
   // Anywhere in the frame: the Ethernet, IPv4 and UDP headers in front of the frame CRC's reach
   // as well (most of an ack's bytes), whose flips the receiver must survive without their
-  // being checked by the CRC.
-  const uint64_t bit = nextRandom() % (len * 8);
+  // being checked by the CRC. Except in a Syn's or SynAck's: set-up takes the peer's MAC and
+  // UDP port from there, unchecked (docs/DPDK.md, "Not done yet").
+  const uint8_t* f = rte_pktmbuf_mtod(c, const uint8_t*);
+  const size_t kindAt = kCofabAt + offsetof(FrameHeader, kind);
+  const bool setUp = len > kindAt && (f[kindAt] == static_cast<uint8_t>(FrameKind::kSyn) ||
+                                      f[kindAt] == static_cast<uint8_t>(FrameKind::kSynAck));
+  const size_t from = setUp ? kCofabAt : 0;
+  const uint64_t bit = from * 8 + nextRandom() % ((len - from) * 8);
   rte_pktmbuf_mtod(c, uint8_t*)[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   return c;
 }

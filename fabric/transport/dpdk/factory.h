@@ -35,10 +35,11 @@ struct DpdkOptions {
   double dropRate = -1;   // < 0: COFAB_DPDK_DROP_RATE (received frames dropped, seeded)
   int64_t dropSeed = -1;  // < 0: COFAB_DPDK_DROP_SEED
   // For tests: the fraction of received frames, in [0, 0.5], replaced by a copy with one bit
-  // flipped anywhere in it (seeded with the drop seed); half of the time the intact frame is
-  // received first, so the corrupted one arrives as its duplicate. Corrupted frames then meet
-  // every receive path (most flips land in a payload); the checks must catch them all, and a
-  // flip in the bytes nothing checks (Ethernet header, UDP ports) must do no harm.
+  // flipped anywhere in it, past the UDP header in Syn/SynAck (seeded with the drop seed); half of
+  // the time the intact frame is received first, so the corrupted one arrives as its duplicate.
+  // Corrupted frames then meet every receive path (most flips land in a payload); the checks must
+  // catch them all, and a flip in the bytes nothing checks (Ethernet header, UDP ports) must do no
+  // harm.
   double corruptRate = 0;
   // For tests: the fraction of received Data frames, in [0, 1], dropped while acks, keepalives
   // and control frames pass (seeded with the drop seed). 1 is a link that loses full-size frames
