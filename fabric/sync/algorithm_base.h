@@ -92,6 +92,9 @@ class AlgorithmBase : public SyncAlgorithm {
   std::atomic<uint64_t> localSamples_{0}, unpublishedSamples_{0}, globalSamples_{0};
   std::atomic<uint64_t> staleUpdates_{0}, maxStaleness_{0}, stalenessSum_{0}, applies_{0};
   std::atomic<uint64_t> dropped_{0}, droppedSamples_{0}, skipped_{0};
+  // The store's sample counter when this run began (publishSamples() counts from it): 0 but
+  // for a shadowsync easgd restart on the store and prefix of an earlier run.
+  int64_t samplesBase_ = 0;
 };
 
 // A push-pull client to the job's aggregators (env.store, or env.client.serverAddresses).

@@ -39,30 +39,38 @@ class ShadowSync final : public AlgorithmBase {
       abort_ = false;
       error_ = OkStatus();
     }
-    // This run's progress: a restart (after finish()) counts its samples from 0.
-    localSamples_.store(0);
-    unpublishedSamples_.store(0);
-    globalSamples_.store(0);
-    samplesAtRound_.store(0);
-    clientBytesOut_ = 0;
-    clientBytesIn_ = 0;
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
-    snapshot_.assign(initial.begin(), initial.end());
-    avg_.resize(total_);
-    if (options_.shadowMode != "average" && options_.shadowMode != "easgd") {
+    const bool easgd = options_.shadowMode == "easgd";
+    if (!easgd && options_.shadowMode != "average") {
       return InvalidArgument("shadowsync: shadowMode '" + options_.shadowMode +
                              "' is not 'average' or 'easgd'");
     }
-    COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
-    // Round 0 (exact average of the initial models) happens here, before training. In easgd
-    // mode too (its client is otherwise only for the final average in finish()): against
-    // daemons that served a run already, a new client's round 0 is refused here
-    // (finished_iteration), not its final round after a whole run.
-    COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
-    if (options_.shadowMode == "easgd") {
-      if (env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
+    if (easgd && env_.store == nullptr) return InvalidArgument("shadowsync easgd needs env.store");
+    // A new run's figures (a restart after finish() begins from 0; started_ is setUp's).
+    for (auto* c : {&steps_, &syncs_, &bytesSent_, &bytesReceived_, &localSamples_,
+                    &unpublishedSamples_, &globalSamples_, &samplesAtRound_}) {
+      c->store(0);
+    }
+    clientBytesOut_ = 0;
+    clientBytesIn_ = 0;
+    snapshot_.assign(initial.begin(), initial.end());
+    avg_.resize(total_);
+    if (easgd) {
       COFAB_ASSIGN_OR_RETURN(model_client_, ps::ModelClient::connect(*env_.store, env_.rank,
                                                                      env_.worldSize, env_.client));
+      // The elastic rounds publish into the store's sample counter, which is not per run (an
+      // earlier run on this store and prefix left its total there): this run counts from what
+      // is there now. Read before round 0, which nobody leaves before every worker has read it,
+      // so no sample of this run is in it yet.
+      COFAB_ASSIGN_OR_RETURN(samplesBase_, env_.store->add(storeKey("samples"), 0));
+    }
+    COFAB_ASSIGN_OR_RETURN(client_, connectPushPull(env_));
+    // Round 0 (exact average of the initial models) happens here, before training: start() is
+    // collective. In easgd mode too (its client is otherwise only for the final average in
+    // finish()): against daemons that served a run already, a new client's round 0 is refused
+    // here (finished_iteration), not its final round after a whole run.
+    COFAB_RETURN_IF_ERROR(averageRound(/*initial=*/true));
+    if (easgd) {
       model_.read(snapshot_);
       for (size_t t = 0; t < counts_.size(); ++t) {
         TensorView v(snapshot_.data() + offsets_[t], counts_[t], DType::kF32);

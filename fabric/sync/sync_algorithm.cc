@@ -122,7 +122,7 @@ Status AlgorithmBase::storeBarrier(const std::string& what) {
 Status AlgorithmBase::publishSamples() {
   uint64_t n = unpublishedSamples_.exchange(0, std::memory_order_relaxed);
   COFAB_ASSIGN_OR_RETURN(int64_t total, env_.store->add(storeKey("samples"), int64_t(n)));
-  globalSamples_.store(uint64_t(total), std::memory_order_relaxed);
+  globalSamples_.store(uint64_t(total - samplesBase_), std::memory_order_relaxed);
   return OkStatus();
 }
 
@@ -168,6 +168,9 @@ bool needsAggregators(const std::string& algorithm) { return algorithm != "gossi
 StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& options,
                                                            const SyncEnv& env) {
   const std::string& a = options.algorithm;
+  if (!isSyncAlgorithm(a)) {
+    return InvalidArgument("sync algorithm '" + a + "' is not one of: " + syncAlgorithms());
+  }
   if (env.worldSize < 1 || env.rank < 0 || env.rank >= env.worldSize) {
     return InvalidArgument("sync " + a + ": rank " + std::to_string(env.rank) + " of " +
                            std::to_string(env.worldSize));
