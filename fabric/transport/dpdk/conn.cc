@@ -262,6 +262,7 @@ void Conn::transmit(uint32_t seq, uint64_t now) {
   }
   engine_->queueTx(f.m);
   f.sentNs = now;
+  f.order = ++xmitOrder_;
   ++f.transmissions;
 }
 
@@ -468,7 +469,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     // SACKs give samples too (below); without them SRTT froze at its first value and the holes'
     // fast retransmit waited on a stale, often inflated, estimate.
     if (last.transmissions == 1 && last.m != nullptr) {
-      rackXmitNs_ = std::max(rackXmitNs_, last.sentNs);
+      rackOrder_ = std::max(rackOrder_, last.order);
     }
     if (!last.sacked && last.transmissions == 1 && last.m != nullptr) {
       updateRtt(elapsed(now, last.sentNs));
@@ -490,6 +491,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     uint32_t highest = una_;
     bool any = false;
     uint64_t newestSample = 0;  // sent time of the latest frame SACKed for the first time
+    uint64_t newestOrder = 0;   // and its transmission order
     for (uint32_t i = 0; i < kSackBits; ++i) {
       if (f.payload[i / 8] == 0) {  // skip empty bytes: most of a 1024-bit bitmap
         i |= 7;
@@ -501,6 +503,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
         auto& fl = inflight_[seq % kWindow];
         if (!fl.sacked && fl.transmissions == 1 && fl.m != nullptr) {
           newestSample = std::max(newestSample, fl.sentNs);
+          newestOrder = std::max(newestOrder, fl.order);
         }
         if (!fl.sacked) progressNs_ = now;  // frames get through, if not the oldest one yet
         fl.sacked = true;
@@ -510,7 +513,7 @@ void Conn::onAck(const ParsedFrame& f, uint64_t now) {
     }
     if (newestSample != 0) {
       updateRtt(elapsed(now, newestSample));
-      rackXmitNs_ = std::max(rackXmitNs_, newestSample);
+      rackOrder_ = std::max(rackOrder_, newestOrder);
     }
     if (any && seqLess(highestSacked_, highest + 1)) {
       highestSacked_ = highest + 1;
@@ -533,14 +536,15 @@ void Conn::retransmitHoles(uint64_t now) {
   // RACK without a reordering window: a point-to-point link (memif, a cable, one switch) does
   // not reorder, so a hole whose last transmission went out before a frame known delivered
   // was lost, and it is resent at once rather than a variance-padded SRTT later. Only frames
-  // sent once advance rackXmitNs_ (Karn: the ack of a retransmitted frame may be its first
+  // sent once advance rackOrder_ (Karn: the ack of a retransmitted frame may be its first
   // copy's), and a resent hole waits until a frame sent after the resend is delivered, so a
-  // hole is not resent again while its retransmission is still on the way.
+  // hole is not resent again while its retransmission is still on the way. "Before" is by
+  // transmission order: compared by send time, a hole and the frames after it in one burst
+  // (one timestamp) were never before one another, and such holes waited out the SRTT.
   const uint64_t age = srttNs_ + std::max<uint64_t>(4 * rttvarNs_, kFastRetransmitSlackNs);
   for (uint32_t s = una_; seqLess(s, highestSacked_) && seqLess(s, nxt_); ++s) {
     auto& fl = inflight_[s % kWindow];
-    if (fl.m != nullptr && !fl.sacked &&
-        (fl.sentNs < rackXmitNs_ || elapsed(now, fl.sentNs) > age)) {
+    if (fl.m != nullptr && !fl.sacked && (fl.order < rackOrder_ || elapsed(now, fl.sentNs) > age)) {
       transmit(s, now);
       Engine::bump(engine_->counters().retransmits);
     }

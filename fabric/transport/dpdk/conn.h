@@ -119,6 +119,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     uint64_t sentNs = 0;
     uint16_t transmissions = 0;
     bool sacked = false;
+    uint64_t order = 0;  // of its last transmission, among this connection's (xmitOrder_)
   };
   struct RxSlot {
     rte_mbuf* m = nullptr;
@@ -184,9 +185,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   uint64_t srttNs_ = 0;
   uint64_t rttvarNs_ = 0;
   uint32_t highestSacked_ = 1;  // one past the highest SACKed frame
-  // Latest send time of a frame known delivered (sent once, then acked or SACKed): a hole sent
-  // before it is lost (RACK, RFC 8985, with no reordering window: see retransmitHoles()).
-  uint64_t rackXmitNs_ = 0;
+  // Transmissions so far, and the latest one of a frame known delivered (sent once, then acked
+  // or SACKed): a hole transmitted before it is lost (RACK, RFC 8985, with no reordering window:
+  // see retransmitHoles()). By order, not time: a burst's frames share one timestamp.
+  uint64_t xmitOrder_ = 0;
+  uint64_t rackOrder_ = 0;
   // Headers of this connection's full-size Data frames (built at the first one).
   FrameTemplate dataTemplate_;
 
