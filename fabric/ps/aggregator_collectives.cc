@@ -51,15 +51,17 @@ class FailedPending final : public comm::PendingOp {
 };
 
 // A PushPullHandle seen as a comm::PendingOp. The collective's own deadline is enforced when the
-// op is waited on with a deadline no earlier than it (comm::allreduce waits with none): an
-// operation still running then is cancelled by closing the client (waitEveryHandle), so that
-// the DeadlineExceeded returned means nothing reads `in` or writes `out` any more, and the path
-// fails for good. A caller's earlier deadline only ends that wait (the op keeps running).
+// op is waited on with a deadline no earlier than it (comm::allreduce waits with none), or polled
+// with test() once it has passed: an operation still running then is cancelled by closing the
+// client (waitEveryHandle), so that the DeadlineExceeded returned means nothing reads `in` or
+// writes `out` any more, and the path fails for good. A caller's earlier deadline only ends that
+// wait (the op keeps running).
 class PushPullPending final : public comm::PendingOp {
  public:
   PushPullPending(std::shared_ptr<PathState> state, PushPullHandle handle, Deadline opDeadline)
       : state_(std::move(state)), handle_(std::move(handle)), opDeadline_(opDeadline) {}
   Status wait(Deadline deadline) override {
+    if (Status e = expired(); !e.ok()) return e;
     if (deadline.when() < opDeadline_.when()) {
       Status st = handle_.wait(deadline);
       if (handle_.test()) state_->noteEnd(st);
@@ -70,13 +72,36 @@ class PushPullPending final : public comm::PendingOp {
     state_->noteEnd(st);
     return st;
   }
-  bool test() const override { return handle_.test(); }
-  Status status() const override { return handle_.status(); }
+  bool test() const override {
+    if (handle_.test()) return true;
+    if (!opDeadline_.expired()) return false;
+    // A caller polling test() (docs/COLLECTIVES.md: whoever waits or polls enforces the
+    // deadline) spun until the daemons' round timeout, minutes later, before.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (expired_.ok()) {
+      const std::span<const PushPullHandle> one(&handle_, 1);
+      Status st = waitEveryHandle(state_->client(), one, opDeadline_);
+      state_->noteEnd(st);
+      expired_ = st;  // OK if it completed meanwhile: status() is then the handle's
+    }
+    return true;
+  }
+  Status status() const override {
+    if (Status e = expired(); !e.ok()) return e;
+    return handle_.status();
+  }
 
  private:
+  Status expired() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return expired_;
+  }
+
   std::shared_ptr<PathState> state_;
   PushPullHandle handle_;
   Deadline opDeadline_;
+  mutable std::mutex mu_;
+  mutable Status expired_;  // under mu_: what test() got enforcing the deadline
 };
 
 class AggregatorAllreducePath final : public comm::AllreducePath {

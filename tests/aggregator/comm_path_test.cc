@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "fabric/comm/collectives.h"
@@ -220,6 +221,48 @@ TEST(CommAllreducePath, TheCollectiveTimeoutCancelsThePushPullAndFailsThePathFor
   EXPECT_NE(later.message().find("failed for good"), std::string::npos) << later;
   EXPECT_EQ(out2, std::vector<float>(kCount, -3.0f));
   EXPECT_TRUE(peersError.ok()) << "asyncError() covers the peers only: " << peersError;
+}
+
+// Polling test() enforces the collective's deadline as waiting does (docs/COLLECTIVES.md): a
+// caller that overlaps compute with `while (!h.test())` gets DeadlineExceeded once the timeout
+// has passed. On the aggregator path test() only asked the push-pull, which runs until the
+// daemons' round timeout (minutes), and the loop spun all that time.
+TEST(CommAllreducePath, PollingTestEnforcesTheCollectiveTimeout) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  HashStore commStore;
+  const size_t kCount = 1000;
+  std::vector<float> in(kCount, 1.0f), out(kCount, -7.0f);
+  bool ended = false;
+  Status polled;
+  std::promise<void> rank0Done;
+  std::shared_future<void> done = rank0Done.get_future().share();
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
+    comm::CommOptions o;
+    o.name = "comm-path-poll";
+    o.allreducePath = ps::aggregatorAllreducePath(shared);
+    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    if (rank == 1) {  // never joins the allreduce
+      (void)done.wait_for(std::chrono::seconds(30));
+      return OkStatus();
+    }
+    comm::AllreduceOptions a;
+    a.timeout = Millis(500);
+    comm::CollectiveHandle h = comm::allreduceAsync(*c, f32(in), f32(out), a);
+    const Deadline bound = Deadline::afterMs(15000);
+    while (!(ended = h.test()) && !bound.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (ended) polled = h.status();
+    rank0Done.set_value();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  ASSERT_TRUE(ended) << "test() still false 15 s past a 500 ms timeout";
+  EXPECT_EQ(polled.code(), StatusCode::kDeadlineExceeded) << polled;
+  EXPECT_EQ(out, std::vector<float>(kCount, -7.0f));
 }
 
 }  // namespace
