@@ -524,7 +524,9 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
     if (seen) arrived.insert(p);
   }
   std::vector<int> missing;
+  std::vector<int> timedOut;  // published a timeout report (read below)
   std::vector<int> silent;  // arrived, but published no timeout report within the grace
+  std::vector<int> done;    // not seen, but upstream of the break in a chain broadcast (below)
   bool storeUp = true;      // the reports could be exchanged through the store
   if (sig.code == OpCode::kSendRecv) {
     for (int p = 0; p < size_; ++p) {
@@ -554,6 +556,7 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
         continue;
       }
       const std::string t = toString(*text);
+      timedOut.push_back(r);
       size_t pos = 0;
       while (pos < t.size()) {
         size_t comma = t.find(',', pos);
@@ -564,6 +567,22 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
     }
     for (int r = 0; r < size_; ++r) {
       if (!arrived.count(r)) missing.push_back(r);
+    }
+    if (sig.code == OpCode::kBroadcast && sig.algorithm == Algorithm::kChain) {
+      // The root and every rank that received and forwarded its chunks return without waiting
+      // for the rest of the chain, so they publish no report, as one that never called does.
+      // The ranks waiting (timed out, reports read) sit past the break; the unseen ranks before
+      // the first of them in the chain did their part, except the last one, the break itself.
+      const auto at = [&](int r) { return (r - static_cast<int>(sig.root) + size_) % size_; };
+      int firstWaiting = at(rank_);
+      for (int r : timedOut) firstWaiting = std::min(firstWaiting, at(r));
+      int breakAt = -1;
+      for (int r : missing) {
+        if (at(r) < firstWaiting) breakAt = std::max(breakAt, at(r));
+      }
+      std::vector<int> named;
+      for (int r : missing) (at(r) < breakAt ? done : named).push_back(r);
+      missing = named;
     }
   }
   std::string msg = sig.describe() + " on communicator '" + name_ + "' did not complete by its "
@@ -591,6 +610,10 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
   } else {
     msg += ": rank(s) " + rankList(missing) + " did not arrive at sequence " +
            std::to_string(sig.sequence);
+    if (!done.empty()) {
+      msg += " (rank(s) " + rankList(done) +
+             ", before it in the broadcast's chain, did their part and returned)";
+    }
   }
   return DeadlineExceeded(msg);
 }

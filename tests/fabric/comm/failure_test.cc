@@ -113,6 +113,37 @@ TEST(CommDesync, ASkippedCollectiveIsASequenceMismatch) {
   expectMismatch(st, "mismatch");
 }
 
+// A chain broadcast (0 -> 1 -> 2 -> 3) that rank 2 never calls: ranks 0 and 1 forward what
+// they have and return OK, so, like rank 2, they publish no report; rank 3 times out. Its error
+// named "rank(s) 0, 1, 2 did not arrive", and ranks 0 and 1 were then told (through the failure
+// it published) that they had not arrived. Now it names rank 2, the break, and says that the
+// ranks before it in the chain did their part.
+TEST(CommDeadline, AChainBroadcastNamesTheBreakNotTheRanksBeforeIt) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "300");
+  ScopedParamOverride chain("COFAB_BROADCAST_SMALL_BYTES", "0");
+  auto g = makeGroup(4);
+  ASSERT_TRUE(g);
+  std::vector<Status> st(4);
+  std::vector<std::thread> threads;
+  for (int r : {0, 1, 3}) {
+    threads.emplace_back([&, r] {
+      std::vector<float> buf(1000, 1.0f);
+      COFAB_CHECK(barrier(*g->comms[r]).ok());
+      BroadcastOptions o;
+      o.root = 0;
+      o.timeout = Millis(400);
+      st[r] = broadcast(*g->comms[r], TensorView(buf.data(), buf.size(), DType::kF32), o);
+    });
+  }
+  ASSERT_TRUE(barrier(*g->comms[2]).ok());  // takes part in the barrier, not the broadcast
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(st[3].code(), StatusCode::kDeadlineExceeded) << describe(st);
+  EXPECT_NE(st[3].message().find("rank(s) 2 did not arrive at sequence 1 (rank(s) 0, 1, before it "
+                                 "in the broadcast's chain, did their part"),
+            std::string::npos)
+      << describe(st);
+}
+
 TEST(CommDeadline, NamesTheRankThatDidNotArriveOnEverySurvivor) {
   ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "300");
   auto g = makeGroup(4);
