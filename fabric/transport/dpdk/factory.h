@@ -70,7 +70,7 @@ struct DpdkStats {
   uint64_t rxForeign = 0;            // not IPv4/UDP/cofab, or not for this context's IP/port
   uint64_t rxBadLength = 0;          // IP/UDP/frame lengths inconsistent
   uint64_t rxBadChecksum = 0;        // IPv4 header checksum or frame CRC32C wrong
-  uint64_t rxBadHeader = 0;          // cofab frame header with an unknown kind
+  uint64_t rxBadHeader = 0;          // cofab frame with another version or an unknown kind
   uint64_t rxUnknownConnection = 0;  // well-formed, but for no connection or listener here
   uint64_t rxInjectedDrops = 0;      // dropped by COFAB_DPDK_DROP_RATE or dropDataRate
   uint64_t rxDuplicates = 0;

@@ -191,7 +191,8 @@ RxVerdict parseFrame(const uint8_t* f, size_t size, uint32_t localIp, ParsedFram
   const uint8_t* fh = udp + kUdpHeaderSize;
   FrameHeader h;
   std::memcpy(&h, fh, sizeof(h));
-  if (h.magic != kFrameMagic || h.version != kFrameVersion) return RxVerdict::kForeign;
+  if (h.magic != kFrameMagic) return RxVerdict::kForeign;
+  if (h.version != kFrameVersion) return RxVerdict::kBadHeader;  // another cofab's frames
   if (udpLen != kUdpHeaderSize + kFrameHeaderSize + h.length) return RxVerdict::kBadLength;
   if (h.kind < FrameKind::kData || h.kind > FrameKind::kRst) return RxVerdict::kBadHeader;
   out->headerCrc = headerCrc(fh);

@@ -99,7 +99,7 @@ enum class RxVerdict : uint8_t {
   kForeign,      // not IPv4/UDP, or not addressed to this context's IP
   kBadLength,    // lengths in the IP/UDP/cofab headers disagree with the frame
   kBadChecksum,  // IPv4 header checksum or frame CRC32C wrong
-  kBadHeader,    // cofab magic/version/kind wrong
+  kBadHeader,    // cofab magic but another frame version, or an unknown kind
 };
 
 struct ParsedFrame {

@@ -170,6 +170,11 @@ TEST(DpdkFrameTest, MalformedFramesAreClassified) {
   f = good;
   f[kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize] ^= 0xFF;  // magic: foreign UDP traffic
   EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kForeign);
+  // cofab's magic with another frame version: a peer running another cofab, counted apart from
+  // traffic that is not cofab's (it was kForeign, and a connect to it said only "no answer").
+  f = good;
+  f[kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize + offsetof(FrameHeader, version)] += 1;
+  EXPECT_EQ(parseFrame(f.data(), f.size(), kB.ip, &p), RxVerdict::kBadHeader);
 }
 
 TEST(DpdkFrameTest, AddressesParseAndPrint) {
