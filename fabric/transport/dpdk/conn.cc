@@ -234,6 +234,13 @@ void Conn::peerWentAway(const Status& why) {
   peerGone_ = true;
   ackPending_ = false;
   releaseSent();
+  {
+    // status() reports it from now on, in the failed sends' callbacks too (the contract's
+    // sticky first error), while what the peer sent before its Fin stays readable: error_,
+    // which fails receives, is left alone, as tcp keeps reading queued data after its failure.
+    std::lock_guard<std::mutex> lock(statusMu_);
+    if (status_.ok()) status_ = why;
+  }
   failSends(why);
 }
 

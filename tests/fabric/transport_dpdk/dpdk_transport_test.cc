@@ -6,6 +6,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -373,6 +374,17 @@ TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndResetStaysReadable) {
   // Our keepalive (every 100 ms) reaches a peer that finished and forgot the connection: it
   // answers with a reset, before anything here is read.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // A send fails now (nothing reaches the peer), and status() says so inside its callback, as
+  // the contract wants of the first error (it stayed OK); what arrived stays readable.
+  std::promise<std::pair<Status, Status>> early;
+  pair_.server->send(wire::Header{}, src.data(), 10, [&](const Status& s) {
+    early.set_value({s, pair_.server->status()});
+  });
+  auto f = early.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const auto [sendStatus, statusInCallback] = f.get();
+  EXPECT_EQ(sendStatus.code(), StatusCode::kRemoteError) << sendStatus;
+  EXPECT_FALSE(statusInCallback.ok()) << "status() was OK inside the failed send's callback";
   expectDataThenClose(pair_, src);
 }
 
