@@ -93,7 +93,15 @@ void Conn::send(const wire::Header& header, std::vector<ConstSlice> payload, Sen
                       ": the peer closed the connection and is gone (nothing reaches it)");
   }
   if (!bad.ok()) {
-    if (done) done(bad);
+    if (sends_.empty()) {
+      if (done) done(bad);
+    } else {
+      // Earlier sends are still being framed: this one's callback comes after theirs.
+      SendOp refused;
+      refused.done = std::move(done);
+      refused.refused = bad;
+      sends_.push_back(std::move(refused));
+    }
     return;
   }
   SendOp op;
@@ -122,7 +130,12 @@ void Conn::recv(std::vector<MutableSlice> dest, RecvCallback done) {
   }
   if (bad.ok() && !error_.ok()) bad = error_;
   if (!bad.ok()) {
-    if (op.done) op.done(bad, wire::Header{});
+    if (recvs_.empty()) {
+      if (op.done) op.done(bad, wire::Header{});
+    } else {  // after the earlier receives' callbacks
+      op.refused = bad;
+      recvs_.push_back(std::move(op));
+    }
     return;
   }
   std::erase_if(dest, [](const MutableSlice& s) { return s.size == 0; });
@@ -139,7 +152,15 @@ void Conn::recvRouted(RecvRoute route, RecvOwnedCallback done) {
     bad = FailedPrecondition("recv on " + describe() + ": the connection is closed");
   if (bad.ok() && !error_.ok()) bad = error_;
   if (!bad.ok()) {
-    if (done) done(bad, wire::Header{}, {});
+    if (recvs_.empty()) {
+      if (done) done(bad, wire::Header{}, {});
+    } else {  // after the earlier receives' callbacks
+      RecvOp op;
+      op.owned = true;
+      op.ownedDone = std::move(done);
+      op.refused = bad;
+      recvs_.push_back(std::move(op));
+    }
     return;
   }
   RecvOp op;
@@ -164,7 +185,7 @@ void Conn::failOps(const Status& s) {
   while (!recvs_.empty()) {
     RecvOp op = std::move(recvs_.front());
     recvs_.pop_front();
-    completeRecv(op, s, wire::Header{}, {});
+    completeRecv(op, op.refused.ok() ? s : op.refused, wire::Header{}, {});
   }
   failSends(s);
 }
@@ -173,7 +194,23 @@ void Conn::failSends(const Status& s) {
   while (!sends_.empty()) {
     SendOp op = std::move(sends_.front());
     sends_.pop_front();
-    if (op.done) op.done(s);
+    if (op.done) op.done(op.refused.ok() ? s : op.refused);
+  }
+}
+
+void Conn::completeRefusedSends() {
+  while (!sends_.empty() && !sends_.front().refused.ok() && state_ != State::kDone) {
+    SendOp op = std::move(sends_.front());
+    sends_.pop_front();
+    if (op.done) op.done(op.refused);
+  }
+}
+
+void Conn::completeRefusedRecvs() {
+  while (!recvs_.empty() && !recvs_.front().refused.ok() && state_ != State::kDone) {
+    RecvOp op = std::move(recvs_.front());
+    recvs_.pop_front();
+    completeRecv(op, op.refused, wire::Header{}, {});
   }
 }
 
@@ -340,6 +377,7 @@ bool Conn::buildDataFrame(uint64_t now) {
       SendOp done = std::move(op);
       sends_.pop_front();
       if (done.done) done.done(OkStatus());
+      completeRefusedSends();
       if (state_ == State::kDone) {  // the callback cannot fail us, but stay defensive
         rte_pktmbuf_free(m);
         return false;
@@ -776,6 +814,7 @@ bool Conn::consume(const uint8_t* data, size_t n, size_t* used, const uint32_t* 
       }
       completeRecv(done, OkStatus(), curHeader_, std::move(ownedBuf_));
       ownedBuf_ = {};
+      completeRefusedRecvs();
       if (state_ == State::kDone) return false;
     }
   }

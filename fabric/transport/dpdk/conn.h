@@ -75,6 +75,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void pump(uint64_t now);
   // Fails everything with `s` and frees every frame; the engine removes it.
   void fail(const Status& s);
+  // Completes the refused operations that reached the front of their queue (SendOp::refused).
+  void completeRefusedSends();
+  void completeRefusedRecvs();
 
   uint32_t id() const { return id_; }
   uint32_t peerConn() const { return peerConn_; }
@@ -105,6 +108,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     size_t total = 0;  // header + payload bytes
     size_t offset = 0;
     SendCallback done;
+    // Refused when posted behind others (bad arguments): completes with this when it reaches
+    // the front, so callbacks keep their posting order (completeRefusedSends).
+    Status refused;
   };
   struct RecvOp {
     bool owned = false;
@@ -113,6 +119,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     RecvCallback done;
     RecvOwnedCallback ownedDone;  // recvOwned, and recvRouted wherever it lands
     RecvRoute route;              // recvRouted until its header arrives
+    Status refused;               // as SendOp::refused (completeRefusedRecvs)
   };
   struct InFlight {
     rte_mbuf* m = nullptr;

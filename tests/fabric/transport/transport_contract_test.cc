@@ -638,6 +638,27 @@ TEST_P(TransportContractTest, BadInputGivesClearStatus) {
   roundTrip(p, 10, 1, 4);
 }
 
+// Callbacks run in posting order, a refused operation's too: a receive with a null buffer posted
+// behind one still waiting for its message completes after it (dpdk completed it at once, first).
+TEST_P(TransportContractTest, ARefusedReceiveCompletesInItsTurn) {
+  auto p = connectPair();
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> buf(16);
+  Recorder rec;
+  p.server->recv(buf.data(), buf.size(), rec.recvCb(0));
+  p.server->recv(nullptr, 10, rec.recvCb(1));
+  // Time for a refusal that jumps the queue to show (nothing else can complete meanwhile).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto src = pattern(16, 3);
+  Recorder sent;
+  p.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(rec.wait(2));
+  EXPECT_EQ(rec.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
+  EXPECT_EQ(rec.statuses()[1].code(), StatusCode::kInvalidArgument) << rec.statuses()[1];
+  EXPECT_TRUE(buf == src);
+}
+
 TEST_P(TransportContractTest, ConnectErrors) {
   auto r = client_->connect("definitely not an address", {}, Deadline::afterMs(200));
   EXPECT_FALSE(r.ok());

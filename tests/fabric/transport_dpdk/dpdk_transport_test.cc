@@ -701,6 +701,29 @@ TEST_F(DpdkTransportTest, ARepeatedSynAfterItsListenerClosedStillGetsItsSynAck) 
   }
 }
 
+// A send refused for its arguments, posted behind one still being framed (4 MiB to a peer that
+// reads nothing yet: more than the 1024-frame window), completes after it, in posting order. It
+// completed at once, before the earlier send's callback.
+TEST_F(DpdkTransportTest, ARefusedSendCompletesInItsTurn) {
+  start();
+  if (IsSkipped()) return;
+  const auto big = pattern(4u << 20, 5);
+  Recorder sent;
+  pair_.client->send(wire::Header{}, big.data(), big.size(), sent.sendCb(0));
+  pair_.client->send(wire::Header{}, nullptr, 10, sent.sendCb(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the window fills
+  std::vector<uint8_t> dst(big.size());
+  Recorder got;
+  pair_.server->recv(dst.data(), dst.size(), got.recvCb());
+  ASSERT_TRUE(sent.wait(2));
+  ASSERT_TRUE(got.wait(1));
+  EXPECT_EQ(sent.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(sent.statuses()[0].ok()) << sent.statuses()[0];
+  EXPECT_EQ(sent.statuses()[1].code(), StatusCode::kInvalidArgument) << sent.statuses()[1];
+  EXPECT_TRUE(dst == big);
+  roundTrip(pair_, 1000, 1, 6);  // the connection still works
+}
+
 TEST_F(DpdkTransportTest, ManyConnectionsInterleaved) {
   start();
   if (IsSkipped()) return;
