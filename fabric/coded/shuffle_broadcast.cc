@@ -287,6 +287,22 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
                                               const coding::ShufflePlan& plan, bool coded,
                                               const coding::WorkerCache& cache, size_t rowBytes,
                                               std::span<uint8_t> batchOut, Deadline deadline) {
+  Status s = receiveEpochOnce(shuffle, plan, coded, cache, rowBytes, batchOut, deadline);
+  if (!s.ok() && rank_ >= 0) {
+    // Whatever made this worker give up, the master learns it now, through the done key, and
+    // fails the epoch with it. It sent rounds until its deadline and then blamed reception
+    // ("did not receive every message in time") for a wrong cache, plan or batch size.
+    const std::string why = s.message();
+    store_->set(doneKey(prefix_, epochTag(plan.epoch, coded), rank_), Bytes(why.begin(), why.end()))
+        .ignoreError();  // best effort: the master also stops at its own deadline
+  }
+  return s;
+}
+
+Status BroadcastShuffleEndpoint::receiveEpochOnce(const coding::CodedShuffle& shuffle,
+                                                  const coding::ShufflePlan& plan, bool coded,
+                                                  const coding::WorkerCache& cache, size_t rowBytes,
+                                                  std::span<uint8_t> batchOut, Deadline deadline) {
   if (rank_ < 0 || cache.worker() != rank_) {
     return FailedPrecondition("broadcast shuffle: receiveEpoch needs this worker's cache");
   }
@@ -321,10 +337,8 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
   std::string misfit;
   while (complete < offsets.size()) {
     if (!misfit.empty()) {
-      const std::string why = "rowBytes " + std::to_string(rowBytes) + " does not match the " +
-                              "master's: " + misfit;
-      // Best effort: the master also stops at its own deadline.
-      store_->set(doneKey(prefix_, tag, rank_), Bytes(why.begin(), why.end())).ignoreError();
+      const std::string why =
+          "rowBytes " + std::to_string(rowBytes) + " does not match the " + "master's: " + misfit;
       return InvalidArgument("broadcast shuffle: worker " + std::to_string(rank_) + " epoch " +
                              std::to_string(plan.epoch) + (coded ? " (coded)" : " (uncoded)") +
                              ": " + why);
@@ -406,13 +420,13 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
   COFAB_RETURN_IF_ERROR(store_->set(doneKey(prefix_, tag, rank_), kDoneOk));
   if (haveMaster) {
     // An empty NACK tells the master to look at the store now rather than at its next round
-    // (a hint only: if it is lost, the round timer finds the key).
+    // (a hint only: if it is lost, the round timer finds the key; the batch is built, so its
+    // failure fails nothing).
     FrameHeader h;
     h.kind = FrameKind::kAck;
     h.dstConn = tag;
     h.srcConn = static_cast<uint32_t>(rank_);
-    COFAB_RETURN_IF_ERROR(tx.frame(master, h, nullptr, deadline));
-    COFAB_RETURN_IF_ERROR(tx.flush(deadline));
+    if (tx.frame(master, h, nullptr, deadline).ok()) tx.flush(deadline).ignoreError();
   }
   return OkStatus();
 }

@@ -84,6 +84,10 @@ class BroadcastShuffleEndpoint {
 
  private:
   BroadcastShuffleEndpoint() = default;
+  // receiveEpoch() but for telling the master why it failed.
+  Status receiveEpochOnce(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
+                          bool coded, const coding::WorkerCache& cache, size_t rowBytes,
+                          std::span<uint8_t> batchOut, Deadline deadline);
   // Master: drops the epoch's done keys (nobody reads them again); the first error.
   Status removeDoneKeys(uint32_t tag, int workers);
   Store* store_ = nullptr;
