@@ -50,6 +50,16 @@ std::string doneKey(const std::string& prefix, uint32_t tag, int worker) {
   return prefix + "/done/" + std::to_string(tag) + "/" + std::to_string(worker);
 }
 const Bytes kDoneOk{1};
+// The master's shufflePlanTag of the epoch (8 bytes, little-endian), set before its first frame:
+// a worker compares its own before it trusts what it decoded.
+std::string planKey(const std::string& prefix, uint32_t tag) {
+  return prefix + "/plan/" + std::to_string(tag);
+}
+Bytes tagBytes(uint64_t tag) {
+  Bytes b(8);
+  for (int i = 0; i < 8; ++i) b[size_t(i)] = static_cast<uint8_t>(tag >> (8 * i));
+  return b;
+}
 
 // Sends frames built into mbufs, retrying what the TX queue did not take, until the deadline.
 class Sender {
@@ -180,6 +190,8 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
   const NetAddress self{port_->mac(), kMasterIp, kShuffleUdpPort};
   const NetAddress all{kBroadcastMac, kBroadcastIp, kShuffleUdpPort};
   Sender tx(port_, self);
+  COFAB_RETURN_IF_ERROR(
+      store_->set(planKey(prefix_, tag), tagBytes(shufflePlanTag(shuffle, plan, coded, rowBytes))));
 
   auto sendMessage = [&](int64_t id) -> Status {
     for (uint32_t s = 0; s < segments; ++s) {
@@ -275,7 +287,7 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
 }
 
 Status BroadcastShuffleEndpoint::removeDoneKeys(uint32_t tag, int workers) {
-  Status first;
+  Status first = store_->remove(planKey(prefix_, tag)).status();
   for (int w = 0; w < workers; ++w) {
     Status s = store_->remove(doneKey(prefix_, tag, w)).status();
     if (first.ok()) first = s;
@@ -335,6 +347,23 @@ Status BroadcastShuffleEndpoint::receiveEpochOnce(const coding::CodedShuffle& sh
   // rowBytes: the master cuts rows of another size. No re-send can fix that, so the worker
   // fails now and tells the master (through its done key) instead of NACKing until the deadline.
   std::string misfit;
+  // The master's plan against this worker's: decoded against another plan (a CodedShuffle with
+  // another seed, cacheFraction or rows, a std::shuffle of another standard library) the rows
+  // would be garbage returned OK. Read once everything arrived (the master set the key before
+  // its first frame, so it is this epoch's, not an earlier run's), or at the deadline, where a
+  // mismatch explains the messages that never came.
+  const Bytes mine = tagBytes(shufflePlanTag(shuffle, plan, coded, rowBytes));
+  auto samePlan = [&](Deadline d) -> Status {
+    StatusOr<Bytes> theirs = store_->get(planKey(prefix_, tag), d);
+    if (!theirs.ok()) return theirs.status().withContext("broadcast shuffle: the master's plan");
+    if (*theirs == mine) return OkStatus();
+    return FailedPrecondition(
+        "broadcast shuffle: worker " + std::to_string(rank_) + " epoch " +
+        std::to_string(plan.epoch) + (coded ? " (coded)" : " (uncoded)") +
+        ": the master planned another epoch: the master and the workers must plan the same "
+        "epoch and mode with the same CodedShuffle options (workers, cacheFraction, rows, seed), "
+        "rowBytes and standard library");
+  };
   while (complete < offsets.size()) {
     if (!misfit.empty()) {
       const std::string why =
@@ -344,6 +373,10 @@ Status BroadcastShuffleEndpoint::receiveEpochOnce(const coding::CodedShuffle& sh
                              ": " + why);
     }
     if (deadline.expired()) {
+      if (Status p = samePlan(Deadline::afterMs(100));
+          p.code() == StatusCode::kFailedPrecondition) {
+        return p;
+      }
       return DeadlineExceeded("broadcast shuffle: worker " + std::to_string(rank_) + " epoch " +
                               std::to_string(plan.epoch) + (coded ? " (coded)" : " (uncoded)") +
                               ": " + std::to_string(offsets.size() - complete) + " of " +
@@ -415,6 +448,7 @@ Status BroadcastShuffleEndpoint::receiveEpochOnce(const coding::CodedShuffle& sh
     }
     if (got == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  COFAB_RETURN_IF_ERROR(samePlan(deadline));
   COFAB_RETURN_IF_ERROR(
       shuffleBuildBatch(shuffle, plan, coded, cache, rowBytes, offsets, received, batchOut));
   COFAB_RETURN_IF_ERROR(store_->set(doneKey(prefix_, tag, rank_), kDoneOk));

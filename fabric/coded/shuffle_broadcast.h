@@ -88,7 +88,7 @@ class BroadcastShuffleEndpoint {
   Status receiveEpochOnce(const coding::CodedShuffle& shuffle, const coding::ShufflePlan& plan,
                           bool coded, const coding::WorkerCache& cache, size_t rowBytes,
                           std::span<uint8_t> batchOut, Deadline deadline);
-  // Master: drops the epoch's done keys (nobody reads them again); the first error.
+  // Master: drops the epoch's done keys and plan key (nobody reads them again); the first error.
   Status removeDoneKeys(uint32_t tag, int workers);
   Store* store_ = nullptr;
   std::string prefix_;

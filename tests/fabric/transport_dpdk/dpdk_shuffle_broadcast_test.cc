@@ -305,6 +305,50 @@ TEST(DpdkShuffleBroadcast, AWorkerWithAnotherRowSizeFailsBothSidesWithTheReason)
   if (!skip.empty()) GTEST_SKIP() << skip;
 }
 
+// Worker 0 (the only one started) plans with another seed than the master (its own cache too):
+// it fails with FailedPrecondition saying the plans differ, and so does the master's epoch. The
+// frames only carry message ids, so it decoded the master's messages against its own plan into
+// a wrong batch returned OK, or waited for ids the master never sends ("messages missing").
+TEST(DpdkShuffleBroadcast, AWorkerWithAnotherPlanIsToldSoNotGivenGarbage) {
+  TempDir dir;
+  const std::string skip = runOnBridge(
+      1,
+      [](const std::string& storeUrl, int w) -> int {
+        const std::vector<uint8_t> data = dataSet();
+        return asWorker(storeUrl, w, data, kRowBytes, [w, &data](auto& ep, auto&, auto&) -> int {
+          auto other = coding::CodedShuffle::create(
+              {.workers = kWorkers, .cacheFraction = 0.5, .rows = kRows, .seed = 2});
+          if (!other.ok()) return childFail(w, other.status().toString());
+          auto cache = other->buildCache(w, data, kRowBytes);
+          if (!cache.ok()) return childFail(w, cache.status().toString());
+          auto plan = other->planEpoch(0, kRowBytes);
+          std::vector<uint8_t> batch(plan->batch[w].size() * kRowBytes);
+          const Status s = ep.receiveEpoch(*other, *plan, true, *cache, kRowBytes, batch,
+                                           Deadline::afterMs(5000));
+          if (s.code() != StatusCode::kFailedPrecondition ||
+              s.message().find("the master planned another epoch") == std::string::npos) {
+            return childFail(w, "unexpected outcome: " + s.toString());
+          }
+          return 0;
+        });
+      },
+      [](const std::string& storeUrl) -> int {
+        return asMaster(storeUrl, 1, [](auto& ep, auto& shuffle, auto& data) -> int {
+          auto plan = shuffle.planEpoch(0, kRowBytes);
+          auto stats =
+              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
+          const std::string why = stats.status().toString();
+          if (stats.status().code() != StatusCode::kRemoteError ||
+              why.find("the master planned another epoch") == std::string::npos) {
+            return childFail(-1, "unexpected outcome: " + why);
+          }
+          return 0;
+        });
+      },
+      dir.path());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+}
+
 // Worker 0 (the only one started) receives everything but passes a batch buffer one row short:
 // it fails building its batch, and the master's epoch fails at once with that reason. The master
 // sent rounds until its deadline and then said "did not receive every message in time" (only a
