@@ -73,6 +73,8 @@ struct CodedMaster::State {
   std::vector<bool> hasResult;
   std::vector<std::string> taskError;  // by worker, "" when none
   std::vector<CancelReport> cancels;
+  // Compute requests (each holding its B) handed to a worker's connection and not yet sent.
+  std::vector<int> unsentComputes;
 
   void markDead(int w, const std::string& why) {
     if (dead[w].empty()) dead[w] = "worker " + std::to_string(w) + ": " + why;
@@ -129,6 +131,9 @@ struct CodedMaster::State {
 };
 
 namespace {
+// Compute requests queued on a worker's connection, unsent, beyond which it is sent no more.
+constexpr int kMaxUnsentComputes = 2;
+
 void postRecv(const std::shared_ptr<CodedMaster::State>& s, int w) {
   std::shared_ptr<transport::Connection> c;
   {
@@ -239,6 +244,7 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
   s.results.assign(n, {});
   s.hasResult.assign(n, false);
   s.taskError.assign(n, "");
+  s.unsentComputes.assign(n, 0);
 
   const Deadline deadline = Deadline::after(m->options_.setupTimeout);
   COFAB_ASSIGN_OR_RETURN(
@@ -513,8 +519,24 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
   }
   const int64_t t0 = nowNs();
   for (int w = 0; w < n; ++w) {
-    if (s.dead[w].empty())
-      sendTo(s.conns[w], codedHeader(CodedOp::kCompute, 0, report.request), buf);
+    if (!s.dead[w].empty()) continue;
+    if (s.unsentComputes[w] >= kMaxUnsentComputes) {
+      // Its last requests have not even left this host: the worker reads nothing (stopped,
+      // stuck, cut off without a reset), so it cannot help this one either. Another copy of B
+      // queued behind them grew this process by one B per request for as long as that lasted.
+      // (One unsent is normal: a send's completion may come after the worker's answer.)
+      s.taskError[w] = "worker " + std::to_string(w) +
+                       ": not sent this request, its previous ones are still queued here (the "
+                       "worker reads nothing: stopped or stuck)";
+      continue;
+    }
+    ++s.unsentComputes[w];
+    wire::Header h = codedHeader(CodedOp::kCompute, 0, report.request);
+    h.payloadLength = buf->size();
+    s.conns[w]->send(h, buf->data(), buf->size(), [state = state_, buf, w](const Status&) {
+      std::lock_guard<std::mutex> l(state->mu);
+      --state->unsentComputes[w];
+    });
   }
   const Deadline deadline = Deadline::after(options_.requestTimeout);
 

@@ -363,6 +363,40 @@ TEST(CodedService, StoppedWorkerDoesNotDelayCodedRequest) {
   ASSERT_TRUE(r2.ok()) << r2.status();
 }
 
+size_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A stopped worker reads nothing, and every request queued another copy of B for it on the
+// master's connection (the kernel's buffers full): the master grew by one B per request for as
+// long as the worker stayed stopped (30 requests of an 8 MiB B: ~240 MiB). A worker with
+// requests still queued unsent is not sent more, and the requests complete without it.
+TEST(CodedService, AStoppedWorkerDoesNotMakeTheMasterHoldACopyOfBPerRequest) {
+  const int64_t rows = 6, cols = 2048, bCols = 1024;  // B: 8 MiB
+  const std::vector<float> a = randomMatrix(rows, cols, 1);
+  const std::vector<float> b = randomMatrix(cols, bCols, 2);
+  CodedServiceOptions o{.mode = CodedMode::kCoded, .n = 3, .k = 2};
+  Service svc(o);
+  ASSERT_TRUE(svc.ok());
+  ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
+  const int stopped = 2;
+  ASSERT_TRUE(stopAndWait(svc.procs(), stopped));
+  std::vector<float> c(rows * bCols);
+  auto first = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const size_t before = residentBytes();
+  for (int i = 0; i < 30; ++i) {
+    auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
+    ASSERT_TRUE(r.ok()) << "request " << i << ": " << r.status();
+  }
+  const size_t grown = residentBytes() - std::min(before, residentBytes());
+  EXPECT_LT(grown, size_t{100} << 20) << "the master grew by " << (grown >> 20) << " MiB";
+  svc.procs().signal(stopped, SIGCONT);
+}
+
 TEST(CodedService, UncodedFailsAtDeadlineNamingStoppedWorker) {
   const int64_t rows = 16, cols = 8, bCols = 2;
   const std::vector<float> a = randomMatrix(rows, cols, 3);
