@@ -6,7 +6,10 @@
 // When the k systematic tasks are among the results nothing is decoded: C is exactly what the
 // uncoded block products give, bit for bit. Otherwise the missing blocks are solved in FP64
 // (coefficients from RealMdsCode, combination through BLAS dgemm) and rounded to fp32 once.
-// Accuracy: relative error ~ worstCondition x fp32 rounding of the tasks.
+// Accuracy: error relative to C's largest entries ~ worstCondition x fp32 rounding of the tasks.
+// Not per block: parity results are rounded at the scale of the largest blocks they combine, so
+// a decoded block whose rows are orders of magnitude smaller than the others' can be wrong
+// relative to its own size (block norms 1e7 apart: ~100%) while the condition number looks fine.
 //
 // GEMMs go through gpu/linear_combine.h, whose CPU twin is OpenBLAS and whose CUDA path is cuBLAS
 // with TF32 off (tests/gpu checks both agree). Ownership: EncodedMatrix owns its blocks; every view
