@@ -28,8 +28,10 @@ Status checkDaemonsRunTheCode(ps::PushPullClient& client,
     probes.push_back(client.pushPull(keyOf[d], TensorView(&one[d], 1, DType::kF32),
                                      TensorView(&got[d], 1, DType::kF32)));
   }
-  COFAB_RETURN_IF_ERROR(ps::waitEveryHandle(client, probes, deadline)
-                            .withContext("gradient coding: probe of the daemons' configuration"));
+  COFAB_RETURN_IF_ERROR(
+      ps::waitEveryHandle(client, probes, deadline)
+          .withContext("gradient coding: probe of the daemons' configuration (every worker must "
+                       "create its client; a round that misses one waits for it)"));
   for (int d = 0; d < daemons; ++d) {
     if (got[d] == static_cast<float>(code.groups())) continue;
     return FailedPrecondition(

@@ -29,8 +29,10 @@ inline constexpr uint64_t kGradientCodingCheckKeys = 0xFFFF'FFFF'0000'0000ull;
 // (the first keys from `firstKey` up whose chunk 0 each daemon owns) and checks that every
 // daemon completed the round from one contribution per group of `code`, i.e. runs cofab-aggd
 // --gradient-stragglers s with the same s. FailedPrecondition naming the daemon, what it summed
-// and the flag to start it with; the push-pull's own error (e.g. DeadlineExceeded naming the
-// workers that never probed) otherwise. Without it a daemon with another s (or none) returns
+// and the flag to start it with; the push-pull's own error otherwise: at `deadline`,
+// DeadlineExceeded naming the probe chunks and daemons still waiting (it cannot name the workers
+// that never probed: the daemons' round timeout does, in the Aborted it sends, when it comes
+// first). Without it a daemon with another s (or none) returns
 // a multiple of the gradient, silently. A probe still running at the deadline is cancelled by
 // closing `client` (ps::waitEveryHandle): after such a failure, connect a new client.
 Status checkDaemonsRunTheCode(ps::PushPullClient& client,
