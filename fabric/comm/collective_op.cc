@@ -179,6 +179,11 @@ Status CollectiveOp::transportError(int peer, const Status& s, const wire::Heade
         h.iteration != mine.iteration || h.sequence != mine.sequence) {
       return checkHeader(sig_, rank_, peer, h.chunkIndex, h.chunkCount, h);
     }
+    // The same collective cut into another number of messages: the ranks chunk differently
+    // (COFAB_RING_CHUNK_BYTES), which checkHeader names; the sizes differ from the first message.
+    if (!sending && h.chunkCount != messagesFrom(peer)) {
+      return checkHeader(sig_, rank_, peer, h.chunkIndex, messagesFrom(peer), h);
+    }
   }
   return Status(s.code(), sig_.describe() + ": " + (sending ? "sending to" : "receiving from") +
                               " rank " + std::to_string(peer) + " failed: " + s.message());

@@ -117,6 +117,32 @@ TEST(CommProcessFailure, AKilledRankIsNamedBySurvivors) {
   EXPECT_EQ(exits[2].signal, SIGKILL);
 }
 
+// Ranks that cut the ring into chunks of different sizes (COFAB_RING_CHUNK_BYTES 1024 on rank 0,
+// 2048 on rank 1) fail with the chunking mismatch and the variable to look at. The first message
+// already has another size than the receive posted for it, and the transport's size error was
+// reported as it was ("payload ... bytes"), the hint never reached.
+TEST(CommProcessFailure, DifferentRingChunkSizesAreNamedAsSuch) {
+  TempDir dir;
+  ProcessGroup procs;
+  procs.start(2, [&](int rank) {
+    ::setenv("COFAB_RING_CHUNK_BYTES", rank == 0 ? "1024" : "2048", 1);
+    std::unique_ptr<FileStore> store;
+    auto comm = join(dir.path(), rank, 2, &store);
+    if (!comm.ok()) return childFail(rank, comm.status().toString());
+    std::vector<float> v(5003, 1.0f);
+    AllreduceOptions o;
+    o.algorithm = AllreduceAlgorithm::kRing;
+    o.timeout = Millis(10000);
+    Status s = allreduce(**comm, TensorView(v.data(), v.size(), DType::kF32), o);
+    if (s.ok()) return childFail(rank, "different chunk sizes went unnoticed");
+    if (s.message().find("COFAB_RING_CHUNK_BYTES") == std::string::npos) {
+      return childFail(rank, "no chunking hint: " + s.toString());
+    }
+    return 0;
+  });
+  EXPECT_EQ(failures(procs.waitAll(Deadline::afterMs(30000))), "");
+}
+
 // A rank that sent its first messages and then stopped (SIGSTOP: its kernel still acks, so no
 // connection breaks) counts as arrived; the survivors, timing out together, name it as the one
 // that published no timeout report. Before, they said "every rank arrived" and named no one.
