@@ -333,7 +333,7 @@ void Endpoint::finishRecv(RecvOp& op, const Status& s) {
 void Endpoint::pumpSends() {
   const uint32_t localSlots = options_.slots;
   const uint64_t chunkBytes = std::min(options_.slotBytes, remote_.slotBytes);
-  while (status_.ok() && !closed_ && credits_ > 0) {
+  while (status_.ok() && !closed_ && peerClosed_.ok() && credits_ > 0) {
     SendOp* op = nullptr;
     for (auto& o : sends_) {
       if (o->posted < o->total) {
@@ -431,7 +431,9 @@ bool Endpoint::postControl(uint32_t type, uint32_t value) {
 void Endpoint::returnCredits(bool force) {
   const uint32_t batch = std::max<uint32_t>(1, options_.slots / 4);
   if (freedSinceCredit_ == 0 || (!force && freedSinceCredit_ < batch)) return;
-  if (!status_.ok() || closed_) return;
+  // After the peer's goodbye (or its death) nobody takes credits: its QP may be destroyed, and
+  // the SEND's error completion would fail what it sent before leaving, still unread here.
+  if (!status_.ok() || closed_ || !peerClosed_.ok()) return;
   if (postControl(kCtrlCredit, freedSinceCredit_)) freedSinceCredit_ = 0;
 }
 
@@ -540,6 +542,10 @@ void Endpoint::handleCompletion(const ibv_wc& wc) {
       if (closing_ && idx == goodbyeIndex_) goodbyeDone_ = true;  // the peer is gone anyway
     }
     if (closed_) return;  // flushes of our own teardown
+    // After the peer's goodbye or death its QP may be gone: an error completion now (a WRITE
+    // or credit posted before we saw the goodbye) is its teardown, not a failure of ours; the
+    // outcome is its close, reported once what arrived before it has been read.
+    if (!peerClosed_.ok()) return;
     // ibv_poll_cq(3): after an error completion the QP is in the error state; only wr_id,
     // status, qp_num and vendor_err are valid.
     return fail(wcError(wc, kind == kWrWrite      ? "RDMA WRITE WITH IMM"

@@ -5,6 +5,8 @@
 // contract suite runs over the emulation in rdma_contract_tests.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fabric/transport/rdma/factory.h"
 #include "fabric/transport/rdma/rdma_memory_region.h"
 #include "tests/fabric/transport/transport_test_util.h"
@@ -173,6 +175,40 @@ TEST_F(RdmaTransportTest, PeerGoodbyeWithChunksInFlightCompletesTheSendOnce) {
   EXPECT_TRUE(statuses[0].ok()) << statuses[0];
   EXPECT_EQ(statuses[1].code(), StatusCode::kRemoteError) << statuses[1];
   EXPECT_NE(statuses[1].message().find("closed the connection"), std::string::npos) << statuses[1];
+}
+
+// Messages that arrived before the peer's goodbye stay readable after its QP is gone. Reading
+// them frees slots, and the credit returned for them (every slots / 4 chunks) was posted to the
+// peer's destroyed QP: its error completion became the connection's sticky error, and the
+// messages not yet read failed with "transport retry counter exceeded".
+TEST_F(RdmaTransportTest, MessagesThatArrivedBeforeTheGoodbyeStayReadableAfterThePeerLeft) {
+  start(/*slots=*/8, /*slotBytes=*/4096);
+  std::vector<uint64_t> out(6), in(6, 0);
+  Recorder sent;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = 1000 + i;
+    p_.client->send(wire::Header{}, &out[i], sizeof(uint64_t), sent.sendCb(i));
+  }
+  ASSERT_TRUE(sent.wait(out.size()));
+  p_.client->close();
+  client_->join();  // its goodbye was acknowledged and its QP destroyed
+  Recorder got;
+  p_.server->recv(&in[0], sizeof(uint64_t), got.recvCb(0));
+  p_.server->recv(&in[1], sizeof(uint64_t), got.recvCb(1));
+  ASSERT_TRUE(got.wait(2));  // two chunks freed: a credit (batch of 2) is due
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (size_t i = 2; i < in.size(); ++i) p_.server->recv(&in[i], sizeof(uint64_t), got.recvCb(i));
+  uint64_t extra = 0;
+  p_.server->recv(&extra, sizeof(uint64_t), got.recvCb(in.size()));
+  ASSERT_TRUE(got.wait(in.size() + 1));
+  const auto statuses = got.statuses();
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << "message " << i << ": " << statuses[i];
+    EXPECT_EQ(in[i], 1000 + i);
+  }
+  EXPECT_EQ(statuses[in.size()].code(), StatusCode::kRemoteError) << statuses[in.size()];
+  EXPECT_NE(statuses[in.size()].message().find("closed the connection"), std::string::npos)
+      << statuses[in.size()];
 }
 
 // Callbacks run in posting order even for operations that fail validation: such an operation
