@@ -213,6 +213,7 @@ std::string Endpoint::describe() const {
 Status Endpoint::status() const {
   std::lock_guard<std::mutex> lock(statusMu_);
   if (status_.ok() && appClosed_) return Cancelled(describe() + " was closed");
+  if (status_.ok()) return peerGoneSeen_;
   return status_;
 }
 
@@ -521,6 +522,11 @@ void Endpoint::processRecvs() {
       if (done.header.hasPayloadCrc() && done.crc != done.header.payloadCrc) {
         s = DataLoss("recv on " + describe() + ": payload CRC32C mismatch for " +
                      done.header.describe());
+        {
+          // Sticky already in the callback (status()), as the contract wants.
+          std::lock_guard<std::mutex> lock(statusMu_);
+          if (status_.ok()) status_ = s;
+        }
         finishRecv(done, s);
         return fail(s);
       }
@@ -639,6 +645,12 @@ void Endpoint::fail(const Status& s) {
 
 void Endpoint::peerGone(const Status& s) {
   if (peerClosed_.ok()) peerClosed_ = s;
+  {
+    // status() reports it from now on, in the failed sends' callbacks too; status_, which
+    // refuses new operations, waits until what arrived before it has been read.
+    std::lock_guard<std::mutex> lock(statusMu_);
+    if (peerGoneSeen_.ok()) peerGoneSeen_ = s;
+  }
   // Nothing more will be read by the peer: sends still waiting fail now.
   auto sends = takeSends();
   for (auto& op : sends) op->done(op->error.ok() ? peerClosed_ : op->error);

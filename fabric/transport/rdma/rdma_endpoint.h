@@ -187,6 +187,7 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   // close() was called: status() says Cancelled before the worker runs the close (which must
   // still see status_ OK to say its orderly goodbye).
   bool appClosed_ = false;  // under statusMu_
+  Status peerGoneSeen_;     // under statusMu_: peerClosed_ for status(), from the moment it is set
 };
 
 }  // namespace cofab::transport::rdma

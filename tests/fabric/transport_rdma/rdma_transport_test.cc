@@ -5,6 +5,7 @@
 // contract suite runs over the emulation in rdma_contract_tests.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include "fabric/transport/rdma/factory.h"
@@ -209,6 +210,26 @@ TEST_F(RdmaTransportTest, MessagesThatArrivedBeforeTheGoodbyeStayReadableAfterTh
   EXPECT_EQ(statuses[in.size()].code(), StatusCode::kRemoteError) << statuses[in.size()];
   EXPECT_NE(statuses[in.size()].message().find("closed the connection"), std::string::npos)
       << statuses[in.size()];
+}
+
+// The first error is visible in status() inside the callback it fails (the contract): a send
+// failed by the peer's goodbye saw status() OK there, and status() stayed OK for as long as
+// unread data was left, while every new send failed.
+TEST_F(RdmaTransportTest, ThePeersGoodbyeIsInStatusInsideTheSendItFails) {
+  start(/*slots=*/2, /*slotBytes=*/4096);
+  std::vector<uint8_t> big(3 * 4096, 7);  // 3 chunks, 2 credits: waits for a receive
+  std::promise<std::pair<Status, Status>> failed;
+  std::shared_ptr<Connection> client = p_.client;
+  client->send(wire::Header{}, big.data(), big.size(), [&failed, client](const Status& s) {
+    failed.set_value({s, client->status()});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // two chunks are over
+  p_.server->close();
+  auto f = failed.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const auto [sendStatus, statusInCallback] = f.get();
+  EXPECT_EQ(sendStatus.code(), StatusCode::kRemoteError) << sendStatus;
+  EXPECT_FALSE(statusInCallback.ok()) << "status() was OK inside the failed send's callback";
 }
 
 // Callbacks run in posting order even for operations that fail validation: such an operation
