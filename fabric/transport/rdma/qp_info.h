@@ -25,6 +25,8 @@ struct QpInfo {
 
 inline constexpr uint8_t kOpcodeQpInfo = 1;  // wire::Header::opcode of set-up messages
 inline constexpr uint8_t kOpcodeReady = 2;
+// The accepting side could not set up its end: one byte of StatusCode, then the message.
+inline constexpr uint8_t kOpcodeSetupError = 3;
 
 std::vector<uint8_t> encodeQpInfo(const QpInfo& info);
 // InvalidArgument naming what is wrong with a peer's bytes.

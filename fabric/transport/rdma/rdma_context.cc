@@ -73,7 +73,15 @@ class RdmaListener : public Listener {
         if (!st.ok()) {
           COFAB_LOG(kWarn, "rdma") << "set-up with '" << conn->peerId() << "' ("
                                   << conn->peerAddress() << ") failed: " << st;
-          conn->close();
+          // The connecting side gets the reason (an ibv_* call that failed here), not only a
+          // closed side channel; closed once it is sent (a close cancels pending sends).
+          const std::string& text = st.message();
+          auto why = std::make_shared<std::vector<uint8_t>>(text.size() + 1);
+          (*why)[0] = static_cast<uint8_t>(st.code());
+          std::copy(text.begin(), text.end(), why->begin() + 1);
+          wire::Header eh = setupHeader(kOpcodeSetupError);
+          eh.dtype = DType::kU8;
+          conn->send(eh, why->data(), why->size(), [why, conn](const Status&) { conn->close(); });
         }
       });
     }
@@ -230,6 +238,15 @@ class RdmaContext : public Context {
       }
     }
     if (!reply->status.ok()) return fail(reply->status);
+    if (reply->header.type == wire::MessageType::kControl &&
+        reply->header.opcode == kOpcodeSetupError && !reply->bytes.empty()) {
+      const uint8_t code = reply->bytes[0];
+      const std::string text(reply->bytes.begin() + 1, reply->bytes.end());
+      return fail(Status(code > 0 && code <= static_cast<uint8_t>(StatusCode::kInternal)
+                             ? static_cast<StatusCode>(code)
+                             : StatusCode::kRemoteError,
+                         "the accepting side could not set up its end: " + text));
+    }
     if (reply->header.type != wire::MessageType::kControl ||
         reply->header.opcode != kOpcodeQpInfo) {
       return fail(InvalidArgument("expected QP information, got " + reply->header.describe()));

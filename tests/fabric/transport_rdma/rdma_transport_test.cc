@@ -232,6 +232,37 @@ TEST_F(RdmaTransportTest, ThePeersGoodbyeIsInStatusInsideTheSendItFails) {
   EXPECT_FALSE(statusInCallback.ok()) << "status() was OK inside the failed send's callback";
 }
 
+// The emulation's modifyQp, except that moving a QP to RTR fails with EINVAL (a wrong GID or
+// path on the accepting side).
+int modifyQpFailingRtr(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if ((mask & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RTR) return EINVAL;
+  return cofab::testing::emulatedVerbs().modifyQp(qp, attr, mask);
+}
+
+// A set-up that fails on the accepting side (here ibv_modify_qp to RTR) reaches the connecting
+// side with its reason. It was logged there only, and connect() said "closed the connection".
+TEST(RdmaSetUp, AnAcceptingSideFailureReachesTheConnectorWithItsReason) {
+  cofab::testing::setEmulatedDeviceCount(1);
+  static rdma::VerbsApi failing = cofab::testing::emulatedVerbs();
+  failing.modifyQp = &modifyQpFailingRtr;
+  auto server = rdma::createContext({.localId = "server"}, {.verbs = &failing});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client =
+      rdma::createContext({.localId = "client"}, {.verbs = &cofab::testing::emulatedVerbs()});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto l = (*server)->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto c = (*client)->connect((*l)->address(), {.localId = "rank 1"}, Deadline::afterMs(5000));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("the accepting side could not set up its end"),
+            std::string::npos)
+      << c.status();
+  EXPECT_NE(c.status().message().find("RTR"), std::string::npos) << c.status();
+  (*l)->close();
+  (*client)->join();
+  (*server)->join();
+}
+
 // Callbacks run in posting order even for operations that fail validation: such an operation
 // waits behind the earlier ones instead of completing through a task of its own.
 TEST_F(RdmaTransportTest, InvalidSendCompletesAfterAnEarlierPendingSendOnClose) {
