@@ -27,6 +27,9 @@ inline constexpr uint8_t kOpcodeQpInfo = 1;  // wire::Header::opcode of set-up m
 inline constexpr uint8_t kOpcodeReady = 2;
 // The accepting side could not set up its end: one byte of StatusCode, then the message.
 inline constexpr uint8_t kOpcodeSetupError = 3;
+// On an established connection's side channel: this end failed the connection (the message
+// says why), sent before the channel is closed so the peer does not take it for a death.
+inline constexpr uint8_t kOpcodeFailed = 4;
 
 std::vector<uint8_t> encodeQpInfo(const QpInfo& info);
 // InvalidArgument naming what is wrong with a peer's bytes.

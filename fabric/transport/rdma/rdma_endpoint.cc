@@ -194,9 +194,13 @@ void Endpoint::start(std::string peerId, std::string peerAddress,
   // Liveness: any end of the side channel (EOF, error, even an unexpected message) means the
   // peer is gone or confused; the worker sorts out whether its goodbye came first.
   std::weak_ptr<Endpoint> weak = weak_from_this();
-  side_->recvOwned([weak](const Status& s, const wire::Header&, std::vector<uint8_t>&&) {
+  side_->recvOwned([weak](const Status& s, const wire::Header& h, std::vector<uint8_t>&& b) {
     if (auto ep = weak.lock()) {
-      ep->worker_->post([ep, s] { ep->onSideChannelEnd(s); });
+      std::string why;
+      if (s.ok() && h.type == wire::MessageType::kControl && h.opcode == kOpcodeFailed) {
+        why.assign(b.begin(), b.end());
+      }
+      ep->worker_->post([ep, s, why] { ep->onSideChannelEnd(s, why); });
     }
   });
   if (!worker_->add(shared_from_this())) {
@@ -639,8 +643,17 @@ void Endpoint::fail(const Status& s) {
   recvOps_.clear();
   for (auto& op : sends) op->done(op->error.ok() ? sticky : op->error);
   for (auto& op : recvs) finishRecv(op, op.error.ok() ? sticky : op.error);
-  // A local failure must reach the peer too: ending the side channel tells it.
-  if (!closed_ && side_) side_->close();
+  // A local failure must reach the peer too, with its reason (else it would take the end of the
+  // side channel for this process's death); the channel closes once that is sent.
+  if (!closed_ && side_) {
+    auto why = std::make_shared<std::string>(sticky.message());
+    wire::Header h;
+    h.type = wire::MessageType::kControl;
+    h.opcode = kOpcodeFailed;
+    h.dtype = DType::kU8;
+    std::shared_ptr<Connection> side = side_;
+    side->send(h, why->data(), why->size(), [why, side](const Status&) { side->close(); });
+  }
 }
 
 void Endpoint::peerGone(const Status& s) {
@@ -670,13 +683,18 @@ std::deque<std::shared_ptr<Endpoint::SendOp>> Endpoint::takeSends() {
   return sends;
 }
 
-void Endpoint::onSideChannelEnd(const Status& s) {
+void Endpoint::onSideChannelEnd(const Status& s, const std::string& peerFailure) {
   if (closed_ || finished_) return;
   // A goodbye completed before the side channel closed (the closer waits for it), so it is in
   // the CQ by now: drain first, then decide whether this was an orderly close or a death.
   while (!finished_ && poll()) {
   }
   if (goodbyeSeen_ || finished_) return;
+  if (!peerFailure.empty()) {
+    peerGone(RemoteError("rdma: peer '" + peerId_ + "' (" + peerAddress_ +
+                         ") failed the connection on its side: " + peerFailure));
+    return;
+  }
   peerGone(RemoteError("rdma: peer '" + peerId_ + "' (" + peerAddress_ +
                        ") went away without closing the connection (side channel: " + s.message() +
                        ")"));

@@ -134,7 +134,8 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   void finishRecv(RecvOp& op, const Status& s);
   void teardown();
   void releaseVerbs();
-  void onSideChannelEnd(const Status& s);
+  // The side channel ended (s: why), or brought the peer's failure (`peerFailure`: its reason).
+  void onSideChannelEnd(const Status& s, const std::string& peerFailure = "");
   Status wcError(const ibv_wc& wc, const char* what) const;
 
   const std::shared_ptr<RdmaDevice> device_;

@@ -263,6 +263,28 @@ TEST(RdmaSetUp, AnAcceptingSideFailureReachesTheConnectorWithItsReason) {
   (*server)->join();
 }
 
+// A connection one end fails (here a message larger than its posted receive) reaches the other
+// end with that reason. It ended the side channel without a word, and the other end reported
+// "went away without closing the connection", which docs/RDMA.md reads as the peer's death.
+TEST_F(RdmaTransportTest, APeersLocalFailureArrivesWithItsReasonNotAsItsDeath) {
+  start(8, 4096);
+  std::vector<uint8_t> src(100, 1), dst(64);
+  uint64_t never = 0;
+  Recorder clientRecv;
+  p_.client->recv(&never, sizeof(never), clientRecv.recvCb());
+  Recorder serverRecv, sent;
+  p_.server->recv(dst.data(), dst.size(), serverRecv.recvCb());
+  p_.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(serverRecv.wait(1));
+  EXPECT_EQ(serverRecv.statuses()[0].code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(clientRecv.wait(1));
+  const Status s = clientRecv.statuses()[0];
+  EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s;
+  EXPECT_NE(s.message().find("failed the connection on its side"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("expects 64"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("went away"), std::string::npos) << s;
+}
+
 // Callbacks run in posting order even for operations that fail validation: such an operation
 // waits behind the earlier ones instead of completing through a task of its own.
 TEST_F(RdmaTransportTest, InvalidSendCompletesAfterAnEarlierPendingSendOnClose) {
