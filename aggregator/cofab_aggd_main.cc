@@ -38,6 +38,17 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
   const ServerOptions& o = server.options();
   const Deadline deadline = Deadline::afterMs(c.connectTimeoutMs);
   const int backup = (o.id + 1) % o.numServers;
+  // In slices, like the waits: a connect to a backup not up yet retries until the deadline
+  // (--connect-timeout-ms), and a SIGTERM meanwhile waited all of it and then exited 1.
+  auto connectBackup = [&](const std::string& address) -> Status {
+    auto r = untilStopped<bool>(
+        [&](Deadline d) -> StatusOr<bool> {
+          COFAB_RETURN_IF_ERROR(server.connectBackup(address, d));
+          return true;
+        },
+        deadline, stopped);
+    return *stopped != 0 ? OkStatus() : r.status();
+  };
   if (store) {
     // Daemon-to-daemon address first; the worker-facing key only once replication is wired,
     // so no worker can push before this daemon forwards.
@@ -49,7 +60,8 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
                                       deadline, stopped);
       if (*stopped != 0) return OkStatus();
       COFAB_RETURN_IF_ERROR(addr.status());
-      COFAB_RETURN_IF_ERROR(server.connectBackup(toString(*addr), deadline));
+      COFAB_RETURN_IF_ERROR(connectBackup(toString(*addr)));
+      if (*stopped != 0) return OkStatus();
     }
     if ((*stopped = StopSignals::pending()) != 0) return OkStatus();
     if (!httpAddress.empty()) {
@@ -63,8 +75,10 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
     COFAB_RETURN_IF_ERROR(
         store->set(ps::serverCountKey(c.storePrefix), toBytes(std::to_string(o.numServers))));
   } else if (o.replication) {
-    COFAB_RETURN_IF_ERROR(server.connectBackup(c.peers[static_cast<size_t>(backup)], deadline));
+    COFAB_RETURN_IF_ERROR(connectBackup(c.peers[static_cast<size_t>(backup)]));
+    if (*stopped != 0) return OkStatus();
   }
+  *stopped = StopSignals::pending();  // nothing is published in --peers mode: still before serving
   return OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "fabric/ps/ps_protocol.h"
 #include "fabric/rendezvous/store.h"
+#include "fabric/transport/registry.h"
 #include "tests/support/process_group.h"
 #include "tests/support/temp_dir.h"
 
@@ -50,6 +51,45 @@ TEST(DaemonStartup, SigtermWhileWaitingForTheBackupStopsBeforeServing) {
   auto published = (*store)->check({ps::serverAddressKey("cofab/agg", 0)});
   ASSERT_TRUE(published.ok()) << published.status();
   EXPECT_FALSE(*published) << "a stopped daemon advertised itself to workers";
+}
+
+// The same with a static peer list (--peers): the daemon connects to its backup's address, which
+// nobody serves yet, and the connect retried until --connect-timeout-ms without looking at the
+// stop request: 60 s, then exit 1 with the connect's DeadlineExceeded.
+TEST(DaemonStartup, SigtermWhileConnectingToTheBackupStopsBeforeServing) {
+  TempDir dir;
+  const std::string log = dir.path() + "/aggd.log";
+  auto freePort = [] {
+    auto ctx = transport::Registry::create("tcp", {.localId = "probe"});
+    auto l = ctx.ok() ? (*ctx)->listen({.address = "127.0.0.1:0"})
+                      : StatusOr<std::unique_ptr<transport::Listener>>(ctx.status());
+    std::string a = l.ok() ? (*l)->address() : "127.0.0.1:1";
+    if (l.ok()) (*l)->close();
+    if (ctx.ok()) (*ctx)->join();
+    return a;
+  };
+  const std::string peers = freePort() + "," + freePort();
+  const pid_t pid = spawnDaemon({COFAB_AGGD_PATH, "--peers", peers, "--workers", "1", "--id", "0",
+                                 "--replication", "on", "--http", "off"},
+                                log);
+  const Deadline started = Deadline::afterMs(20000);
+  while (!handlesStopSignal(pid, SIGTERM) && !started.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(handlesStopSignal(pid, SIGTERM)) << "cofab-aggd never reached its startup";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the connect's retries
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  if (!reapBefore(pid, Deadline::afterMs(20000), &status)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "cofab-aggd did not exit within 20 s of SIGTERM";
+  }
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("event=stopped_before_serving signal=15"), std::string::npos) << out;
 }
 
 }  // namespace
