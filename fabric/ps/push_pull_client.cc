@@ -274,7 +274,9 @@ class PushPullClient::Impl {
       // Wait for every grant so the first chunks already respect the windows.
       std::unique_lock<std::mutex> lock(mu_);
       for (size_t s = 0; s < servers_.size(); ++s) {
-        while (!servers_[s].granted && sticky_.ok()) {
+        // A daemon lost meanwhile grants nothing: its backup serves its chunks (replication),
+        // or everything failed (sticky_); either wakes this wait.
+        while (!servers_[s].granted && !servers_[s].dead && sticky_.ok()) {
           if (stopCv_.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
               !servers_[s].granted) {
             return DeadlineExceeded("worker " + std::to_string(rank_) + ": " +
@@ -842,6 +844,7 @@ class PushPullClient::Impl {
     ServerState& s = servers_[static_cast<size_t>(server)];
     if (closed_ || s.dead || s.conn != conn) return;
     s.dead = true;
+    stopCv_.notify_all();  // connect()'s wait for the credit grants stops waiting for it
     s.conn->close();
     const int m = static_cast<int>(servers_.size());
     const int backup = backupServer(server, m);
@@ -911,6 +914,7 @@ class PushPullClient::Impl {
 
   void failAllLocked(const Status& st) {
     if (sticky_.ok()) sticky_ = st;
+    stopCv_.notify_all();  // connect()'s wait for the credit grants ends with it
     for (auto& [id, p] : pending_) p.op->finish(sticky_);
     pending_.clear();
     for (auto& s : servers_) {

@@ -51,6 +51,21 @@ wire::Header nextPush(Connection& conn) {
   }
 }
 
+// A daemon that fails before its credit grant (its connection closes) fails connect() at once,
+// naming it. The wait for the grants was not woken by the failure: connect() slept to its
+// deadline and then blamed the daemon's configuration ("sent no credit grant").
+TEST(PushPullClientCredit, ADaemonLostBeforeItsGrantFailsConnectAtOnce) {
+  ClientOptions o;
+  o.chunkBytes = kChunkBytes;
+  o.credits = 1;
+  o.connectTimeoutMs = 20000;
+  testing::HandDaemons hand;
+  const Status s = hand.start(1, o, [](testing::HandDaemons& h) { h.daemons[0]->close(); });
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;  // DeadlineExceeded after 20 s before
+  EXPECT_EQ(s.message().find("sent no credit grant"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("aggregator 0"), std::string::npos) << s;
+}
+
 TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
   ClientOptions o;
   o.chunkBytes = kChunkBytes;
