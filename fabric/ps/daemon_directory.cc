@@ -37,4 +37,21 @@ StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::stri
   return discoverDaemons(*store, prefix, deadline);
 }
 
+Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
+                      Deadline deadline, const std::string& who, const std::string& what) {
+  for (size_t i = 0; i < daemons; ++i) {
+    const std::string key = serverMaxChunkKey(prefix, static_cast<int>(i));
+    COFAB_ASSIGN_OR_RETURN(bool published, store.check({key}));
+    if (!published) continue;
+    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(key, deadline));
+    COFAB_ASSIGN_OR_RETURN(int64_t limit, parseCounter(key, v));
+    if (limit > 0 && chunkBytes > static_cast<uint64_t>(limit)) {
+      return InvalidArgument(who + ": chunks of " + std::to_string(chunkBytes) + " bytes (" + what +
+                             ") exceed aggregator " + std::to_string(i) + "'s --max-chunk-bytes " +
+                             std::to_string(limit));
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace cofab::ps

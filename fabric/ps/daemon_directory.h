@@ -24,4 +24,12 @@ StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::stri
                                                    const std::vector<std::string>& listed,
                                                    Deadline deadline, const std::string& who);
 
+// A chunk larger than a daemon's --max-chunk-bytes is rejected, and one over twice that breaks
+// the connection (the daemon's frame limit): the worker then looked like it lost the daemon,
+// failed over, and both daemons counted it lost. So a client that found the daemons in the store
+// refuses a chunk size above what any of them published (daemons that publish nothing, older
+// ones, are not checked): InvalidArgument naming `who`, the option (`what`) and the daemon.
+Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
+                      Deadline deadline, const std::string& who, const std::string& what);
+
 }  // namespace cofab::ps

@@ -122,11 +122,10 @@ class ModelClient::Impl {
   Impl(int rank, ClientOptions options) : rank_(rank), options_(std::move(options)) {}
   ~Impl() { close(); }
 
-  Status start(const std::vector<std::string>& addresses) {
+  Status start(const std::vector<std::string>& addresses, Deadline deadline) {
     transport::ContextOptions co;
     co.localId = workerPeerId(rank_);
     COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
-    const Deadline deadline = Deadline::afterMs(options_.connectTimeoutMs);
     servers_.resize(addresses.size());
     for (size_t s = 0; s < addresses.size(); ++s) {
       transport::ConnectOptions opts;
@@ -619,11 +618,20 @@ StatusOr<std::unique_ptr<ModelClient::Impl>> makeImpl(int rank, int worldSize,
 StatusOr<std::unique_ptr<ModelClient::Impl>> startImpl(Store* store, int rank, int worldSize,
                                                        const ClientOptions& options) {
   COFAB_ASSIGN_OR_RETURN(auto impl, makeImpl(rank, worldSize, options));
-  COFAB_ASSIGN_OR_RETURN(
-      std::vector<std::string> addresses,
-      daemonAddresses(store, options.storePrefix, options.serverAddresses,
-                      Deadline::afterMs(options.connectTimeoutMs), "ModelClient::connect"));
-  COFAB_RETURN_IF_ERROR(impl->start(addresses));
+  // One deadline for all of connect (finding the daemons, checking their chunk limit, dialling
+  // them), as PushPullClient::connect.
+  const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
+  COFAB_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                         daemonAddresses(store, options.storePrefix, options.serverAddresses,
+                                         deadline, "ModelClient::connect"));
+  if (store != nullptr && options.serverAddresses.empty()) {
+    // Init and apply frames carry a chunk: one above a daemon's limit dropped the connection,
+    // and the model store (no replication) then had that daemon dead for good.
+    COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
+                                         impl->chunkBytes_, deadline, "ModelClient::connect",
+                                         "ClientOptions::chunkBytes / COFAB_PS_MODEL_CHUNK_BYTES"));
+  }
+  COFAB_RETURN_IF_ERROR(impl->start(addresses, deadline));
   return impl;
 }
 

@@ -1023,29 +1023,6 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
   return impl;
 }
 
-// A chunk larger than a daemon's --max-chunk-bytes is rejected, and one over twice that breaks
-// the connection (the daemon's frame limit): the worker then looked like it lost the daemon, failed
-// over, and both daemons counted it lost. So a client that found the daemons in the store
-// refuses a chunk size above what any of them published (daemons that publish nothing, older
-// ones, are not checked).
-Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
-                      Deadline deadline) {
-  for (size_t i = 0; i < daemons; ++i) {
-    const std::string key = serverMaxChunkKey(prefix, static_cast<int>(i));
-    COFAB_ASSIGN_OR_RETURN(bool published, store.check({key}));
-    if (!published) continue;
-    COFAB_ASSIGN_OR_RETURN(Bytes v, store.get(key, deadline));
-    COFAB_ASSIGN_OR_RETURN(int64_t limit, parseCounter(key, v));
-    if (limit > 0 && chunkBytes > static_cast<uint64_t>(limit)) {
-      return InvalidArgument("PushPullClient::connect: chunks of " + std::to_string(chunkBytes) +
-                             " bytes (ClientOptions::chunkBytes / COFAB_PS_CHUNK_BYTES) exceed "
-                             "aggregator " +
-                             std::to_string(i) + "'s --max-chunk-bytes " + std::to_string(limit));
-    }
-  }
-  return OkStatus();
-}
-
 // Validates the options, then finds the daemons (listed, or through `store`) and connects.
 StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank, int worldSize,
                                                           const ClientOptions& options) {
@@ -1058,7 +1035,8 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank
                                          deadline, "PushPullClient::connect"));
   if (store != nullptr && options.serverAddresses.empty()) {
     COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
-                                         impl->chunkBytes_, deadline));
+                                         impl->chunkBytes_, deadline, "PushPullClient::connect",
+                                         "ClientOptions::chunkBytes / COFAB_PS_CHUNK_BYTES"));
   }
   COFAB_RETURN_IF_ERROR(impl->start(addresses, deadline));
   return impl;

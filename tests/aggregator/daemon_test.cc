@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "fabric/ps/aggregator_collectives.h"
+#include "fabric/ps/model_client.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/raw_peer.h"
@@ -168,6 +169,28 @@ TEST(AggregatorDaemon, AChunkSizeAboveADaemonsLimitIsRefusedAtConnect) {
   std::vector<float> x(1u << 19, 1.0f);  // two chunks
   const TensorView v = TensorView::of(x.data(), x.size(), DType::kF32);
   EXPECT_TRUE((*fits)->pushPull(1, v, v).wait(Deadline::afterMs(20000)).ok());
+}
+
+// The same for the model store's client: its chunks (COFAB_PS_MODEL_CHUNK_BYTES, 4 MiB by
+// default) went unchecked, the first init frame above the daemon's frame limit dropped the
+// connection, and the client (the model store has no replication) had that daemon dead for good.
+TEST(AggregatorDaemon, AModelChunkSizeAboveADaemonsLimitIsRefusedAtConnect) {
+  DaemonCluster cluster(1, 1, {"--max-chunk-bytes", "1048576"});
+  ASSERT_TRUE(cluster.start().ok());
+  ps::ClientOptions co;
+  co.chunkBytes = 4u << 20;
+  auto refused = ps::ModelClient::connect(cluster.store(), 0, 1, co);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("aggregator 0's --max-chunk-bytes 1048576"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("COFAB_PS_MODEL_CHUNK_BYTES"), std::string::npos)
+      << refused.status();
+  co.chunkBytes = 1u << 20;  // at the limit: fine
+  auto fits = ps::ModelClient::connect(cluster.store(), 0, 1, co);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  (*fits)->close();
 }
 
 // While a daemon drains (SIGTERM), a push that completes a round already open is still taken,
