@@ -134,7 +134,7 @@ struct Range {
 };
 constexpr Range kWorkersRange{1, 65536};
 constexpr Range kIdRange{0, 65535};
-constexpr Range kServersRange{1, 65536};
+constexpr Range kServersRange{1, ps::kMaxDaemons};  // what clients' discovery accepts
 constexpr Range kFirstIterationRange{0, int64_t{1} << 62};
 constexpr Range kStragglersRange{0, 65535};
 constexpr Range kConnectTimeoutRange{1, 86400000};

@@ -14,9 +14,9 @@ StatusOr<std::vector<std::string>> discoverDaemons(Store& store, const std::stri
         "' (start cofab-aggd, e.g. cofab-run --role agg:1:cofab-aggd)");
   }
   COFAB_ASSIGN_OR_RETURN(int64_t m, parseCounter(countKey, countBytes.value()));
-  if (m <= 0 || m > 4096) {
+  if (m <= 0 || m > kMaxDaemons) {
     return InvalidArgument("store key '" + countKey + "' holds " + std::to_string(m) +
-                           ", not a daemon count");
+                           ", not a daemon count (1.." + std::to_string(kMaxDaemons) + ")");
   }
   std::vector<std::string> keys;
   for (int i = 0; i < m; ++i) keys.push_back(serverAddressKey(prefix, i));

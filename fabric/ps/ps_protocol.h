@@ -136,6 +136,8 @@ int parseAggregatorPeerId(std::string_view peerId);
 // Store keys under the daemons' prefix.
 std::string serverAddressKey(std::string_view prefix, int id);  // "<prefix>/server/<id>"
 std::string serverCountKey(std::string_view prefix);            // "<prefix>/count"
+// The most daemons a job may have: cofab-aggd's --servers and the clients' discovery agree.
+inline constexpr int kMaxDaemons = 65536;
 // "<prefix>/max_chunk_bytes/<i>": daemon i's --max-chunk-bytes. A frame over twice that breaks
 // the connection instead of being rejected, so clients check their chunk size at connect.
 std::string serverMaxChunkKey(std::string_view prefix, int id);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "fabric/ps/daemon_directory.h"
 #include "fabric/ps/ps_protocol.h"
+#include "fabric/rendezvous/hash_store.h"
 
 namespace cofab::ps {
 namespace {
@@ -63,6 +65,26 @@ TEST(Protocol, PeerIdsAndStoreKeys) {
     if (r == 11 || r == 12 || r == 15) continue;
     EXPECT_NE(rejectReasonName(static_cast<RejectReason>(r)), "unknown");
   }
+}
+
+// Every daemon count cofab-aggd accepts (--servers up to kMaxDaemons) is one its clients find:
+// discovery refused more than 4096, so a job with --servers 5000 started and registered every
+// daemon, and then every worker's connect failed with "not a daemon count".
+TEST(Discovery, TakesEveryDaemonCountTheDaemonAccepts) {
+  HashStore store;
+  const int m = 5000;
+  ASSERT_TRUE(store.set(serverCountKey("p"), toBytes(std::to_string(m))).ok());
+  for (int i = 0; i < m; ++i) {
+    ASSERT_TRUE(
+        store.set(serverAddressKey("p", i), toBytes("127.0.0.1:" + std::to_string(i))).ok());
+  }
+  auto found = discoverDaemons(store, "p", Deadline::afterMs(5000));
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->size(), size_t(m));
+  EXPECT_EQ((*found)[4999], "127.0.0.1:4999");
+  ASSERT_TRUE(store.set(serverCountKey("p"), toBytes(std::to_string(kMaxDaemons + 1))).ok());
+  EXPECT_EQ(discoverDaemons(store, "p", Deadline::afterMs(100)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
