@@ -262,6 +262,22 @@ TEST(DpdkShuffleBroadcast, MasterNamesTheWorkerThatNeverReceived) {
   if (!skip.empty()) GTEST_SKIP() << skip;
 }
 
+// The master of a test whose only worker (0) gives up on epoch 0: the master's epoch must fail
+// with RemoteError carrying the worker's reason (`expect` in its message), at once.
+int masterSeesWorker0GiveUp(const std::string& storeUrl, const std::string& expect) {
+  return asMaster(storeUrl, 1, [&expect](auto& ep, auto& shuffle, auto& data) -> int {
+    auto plan = shuffle.planEpoch(0, kRowBytes);
+    auto stats = ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
+    const std::string why = stats.status().toString();
+    if (stats.status().code() != StatusCode::kRemoteError ||
+        why.find("worker 0 gave up: ") == std::string::npos ||
+        why.find(expect) == std::string::npos) {
+      return childFail(-1, "unexpected outcome: " + why);
+    }
+    return 0;
+  });
+}
+
 // Worker 0 (the only one started) cuts its rows 4 bytes shorter than the master (a
 // configuration mismatch): the frames pass their CRCs but fit no row of its size. It used to NACK
 // them every round and both sides ran into their deadlines with "messages missing"; now worker 0
@@ -287,19 +303,8 @@ TEST(DpdkShuffleBroadcast, AWorkerWithAnotherRowSizeFailsBothSidesWithTheReason)
           return 0;
         });
       },
-      [](const std::string& storeUrl) -> int {
-        return asMaster(storeUrl, 1, [](auto& ep, auto& shuffle, auto& data) -> int {
-          auto plan = shuffle.planEpoch(0, kRowBytes);
-          auto stats =
-              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
-          const std::string why = stats.status().toString();
-          if (stats.status().code() != StatusCode::kRemoteError ||
-              why.find("worker 0 gave up: ") == std::string::npos ||
-              why.find("rowBytes 4092 does not match") == std::string::npos) {
-            return childFail(-1, "unexpected outcome: " + why);
-          }
-          return 0;
-        });
+      [](const std::string& storeUrl) {
+        return masterSeesWorker0GiveUp(storeUrl, "rowBytes 4092 does not match");
       },
       dir.path());
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -332,18 +337,8 @@ TEST(DpdkShuffleBroadcast, AWorkerWithAnotherPlanIsToldSoNotGivenGarbage) {
           return 0;
         });
       },
-      [](const std::string& storeUrl) -> int {
-        return asMaster(storeUrl, 1, [](auto& ep, auto& shuffle, auto& data) -> int {
-          auto plan = shuffle.planEpoch(0, kRowBytes);
-          auto stats =
-              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
-          const std::string why = stats.status().toString();
-          if (stats.status().code() != StatusCode::kRemoteError ||
-              why.find("the master planned another epoch") == std::string::npos) {
-            return childFail(-1, "unexpected outcome: " + why);
-          }
-          return 0;
-        });
+      [](const std::string& storeUrl) {
+        return masterSeesWorker0GiveUp(storeUrl, "the master planned another epoch");
       },
       dir.path());
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -370,19 +365,7 @@ TEST(DpdkShuffleBroadcast, AnyWorkerFailureReachesTheMasterWithItsReason) {
                           return 0;
                         });
       },
-      [](const std::string& storeUrl) -> int {
-        return asMaster(storeUrl, 1, [](auto& ep, auto& shuffle, auto& data) -> int {
-          auto plan = shuffle.planEpoch(0, kRowBytes);
-          auto stats =
-              ep.sendEpoch(shuffle, *plan, true, data, kRowBytes, Deadline::afterMs(20000));
-          const std::string why = stats.status().toString();
-          if (stats.status().code() != StatusCode::kRemoteError ||
-              why.find("worker 0 gave up: ") == std::string::npos) {
-            return childFail(-1, "unexpected outcome: " + why);
-          }
-          return 0;
-        });
-      },
+      [](const std::string& storeUrl) { return masterSeesWorker0GiveUp(storeUrl, "a batch of"); },
       dir.path());
   if (!skip.empty()) GTEST_SKIP() << skip;
 }
