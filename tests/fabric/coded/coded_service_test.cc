@@ -375,6 +375,9 @@ size_t residentBytes() {
 // long as the worker stayed stopped (30 requests of an 8 MiB B: ~240 MiB). A worker with
 // requests still queued unsent is not sent more, and the requests complete without it.
 TEST(CodedService, AStoppedWorkerDoesNotMakeTheMasterHoldACopyOfBPerRequest) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan keeps freed memory in its quarantine: the resident size says nothing here";
+#endif
   const int64_t rows = 6, cols = 2048, bCols = 1024;  // B: 8 MiB
   const std::vector<float> a = randomMatrix(rows, cols, 1);
   const std::vector<float> b = randomMatrix(cols, bCols, 2);
