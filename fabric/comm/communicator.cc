@@ -573,13 +573,15 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
       // for the rest of the chain, so they publish no report, as one that never called does.
       // The ranks waiting (timed out, reports read) sit past the break; the unseen ranks before
       // the first of them in the chain did their part, except the last one, the break itself.
+      // If the rank just before the first waiting one was seen (it sent part, then stalled, or
+      // the timeout is short), no unseen rank is the break: every unseen one before it did
+      // its part, and the message says the chain arrived without finishing.
       const auto at = [&](int r) { return (r - static_cast<int>(sig.root) + size_) % size_; };
       int firstWaiting = at(rank_);
       for (int r : timedOut) firstWaiting = std::min(firstWaiting, at(r));
-      int breakAt = -1;
-      for (int r : missing) {
-        if (at(r) < firstWaiting) breakAt = std::max(breakAt, at(r));
-      }
+      const bool breakUnseen = std::any_of(missing.begin(), missing.end(),
+                                           [&](int r) { return at(r) == firstWaiting - 1; });
+      const int breakAt = breakUnseen ? firstWaiting - 1 : firstWaiting;
       std::vector<int> named;
       for (int r : missing) (at(r) < breakAt ? done : named).push_back(r);
       missing = named;
@@ -607,6 +609,10 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
   } else if (missing.empty()) {
     msg += ": every rank arrived but the operation did not finish (a peer is stuck, or the "
            "timeout is too short for this size)";
+    if (!done.empty()) {
+      msg += "; rank(s) " + rankList(done) +
+             ", early in the broadcast's chain, did their part and returned";
+    }
   } else {
     msg += ": rank(s) " + rankList(missing) + " did not arrive at sequence " +
            std::to_string(sig.sequence);
