@@ -39,14 +39,16 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
   const Deadline deadline = Deadline::afterMs(c.connectTimeoutMs);
   const int backup = (o.id + 1) % o.numServers;
   // In slices, like the waits: a connect to a backup not up yet retries until the deadline
-  // (--connect-timeout-ms), and a SIGTERM meanwhile waited all of it and then exited 1.
+  // (--connect-timeout-ms), and a SIGTERM meanwhile waited all of it and then exited 1. Slices
+  // of 2 s, as tcp's per-address connect slice: each is a whole attempt, and one that needs
+  // longer (rdma's set-up registering large slot rings) must not be cut short every time.
   auto connectBackup = [&](const std::string& address) -> Status {
     auto r = untilStopped<bool>(
         [&](Deadline d) -> StatusOr<bool> {
           COFAB_RETURN_IF_ERROR(server.connectBackup(address, d));
           return true;
         },
-        deadline, stopped);
+        deadline, stopped, /*sliceMs=*/2000);
     return *stopped != 0 ? OkStatus() : r.status();
   };
   if (store) {
@@ -77,8 +79,9 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
   } else if (o.replication) {
     COFAB_RETURN_IF_ERROR(connectBackup(c.peers[static_cast<size_t>(backup)]));
     if (*stopped != 0) return OkStatus();
+    // Nothing is published in --peers mode: a stop request now is still before serving.
+    *stopped = StopSignals::pending();
   }
-  *stopped = StopSignals::pending();  // nothing is published in --peers mode: still before serving
   return OkStatus();
 }
 

@@ -11,6 +11,7 @@
 // that a stop signal waits on the process for the main thread and pending() sees it at once.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "core/clock.h"
@@ -35,16 +36,18 @@ class StopSignals {
 };
 
 // A startup wait that a stop request ends early: runs attempt(sliceDeadline) in slices of at
-// most 200 ms until it gives anything but DeadlineExceeded or `deadline` passes, and looks for
-// a stop request (StopSignals::pending()) after each slice. On one, *stopped is its number and
-// the last attempt's result is returned; otherwise *stopped is 0. Daemons use it so that one
-// stopped while starting exits before it advertises itself.
+// most `sliceMs` until it gives anything but DeadlineExceeded or `deadline` passes, and looks
+// for a stop request (StopSignals::pending()) after each slice. On one, *stopped is its number
+// and the last attempt's result is returned; otherwise *stopped is 0. Daemons use it so that one
+// stopped while starting exits before it advertises itself. An attempt that must finish within
+// one slice (a connect: a slice's end abandons its handshake) needs a slice much longer than
+// one attempt takes.
 template <typename T>
 StatusOr<T> untilStopped(const std::function<StatusOr<T>(Deadline)>& attempt, Deadline deadline,
-                         int* stopped) {
+                         int* stopped, int64_t sliceMs = 200) {
   *stopped = 0;
   while (true) {
-    StatusOr<T> r = attempt(Deadline::afterMs(200).min(deadline));
+    StatusOr<T> r = attempt(Deadline::afterMs(sliceMs).min(deadline));
     if ((*stopped = StopSignals::pending()) != 0) return r;
     if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded || deadline.expired()) {
       return r;
