@@ -216,8 +216,9 @@ std::string Endpoint::describe() const {
 
 Status Endpoint::status() const {
   std::lock_guard<std::mutex> lock(statusMu_);
-  if (status_.ok() && appClosed_) return Cancelled(describe() + " was closed");
-  if (status_.ok()) return peerGoneSeen_;
+  if (!status_.ok()) return status_;
+  if (!peerGoneSeen_.ok()) return peerGoneSeen_;  // the first error, also after close()
+  if (appClosed_) return Cancelled(describe() + " was closed");
   return status_;
 }
 
