@@ -190,6 +190,9 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
   const NetAddress self{port_->mac(), kMasterIp, kShuffleUdpPort};
   const NetAddress all{kBroadcastMac, kBroadcastIp, kShuffleUdpPort};
   Sender tx(port_, self);
+  // What an earlier attempt at this epoch left (a worker that gave up after the master had
+  // stopped): a reason there would fail this attempt at its first round.
+  COFAB_RETURN_IF_ERROR(removeDoneKeys(tag, static_cast<int>(plan.batch.size())));
   COFAB_RETURN_IF_ERROR(
       store_->set(planKey(prefix_, tag), tagBytes(shufflePlanTag(shuffle, plan, coded, rowBytes))));
 
@@ -242,6 +245,7 @@ StatusOr<BroadcastShuffleStats> BroadcastShuffleEndpoint::sendEpoch(
       for (int w = 0; w < n; ++w) {
         if (!done[w]) missing += (missing.empty() ? "" : ", ") + std::to_string(w);
       }
+      removeDoneKeys(tag, n).ignoreError();  // best effort: a retry of the epoch starts clean
       return DeadlineExceeded("broadcast shuffle: epoch " + std::to_string(plan.epoch) +
                               (coded ? " (coded)" : " (uncoded)") + ": worker(s) " + missing +
                               " did not receive every message in time (" +
@@ -300,13 +304,18 @@ Status BroadcastShuffleEndpoint::receiveEpoch(const coding::CodedShuffle& shuffl
                                               const coding::WorkerCache& cache, size_t rowBytes,
                                               std::span<uint8_t> batchOut, Deadline deadline) {
   Status s = receiveEpochOnce(shuffle, plan, coded, cache, rowBytes, batchOut, deadline);
+  const uint32_t tag = epochTag(plan.epoch, coded);
+  // Whatever made this worker give up, the master learns it now, through the done key, and
+  // fails the epoch with it. It sent rounds until its deadline and then blamed reception ("did
+  // not receive every message in time") for a wrong cache, plan or batch size. Only while a
+  // master runs the epoch (its plan key is there): a reason left for no one would fail the next
+  // attempt at its first round. Best effort: the master also stops at its own deadline.
   if (!s.ok() && rank_ >= 0) {
-    // Whatever made this worker give up, the master learns it now, through the done key, and
-    // fails the epoch with it. It sent rounds until its deadline and then blamed reception
-    // ("did not receive every message in time") for a wrong cache, plan or batch size.
-    const std::string why = s.message();
-    store_->set(doneKey(prefix_, epochTag(plan.epoch, coded), rank_), Bytes(why.begin(), why.end()))
-        .ignoreError();  // best effort: the master also stops at its own deadline
+    StatusOr<bool> running = store_->check({planKey(prefix_, tag)});
+    if (running.ok() && *running) {
+      const std::string why = s.message();
+      store_->set(doneKey(prefix_, tag, rank_), Bytes(why.begin(), why.end())).ignoreError();
+    }
   }
   return s;
 }
