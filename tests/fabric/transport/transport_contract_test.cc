@@ -650,8 +650,9 @@ TEST_P(TransportContractTest, ARefusedReceiveCompletesInItsTurn) {
   // Time for a refusal that jumps the queue to show (nothing else can complete meanwhile).
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto src = pattern(16, 3);
-  Recorder sent;
+  Recorder sent;  // and src: lent until the send completes, waited for below
   p.client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
   ASSERT_TRUE(rec.wait(2));
   EXPECT_EQ(rec.order(), (std::vector<size_t>{0, 1}));
   EXPECT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];

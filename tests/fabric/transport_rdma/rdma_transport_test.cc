@@ -278,6 +278,7 @@ TEST_F(RdmaTransportTest, APeersLocalFailureArrivesWithItsReasonNotAsItsDeath) {
   ASSERT_TRUE(serverRecv.wait(1));
   EXPECT_EQ(serverRecv.statuses()[0].code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(clientRecv.wait(1));
+  ASSERT_TRUE(sent.wait(1));  // src is lent until then
   const Status s = clientRecv.statuses()[0];
   EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s;
   EXPECT_NE(s.message().find("failed the connection on its side"), std::string::npos) << s;
