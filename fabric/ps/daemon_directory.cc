@@ -37,6 +37,8 @@ StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::stri
   return discoverDaemons(*store, prefix, deadline);
 }
 
+namespace {
+
 Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
                       Deadline deadline, const std::string& who, const std::string& what) {
   for (size_t i = 0; i < daemons; ++i) {
@@ -52,6 +54,22 @@ Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, s
     }
   }
   return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> findDaemons(Store* store, const std::string& prefix,
+                                               const std::vector<std::string>& listed,
+                                               size_t chunkBytes, Deadline deadline,
+                                               const std::string& who,
+                                               const std::string& chunkOption) {
+  COFAB_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                         daemonAddresses(store, prefix, listed, deadline, who));
+  if (store != nullptr && listed.empty()) {
+    COFAB_RETURN_IF_ERROR(
+        checkChunkSize(*store, prefix, addresses.size(), chunkBytes, deadline, who, chunkOption));
+  }
+  return addresses;
 }
 
 }  // namespace cofab::ps

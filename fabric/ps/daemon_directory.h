@@ -24,12 +24,17 @@ StatusOr<std::vector<std::string>> daemonAddresses(Store* store, const std::stri
                                                    const std::vector<std::string>& listed,
                                                    Deadline deadline, const std::string& who);
 
-// A chunk larger than a daemon's --max-chunk-bytes is rejected, and one over twice that breaks
-// the connection (the daemon's frame limit): the worker then looked like it lost the daemon,
-// failed over, and both daemons counted it lost. So a client that found the daemons in the store
-// refuses a chunk size above what any of them published (daemons that publish nothing, older
-// ones, are not checked): InvalidArgument naming `who`, the option (`what`) and the daemon.
-Status checkChunkSize(Store& store, const std::string& prefix, size_t daemons, size_t chunkBytes,
-                      Deadline deadline, const std::string& who, const std::string& what);
+// What a client's connect() uses: daemonAddresses(), and when the daemons came from the store,
+// a check of `chunkBytes` against the limit each published. A chunk larger than a daemon's
+// --max-chunk-bytes is rejected, and one over twice that breaks the connection (the daemon's
+// frame limit): the worker then looked like it lost the daemon, failed over, and both daemons
+// counted it lost. So a chunk size above what any daemon published (those that publish
+// nothing, older ones, are not checked) is InvalidArgument naming `who`, the option that set it
+// (`chunkOption`) and the daemon.
+StatusOr<std::vector<std::string>> findDaemons(Store* store, const std::string& prefix,
+                                               const std::vector<std::string>& listed,
+                                               size_t chunkBytes, Deadline deadline,
+                                               const std::string& who,
+                                               const std::string& chunkOption);
 
 }  // namespace cofab::ps

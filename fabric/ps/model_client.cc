@@ -621,16 +621,12 @@ StatusOr<std::unique_ptr<ModelClient::Impl>> startImpl(Store* store, int rank, i
   // One deadline for all of connect (finding the daemons, checking their chunk limit, dialling
   // them), as PushPullClient::connect.
   const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
+  // Init and apply frames carry a chunk: one above a daemon's limit dropped the connection, and
+  // the model store (no replication) then had that daemon dead for good.
   COFAB_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
-                         daemonAddresses(store, options.storePrefix, options.serverAddresses,
-                                         deadline, "ModelClient::connect"));
-  if (store != nullptr && options.serverAddresses.empty()) {
-    // Init and apply frames carry a chunk: one above a daemon's limit dropped the connection,
-    // and the model store (no replication) then had that daemon dead for good.
-    COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
-                                         impl->chunkBytes_, deadline, "ModelClient::connect",
-                                         "ClientOptions::chunkBytes / COFAB_PS_MODEL_CHUNK_BYTES"));
-  }
+                         findDaemons(store, options.storePrefix, options.serverAddresses,
+                                     impl->chunkBytes_, deadline, "ModelClient::connect",
+                                     "ClientOptions::chunkBytes / COFAB_PS_MODEL_CHUNK_BYTES"));
   COFAB_RETURN_IF_ERROR(impl->start(addresses, deadline));
   return impl;
 }

@@ -1030,14 +1030,10 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> startImpl(Store* store, int rank
   // One deadline for all of connect: finding the daemons, checking their chunk limit, dialling
   // them and their credit grants (each step used to get connectTimeoutMs of its own).
   const Deadline deadline = Deadline::afterMs(options.connectTimeoutMs);
-  COFAB_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
-                         daemonAddresses(store, options.storePrefix, options.serverAddresses,
-                                         deadline, "PushPullClient::connect"));
-  if (store != nullptr && options.serverAddresses.empty()) {
-    COFAB_RETURN_IF_ERROR(checkChunkSize(*store, options.storePrefix, addresses.size(),
-                                         impl->chunkBytes_, deadline, "PushPullClient::connect",
-                                         "ClientOptions::chunkBytes / COFAB_PS_CHUNK_BYTES"));
-  }
+  COFAB_ASSIGN_OR_RETURN(
+      std::vector<std::string> addresses,
+      findDaemons(store, options.storePrefix, options.serverAddresses, impl->chunkBytes_, deadline,
+                  "PushPullClient::connect", "ClientOptions::chunkBytes / COFAB_PS_CHUNK_BYTES"));
   COFAB_RETURN_IF_ERROR(impl->start(addresses, deadline));
   return impl;
 }
