@@ -188,21 +188,20 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
   if (!(options.lr > 0) || options.momentum < 0 || options.momentum >= 1) {
     return InvalidArgument("sync " + a + ": lr must be > 0 and momentum in [0, 1)");
   }
-  if (options.timeoutMs < 1) {
-    return InvalidArgument("sync " + a + ": timeoutMs must be >= 1, got " +
-                           std::to_string(options.timeoutMs));
-  }
-  if (options.shadowIntervalMs < 0) {
-    return InvalidArgument("sync " + a + ": shadowIntervalMs must be >= 0 (0: back to back), got " +
-                           std::to_string(options.shadowIntervalMs));
-  }
-  if (options.syncEvery < 1) {
-    return InvalidArgument("sync " + a + ": syncEvery must be >= 1, got " +
-                           std::to_string(options.syncEvery));
-  }
-  if (options.threads < 1) {
-    return InvalidArgument("sync " + a + ": threads must be >= 1, got " +
-                           std::to_string(options.threads));
+  // Integer options with a floor, each refused naming itself and its value.
+  const struct {
+    const char* option;
+    int64_t value, min;
+    const char* note;
+  } floors[] = {{"timeoutMs", options.timeoutMs, 1, ""},
+                {"shadowIntervalMs", options.shadowIntervalMs, 0, " (0: back to back)"},
+                {"syncEvery", options.syncEvery, 1, ""},
+                {"threads", options.threads, 1, ""}};
+  for (const auto& f : floors) {
+    if (f.value < f.min) {
+      return InvalidArgument("sync " + a + ": " + f.option + " must be >= " +
+                             std::to_string(f.min) + f.note + ", got " + std::to_string(f.value));
+    }
   }
   // Only eawild runs several training threads per worker; any other algorithm would train with
   // one while the caller thought it had asked for more.
