@@ -188,17 +188,21 @@ class ElasticSync final : public ModelStoreSync {
 
  private:
   // failed_ under failMu_: eawild's other threads read it in their steps while thread 0 sets it
-  // (finish() reads it after every training thread has returned).
+  // (finish() reads it after every training thread has returned). The flag keeps the Hogwild
+  // threads' steps off the mutex until something failed.
   Status stickyFailure() {
+    if (!hasFailed_.load(std::memory_order_acquire)) return OkStatus();
     std::lock_guard<std::mutex> lock(failMu_);
     return failed_;
   }
   Status fail(const Status& s) {
     std::lock_guard<std::mutex> lock(failMu_);
     if (failed_.ok()) failed_ = s;
+    hasFailed_.store(true, std::memory_order_release);
     return failed_;
   }
 
+  std::atomic<bool> hasFailed_{false};
   std::mutex failMu_;
 };
 
