@@ -20,7 +20,7 @@ namespace {
 
 StatusOr<Stream> Stream::create(int device) {
 #if COFAB_HAVE_CUDA
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(device));
   cudaStream_t s = nullptr;
   COFAB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return Stream(s, device, true);
@@ -57,7 +57,7 @@ void Stream::reset() {
 
 Status Stream::synchronize() const {
 #if COFAB_HAVE_CUDA
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(device_));
   COFAB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
   return OkStatus();
 #else
@@ -67,7 +67,7 @@ Status Stream::synchronize() const {
 
 StatusOr<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
 #if COFAB_HAVE_CUDA
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(device));
   void* p = nullptr;
   if (bytes > 0) COFAB_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
   return DeviceBuffer(p, bytes, device, true);
@@ -80,7 +80,7 @@ StatusOr<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
 
 StatusOr<DeviceBuffer> DeviceBuffer::allocateOn(size_t bytes, const Stream& stream) {
 #if COFAB_HAVE_CUDA
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.device()));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(stream.device()));
   void* p = nullptr;
   if (bytes > 0) {
     COFAB_CUDA_RETURN_IF_ERROR(

@@ -72,7 +72,7 @@ unsigned blocksFor(size_t n) {
 }  // namespace
 
 Status gemmF32(const GemmArgs& g) {
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(g.device.index));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(g.device.index));
   if (g.m == 0 || g.n == 0) return OkStatus();
   COFAB_RETURN_IF_ERROR(checkDevicePointer(g.c, g.device.index, "gemm C"));
   if (g.k > 0) {
@@ -137,7 +137,7 @@ Status combineInto(const CombineArgs& c, cudaStream_t stream, Scratch* s) {
 }  // namespace
 
 Status linearCombine(const CombineArgs& c) {
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(c.device.index));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(c.device.index));
   if (c.elements == 0) return OkStatus();
   for (size_t j = 0; j < c.inputs.size(); ++j) {
     COFAB_RETURN_IF_ERROR(checkDevicePointer(c.inputs[j], c.device.index, "linearCombine input",

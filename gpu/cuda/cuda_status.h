@@ -33,6 +33,21 @@ inline Status cudaStatus(cudaError_t err, const char* call) {
   return Internal(std::move(msg));
 }
 
+// cudaSetDevice after checking the index against the GPUs there are: a wrong index is refused
+// without asking CUDA to fail, so the refusal leaves no API error behind (compute-sanitizer
+// reports each one) and a negative index reads the same as one past the end.
+inline Status setDevice(int device) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    return cudaStatus(err, "cudaGetDeviceCount");
+  }
+  if (device < 0 || device >= count) {
+    return InvalidArgument("CUDA device " + std::to_string(device) + ": this machine has " +
+                           std::to_string(count) + " CUDA device(s), numbered from 0");
+  }
+  return cudaStatus(cudaSetDevice(device), "cudaSetDevice");
+}
+
 inline Status cublasStatus(cublasStatus_t st, const char* call) {
   if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
   std::string msg =

@@ -116,7 +116,7 @@ Status launchReduce(const ReduceArgs& a, cudaStream_t stream) {
 
 Status reduce(const ReduceArgs& a) {
   const int device = a.output.device.index;
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(device));
   if (a.output.count == 0) return OkStatus();
   COFAB_RETURN_IF_ERROR(checkDevicePointer(a.output.data, device, "reduce output"));
   for (size_t j = 0; j < a.inputs.size(); ++j) {
@@ -137,7 +137,7 @@ Status reduce(const ReduceArgs& a) {
 }
 
 Status xorBuffers(const XorArgs& a) {
-  COFAB_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.device.index));
+  COFAB_RETURN_IF_ERROR(cuda::setDevice(a.device.index));
   if (a.bytes == 0) return OkStatus();
   COFAB_RETURN_IF_ERROR(checkDevicePointer(a.dst, a.device.index, "xor dst"));
   for (size_t j = 0; j < a.srcs.size(); ++j) {

@@ -290,6 +290,9 @@ TEST_F(GpuKernelTest, ADeviceIndexPastTheGpusIsInvalidAndSaysHowManyThereAre) {
   EXPECT_NE(buf.status().message().find(many), std::string::npos) << buf.status();
   auto s = Stream::create(count);
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status();
+  auto negative = Stream::create(-1);
+  EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument) << negative.status();
+  EXPECT_NE(negative.status().message().find(many), std::string::npos) << negative.status();
   float x = 0;
   std::vector<TensorView> in = {TensorView::of(&x, 1, DType::kF32, Device::cuda(count))};
   Status st = reduce({.inputs = in, .output = in[0]});
