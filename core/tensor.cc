@@ -29,10 +29,20 @@ Status checkSameShape(const TensorView& a, const TensorView& b, const char* what
   return OkStatus();
 }
 
+bool bytesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  // Compared as integers: the ranges may belong to different allocations. An empty range
+  // shares no byte, even one that lies inside the other.
+  // A length past the address space (a saturated size) ends at its top.
+  if (aBytes == 0 || bBytes == 0) return false;
+  const auto aBegin = reinterpret_cast<uintptr_t>(a);
+  const auto bBegin = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t aEnd = aBytes > UINTPTR_MAX - aBegin ? UINTPTR_MAX : aBegin + aBytes;
+  const uintptr_t bEnd = bBytes > UINTPTR_MAX - bBegin ? UINTPTR_MAX : bBegin + bBytes;
+  return aBegin < bEnd && bBegin < aEnd;
+}
+
 bool overlaps(const TensorView& a, const TensorView& b) {
-  const auto* aBegin = static_cast<const uint8_t*>(a.data);
-  const auto* bBegin = static_cast<const uint8_t*>(b.data);
-  return aBegin < bBegin + b.bytes() && bBegin < aBegin + a.bytes();
+  return bytesOverlap(a.data, a.bytes(), b.data, b.bytes());
 }
 
 Status checkInPlaceOrDisjoint(const TensorView& in, const TensorView& out, const char* what) {

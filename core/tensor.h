@@ -60,6 +60,8 @@ Status checkSameShape(const TensorView& a, const TensorView& b, const char* what
 
 // Whether `a` and `b` share at least one byte (empty views share none).
 bool overlaps(const TensorView& a, const TensorView& b);
+// The same for raw byte ranges [a, a + aBytes) and [b, b + bBytes).
+bool bytesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes);
 
 // InvalidArgument when `in` and `out` share some bytes without being the same buffer: an
 // operation that works chunk by chunk, in place or between disjoint buffers, would write one

@@ -5,6 +5,24 @@
 #include <utility>
 
 namespace cofab::gpu {
+namespace {
+
+// Bytes from the first element of a rows x cols row-major fp32 matrix with row stride ld (0 =
+// cols) to one past its last; 0 for an empty one. Saturates: sizes and strides are checked
+// below 2^31, so their product fits, but times four it may not.
+size_t matrixBytes(int64_t rows, int64_t cols, int64_t ld) {
+  if (rows <= 0 || cols <= 0) return 0;
+  const auto stride = static_cast<uint64_t>(ld != 0 ? ld : cols);
+  uint64_t elements = 0, bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(rows - 1), stride, &elements) ||
+      __builtin_add_overflow(elements, static_cast<uint64_t>(cols), &elements) ||
+      __builtin_mul_overflow(elements, uint64_t{sizeof(float)}, &bytes)) {
+    return SIZE_MAX;
+  }
+  return bytes;
+}
+
+}  // namespace
 
 Status validateReduce(const ReduceArgs& a) {
   if (a.inputs.empty() || a.inputs.size() > kMaxKernelInputs) {
@@ -39,13 +57,11 @@ Status validateXor(const XorArgs& a) {
   }
   if (a.bytes > 0) {
     if (a.dst == nullptr) return InvalidArgument("xor: dst is null");
-    const auto dst = reinterpret_cast<uintptr_t>(a.dst);
     for (size_t i = 0; i < a.srcs.size(); ++i) {
       if (a.srcs[i] == nullptr)
         return InvalidArgument("xor: source " + std::to_string(i) + " is null");
       // dst may be a source (in place), not overlap one partly (as for reduce).
-      const auto src = reinterpret_cast<uintptr_t>(a.srcs[i]);
-      if (src != dst && src < dst + a.bytes && dst < src + a.bytes) {
+      if (a.srcs[i] != a.dst && bytesOverlap(a.srcs[i], a.bytes, a.dst, a.bytes)) {
         return InvalidArgument("xor: dst overlaps source " + std::to_string(i) +
                                " without being it (in place or disjoint only)");
       }
@@ -74,6 +90,15 @@ Status validateGemm(const GemmArgs& g) {
   if (g.m * g.n > 0 && (g.c == nullptr || (g.k > 0 && (g.a == nullptr || g.b == nullptr)))) {
     return InvalidArgument("gemm: null matrix pointer");
   }
+  // BLAS writes C in blocks while it still reads A and B: C = A x C "in place" returns garbage
+  // (OpenBLAS and cuBLAS alike), so C must share no byte with either.
+  const size_t cBytes = matrixBytes(g.m, g.n, g.ldc);
+  if (bytesOverlap(g.c, cBytes, g.a, matrixBytes(g.m, g.k, g.lda))) {
+    return InvalidArgument("gemm: C overlaps A; BLAS cannot compute in place");
+  }
+  if (bytesOverlap(g.c, cBytes, g.b, matrixBytes(g.k, g.n, g.ldb))) {
+    return InvalidArgument("gemm: C overlaps B; BLAS cannot compute in place");
+  }
   return OkStatus();
 }
 
@@ -93,6 +118,17 @@ Status validateCombine(const CombineArgs& c) {
     }
     for (float* p : c.outputs) {
       if (p == nullptr) return InvalidArgument("linearCombine: null output block");
+    }
+    // Outputs may overlap inputs (every input is read into scratch before any output is
+    // written), not one another: the later output would overwrite the earlier one.
+    const size_t bytes = c.elements * sizeof(float);
+    for (size_t i = 0; i < out; ++i) {
+      for (size_t j = i + 1; j < out; ++j) {
+        if (bytesOverlap(c.outputs[i], bytes, c.outputs[j], bytes)) {
+          return InvalidArgument("linearCombine: outputs " + std::to_string(i) + " and " +
+                                 std::to_string(j) + " overlap");
+        }
+      }
     }
   }
   return OkStatus();

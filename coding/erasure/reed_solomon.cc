@@ -7,8 +7,10 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "coding/erasure/gf256.h"
+#include "core/tensor.h"
 
 namespace cofab::coding {
 
@@ -98,6 +100,51 @@ Status checkPointers(std::span<P* const> ptrs, size_t expected, const char* what
   return OkStatus();
 }
 
+// A shard the call writes must share no byte with any other shard it reads or writes: the
+// kernels write rows while still reading sources (a parity placed over a data shard came back
+// as parity, two rebuilt shards in one buffer as the later one) and said OK. Sources may share
+// memory among themselves. Shards are numbered as the code numbers them (data 0..k-1, parity
+// k..k+m-1). All ranges have one length, so after sorting by address a written range that
+// overlaps anything overlaps a neighbour: O(n log n) for up to 256 shards.
+Status checkWrittenShardsApart(std::span<const uint8_t* const> read, std::span<const int> readIds,
+                               std::span<uint8_t* const> written, std::span<const int> writtenIds,
+                               size_t shardBytes, const char* what) {
+  struct Range {
+    uintptr_t begin;
+    int id;
+    bool written;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(read.size() + written.size());
+  for (size_t i = 0; i < read.size(); ++i) {
+    ranges.push_back({reinterpret_cast<uintptr_t>(read[i]), readIds[i], false});
+  }
+  for (size_t i = 0; i < written.size(); ++i) {
+    ranges.push_back({reinterpret_cast<uintptr_t>(written[i]), writtenIds[i], true});
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const Range& a = ranges[i - 1];
+    const Range& b = ranges[i];
+    if ((a.written || b.written) &&
+        bytesOverlap(reinterpret_cast<const void*>(a.begin), shardBytes,
+                     reinterpret_cast<const void*>(b.begin), shardBytes)) {
+      return InvalidArgument(std::string(what) + ": shards " +
+                             std::to_string(std::min(a.id, b.id)) + " and " +
+                             std::to_string(std::max(a.id, b.id)) +
+                             " share memory; a shard written here needs a buffer of its own");
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<int> iota(int first, size_t count) {
+  std::vector<int> ids(count);
+  for (size_t i = 0; i < count; ++i) ids[i] = first + static_cast<int>(i);
+  return ids;
+}
+
 }  // namespace
 
 Status ReedSolomon::encode(std::span<const uint8_t* const> data, std::span<uint8_t* const> parity,
@@ -105,6 +152,9 @@ Status ReedSolomon::encode(std::span<const uint8_t* const> data, std::span<uint8
   COFAB_RETURN_IF_ERROR(checkShardBytes(shardBytes));
   COFAB_RETURN_IF_ERROR(checkPointers(data, k_, "ReedSolomon::encode data"));
   COFAB_RETURN_IF_ERROR(checkPointers(parity, m_, "ReedSolomon::encode parity"));
+  COFAB_RETURN_IF_ERROR(checkWrittenShardsApart(data, iota(0, data.size()), parity,
+                                                iota(k_, parity.size()), shardBytes,
+                                                "ReedSolomon::encode"));
   kernels_->encode(shardBytes, k_, m_, encodeTables_, data.data(), parity.data());
   return OkStatus();
 }
@@ -189,6 +239,8 @@ Status ReedSolomon::decode(std::span<uint8_t* const> shards, std::span<const int
   for (int i = 0; i < k_; ++i) srcs[i] = shards[plan->survivors[i]];
   std::vector<uint8_t*> outs(sorted.size());
   for (size_t i = 0; i < sorted.size(); ++i) outs[i] = shards[sorted[i]];
+  COFAB_RETURN_IF_ERROR(checkWrittenShardsApart(srcs, plan->survivors, outs, sorted, shardBytes,
+                                                "ReedSolomon::decode"));
   kernels_->encode(shardBytes, k_, static_cast<int>(outs.size()), plan->tables, srcs.data(),
                    outs.data());
   return OkStatus();
@@ -206,6 +258,9 @@ StatusOr<RsIncrementalEncoder> RsIncrementalEncoder::begin(const ReedSolomon& co
   COFAB_RETURN_IF_ERROR(codec.checkShardBytes(shardBytes));
   COFAB_RETURN_IF_ERROR(
       checkPointers(parity, codec.parityShards(), "RsIncrementalEncoder::begin parity"));
+  COFAB_RETURN_IF_ERROR(checkWrittenShardsApart({}, {}, parity,
+                                                iota(codec.dataShards(), parity.size()), shardBytes,
+                                                "RsIncrementalEncoder::begin"));
   for (uint8_t* p : parity) std::memset(p, 0, shardBytes);
   return RsIncrementalEncoder(&codec, std::vector<uint8_t*>(parity.begin(), parity.end()),
                               shardBytes);
@@ -218,6 +273,10 @@ Status RsIncrementalEncoder::add(int dataIndex, const uint8_t* data) {
                            " is outside [0, " + std::to_string(k) + ")");
   }
   if (data == nullptr) return InvalidArgument("RsIncrementalEncoder::add: data is null");
+  const uint8_t* const source[] = {data};
+  const int sourceId[] = {dataIndex};
+  COFAB_RETURN_IF_ERROR(checkWrittenShardsApart(source, sourceId, parity_, iota(k, parity_.size()),
+                                                bytes_, "RsIncrementalEncoder::add"));
   if (seen_[dataIndex]) {
     return InvalidArgument("RsIncrementalEncoder::add: data shard " + std::to_string(dataIndex) +
                            " was already added");

@@ -168,6 +168,55 @@ TEST_P(RsBackendTest, IncrementalEncodeInAnyOrderMatchesEncode) {
   }
 }
 
+// A shard written by the call sharing memory with another shard it reads or writes used to give
+// wrong shards with OK: two rebuilt shards in one scratch buffer (the later one won), a parity
+// over a data shard (zeroed or overwritten before it was read). Refused now, nothing written;
+// sources may still share memory, and shards merely adjacent are fine.
+TEST_P(RsBackendTest, WrittenShardsSharingMemoryAreRefused) {
+  ReedSolomon rs = makeRs(4, 2, GetParam());
+  const size_t bytes = 64;
+  Shards shards(6, bytes);
+  shards.fillData(4, 3);
+  ASSERT_TRUE(rs.encode(shards.data(4), shards.parity(4), bytes).ok());
+  std::vector<std::vector<uint8_t>> before;
+  for (int i = 0; i < 6; ++i) before.push_back(shards.copy(i));
+  const auto untouched = [&] {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(shards.copy(i), before[i]) << "shard " << i;
+  };
+
+  std::vector<uint8_t*> oneScratch = shards.ptrs;
+  oneScratch[4] = oneScratch[1];  // shards 1 and 4 erased, rebuilt into the same buffer
+  Status st = rs.decode(oneScratch, std::vector<int>{1, 4}, bytes);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("shards 1 and 4 share memory"), std::string::npos) << st;
+  untouched();
+  // A rebuilt shard half over a survivor it reads.
+  std::vector<uint8_t*> straddle = shards.ptrs;
+  straddle[0] = shards.ptrs[2] + bytes / 2;
+  EXPECT_EQ(rs.decode(straddle, std::vector<int>{0}, bytes).code(), StatusCode::kInvalidArgument);
+  untouched();
+
+  std::vector<uint8_t*> parity = shards.parity(4);
+  parity[0] = shards.ptrs[3];
+  st = rs.encode(shards.data(4), parity, bytes);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("shards 3 and 4"), std::string::npos) << st;
+  untouched();
+  std::vector<uint8_t*> sameParity = {shards.ptrs[4], shards.ptrs[4]};
+  EXPECT_EQ(RsIncrementalEncoder::begin(rs, sameParity, bytes).status().code(),
+            StatusCode::kInvalidArgument);
+  auto inc = RsIncrementalEncoder::begin(rs, shards.parity(4), bytes);
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_EQ(inc->add(0, shards.ptrs[5]).code(), StatusCode::kInvalidArgument);
+
+  // Sources sharing memory, and shards packed back to back in one buffer: allowed.
+  std::vector<uint8_t> packed(6 * bytes);
+  std::vector<const uint8_t*> data = {packed.data(), packed.data(), packed.data() + bytes,
+                                      packed.data() + 2 * bytes};
+  std::vector<uint8_t*> packedParity = {packed.data() + 4 * bytes, packed.data() + 5 * bytes};
+  EXPECT_TRUE(rs.encode(data, packedParity, bytes).ok());
+}
+
 TEST_P(RsBackendTest, ConcurrentDecodesShareTheCache) {
   ReedSolomon rs = makeRs(8, 3, GetParam());
   std::vector<std::thread> threads;

@@ -29,5 +29,21 @@ TEST(TensorViewTest, ShapeMismatchNamesBoth) {
   EXPECT_EQ(Device::cuda(1).toString(), "cuda:1");
 }
 
+// Overlap is about shared bytes: an empty view shares none, even inside another one (it used
+// to count as overlapping when it lay strictly inside).
+TEST(TensorViewTest, OverlapCountsSharedBytesOnly) {
+  float data[8] = {};
+  TensorView all(data, 8, DType::kF32);
+  EXPECT_TRUE(overlaps(all, TensorView(data + 7, 1, DType::kF32)));
+  EXPECT_FALSE(overlaps(TensorView(data, 4, DType::kF32), TensorView(data + 4, 4, DType::kF32)));
+  EXPECT_FALSE(overlaps(all, TensorView(data + 3, 0, DType::kF32)));
+  EXPECT_FALSE(overlaps(TensorView(data + 3, 0, DType::kF32), all));
+  EXPECT_TRUE(bytesOverlap(data, 32, data + 7, 1));
+  EXPECT_FALSE(bytesOverlap(data, 28, data + 7, 4));
+  // A saturated length (a size that overflowed) reaches the top of the address space.
+  EXPECT_TRUE(bytesOverlap(data, SIZE_MAX, data + 7, 4));
+  EXPECT_FALSE(bytesOverlap(data + 7, SIZE_MAX, data, 28));
+}
+
 }  // namespace
 }  // namespace cofab

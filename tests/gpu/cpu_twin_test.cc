@@ -175,6 +175,46 @@ TEST(BlasCpuTest, GemmAndLinearCombineMatchFp64References) {
             StatusCode::kInvalidArgument);
 }
 
+// BLAS writes C in blocks while still reading A and B, so C = A x C returned garbage with OK
+// (OpenBLAS here, cuBLAS alike). C may share no byte with A or B, and no two outputs of
+// linearCombine may overlap; an output over an input stays allowed (inputs are read first).
+TEST(BlasCpuTest, AnOutputOverlappingWhatItIsComputedFromIsRefused) {
+  const int64_t n = 64;
+  auto a = randomFloats(n * n, 1), x = randomFloats(n * n, 2);
+  const std::vector<float> before = x;
+  for (auto [b, c] : {std::pair{x.data(), x.data()}, {x.data(), x.data() + n}}) {
+    Status st = gemmF32({.a = a.data(), .b = b, .c = c, .m = n, .n = n, .k = n});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("C overlaps B"), std::string::npos) << st;
+  }
+  // C (2 x 1) at A's second element: A is 2 x n there, B n x 1.
+  Status overA = gemmF32({.a = x.data(), .b = a.data(), .c = x.data() + 1, .m = 2, .n = 1, .k = n});
+  EXPECT_NE(overA.message().find("C overlaps A"), std::string::npos) << overA;
+  EXPECT_EQ(overA.code(), StatusCode::kInvalidArgument) << overA;
+  EXPECT_EQ(x, before) << "nothing may be written";
+  // Adjacent but disjoint: A is rows 0..n-1 of one buffer, C row n.
+  std::vector<float> ac(n * n + n, 1.0f), b(n * n, 1.0f);
+  ASSERT_TRUE(
+      gemmF32({.a = ac.data(), .b = b.data(), .c = ac.data() + n * n, .m = 1, .n = n, .k = n})
+          .ok());
+  EXPECT_EQ(ac[n * n], static_cast<float>(n));
+
+  const size_t e = 100;
+  std::vector<float> in(e, 1.0f), shared(e + 10, 0.0f);
+  std::vector<const float*> ins = {in.data()};
+  std::vector<double> coeffs = {2.0, 3.0};
+  std::vector<float*> clash = {shared.data(), shared.data() + 10};
+  Status combine =
+      linearCombine({.coeffs = coeffs, .inputs = ins, .outputs = clash, .elements = e});
+  EXPECT_EQ(combine.code(), StatusCode::kInvalidArgument) << combine;
+  EXPECT_NE(combine.message().find("outputs 0 and 1 overlap"), std::string::npos) << combine;
+  std::vector<float*> overInput = {in.data(), shared.data()};
+  ASSERT_TRUE(
+      linearCombine({.coeffs = coeffs, .inputs = ins, .outputs = overInput, .elements = e}).ok());
+  EXPECT_EQ(in[0], 2.0f);
+  EXPECT_EQ(shared[0], 3.0f);
+}
+
 // BLAS takes 32-bit leading dimensions. A larger one used to be truncated on the CPU path
 // (2^32 + 1 becomes 1, below the row length), OpenBLAS's xerbla rejected it and returned without
 // computing, and gemmF32 said OK on an untouched C. Every matrix here has one row, so a leading

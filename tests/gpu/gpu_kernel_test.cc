@@ -222,7 +222,7 @@ TEST_F(GpuKernelTest, HostMemoryLabelledAsCudaIsRefusedAndTheContextSurvives) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("reduce input 0 is host memory"), std::string::npos) << st;
     Status g = gemmF32({.a = hostA.data(),
-                        .b = static_cast<float*>(out->data()),
+                        .b = static_cast<float*>(out->data()) + 1,  // not C: that is refused too
                         .c = static_cast<float*>(out->data()),
                         .m = 1,
                         .n = 1,
