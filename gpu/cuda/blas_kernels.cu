@@ -116,6 +116,7 @@ Status combineInto(const CombineArgs& c, cudaStream_t stream, Scratch* s) {
   // coefficients need not outlive it.
   COFAB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s->d, c.coeffs.data(), in * out * sizeof(double),
                                              cudaMemcpyHostToDevice, stream));
+  clearUnreadError();
   for (size_t j = 0; j < in; ++j) {
     widenKernel<<<blocksFor(e), 256, 0, stream>>>(c.inputs[j], s->y + j * e, e);
     COFAB_CUDA_RETURN_IF_ERROR(cudaGetLastError());

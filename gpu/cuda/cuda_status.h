@@ -48,6 +48,12 @@ inline Status setDevice(int device) {
   return cudaStatus(cudaSetDevice(device), "cudaSetDevice");
 }
 
+// Takes an error that an earlier call left unread (the application's own, ignored) off the
+// thread's last-error slot before cofab launches: a launch is checked with cudaGetLastError,
+// which would return that error and fail a call whose kernels were queued and will run, so the
+// caller would see an error for a call that went on writing its output.
+inline void clearUnreadError() { (void)cudaGetLastError(); }
+
 inline Status cublasStatus(cublasStatus_t st, const char* call) {
   if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
   std::string msg =

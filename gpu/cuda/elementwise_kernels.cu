@@ -98,6 +98,7 @@ Status launchReduce(const ReduceArgs& a, cudaStream_t stream) {
   const size_t n = a.output.count;
   constexpr size_t kLanes = sizeof(uint4) / sizeof(S);
   const size_t vectors = aligned ? n / kLanes : 0;
+  clearUnreadError();
   if (vectors > 0) {
     reduceVectorKernel<Io>
         <<<blocksFor(vectors), kThreads, 0, stream>>>(pack, count, out, vectors, scale);
@@ -149,6 +150,7 @@ Status xorBuffers(const XorArgs& a) {
   bool aligned = reinterpret_cast<uintptr_t>(a.dst) % 8 == 0;
   for (const void* s : a.srcs) aligned = aligned && reinterpret_cast<uintptr_t>(s) % 8 == 0;
   size_t done = 0;
+  clearUnreadError();
   if (aligned && a.bytes >= 8) {
     PointerPack<uint64_t> words{};
     for (int j = 0; j < count; ++j) words.p[j] = static_cast<const uint64_t*>(a.srcs[j]);

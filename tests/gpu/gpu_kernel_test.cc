@@ -13,12 +13,17 @@
 #include <thread>
 
 #include "coding/matmul/coded_matmul.h"
+#include "core/config.h"
 #include "core/half.h"
 #include "gpu/device.h"
 #include "gpu/linear_combine.h"
 #include "gpu/reduce.h"
 #include "gpu/stream.h"
 #include "gpu/xor.h"
+
+#if COFAB_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace cofab::gpu {
 namespace {
@@ -305,6 +310,57 @@ TEST_F(GpuKernelTest, ADeviceIndexPastTheGpusIsInvalidAndSaysHowManyThereAre) {
   std::vector<TensorView> good = {TensorView(d.data(), ones.size(), DType::kF32, Device::cuda(0))};
   Status ok = reduce({.inputs = good, .output = good[0], .stream = stream_->handle()});
   EXPECT_TRUE(ok.ok()) << ok;
+}
+
+// An error the application left unread on the thread (a failed CUDA call of its own that it
+// ignored) is not blamed on cofab's launches: reduce, XOR and linearCombine used to check their
+// launches with cudaGetLastError, got that error, and failed although their kernels were queued
+// and went on to write the output.
+TEST_F(GpuKernelTest, AnErrorTheCallerLeftUnreadIsNotBlamedOnTheLaunch) {
+#if COFAB_HAVE_CUDA
+  const int count = *deviceCount();
+  const auto leaveAnErrorUnread = [&] {
+    (void)cudaSetDevice(count);  // no such device: the error stays on the thread
+    ASSERT_NE(cudaPeekAtLastError(), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  };
+  const size_t n = 1000;
+  std::vector<float> ones(n, 1.0f);
+  DeviceBuffer d = upload(ones.data(), n * 4);
+  std::vector<TensorView> twice = {TensorView(d.data(), n, DType::kF32, Device::cuda(0)),
+                                   TensorView(d.data(), n, DType::kF32, Device::cuda(0))};
+  leaveAnErrorUnread();
+  Status st = reduce({.inputs = twice, .output = twice[0], .stream = stream_->handle()});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(download<float>(d, n), std::vector<float>(n, 2.0f));
+
+  DeviceBuffer x = upload(ones.data(), n * 4);
+  const void* src = d.data();
+  leaveAnErrorUnread();
+  st = xorBuffers({.srcs = std::span<const void* const>(&src, 1),
+                   .dst = x.data(),
+                   .bytes = n * 4,
+                   .device = Device::cuda(0),
+                   .stream = stream_->handle()});
+  ASSERT_TRUE(st.ok()) << st;
+
+  auto out = DeviceBuffer::allocate(n * 4, 0);
+  ASSERT_TRUE(out.ok());
+  const float* in = static_cast<const float*>(d.data());
+  float* o = static_cast<float*>(out->data());
+  const double coeff = 3.0;
+  leaveAnErrorUnread();
+  st = linearCombine({.coeffs = std::span(&coeff, 1),
+                      .inputs = std::span(&in, 1),
+                      .outputs = std::span(&o, 1),
+                      .elements = n,
+                      .device = Device::cuda(0),
+                      .stream = stream_->handle()});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(download<float>(*out, n), std::vector<float>(n, 6.0f));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 // Each thread keeps its own cuBLAS handle (gpu/cuda/blas_kernels.cu): four threads, each on its
