@@ -36,6 +36,11 @@ std::string SockAddr::toString() const {
 }
 
 StatusOr<SockAddr> parseAddress(std::string_view text) {
+  COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> all, resolveAddresses(text));
+  return all.front();
+}
+
+StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text) {
   std::string host;
   std::string port = "0";
   if (text.empty()) return InvalidArgument("tcp address is empty (expected host:port)");
@@ -90,18 +95,26 @@ StatusOr<SockAddr> parseAddress(std::string_view text) {
     const bool mayResolveLater = rc == EAI_AGAIN || rc == EAI_NONAME || rc == EAI_FAIL;
     return mayResolveLater ? Unavailable(what) : InvalidArgument(what);
   }
-  SockAddr out;
-  std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
-  out.len = res->ai_addrlen;
+  // Every address, in getaddrinfo's order: a name often resolves to ::1 before 127.0.0.1
+  // (localhost on most hosts), and a peer listening on one of them only must still be reached.
+  std::vector<SockAddr> all;
+  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+    SockAddr out;
+    std::memcpy(&out.storage, ai->ai_addr, ai->ai_addrlen);
+    out.len = ai->ai_addrlen;
+    if (out.family() == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&out.storage)->sin_port = htons(static_cast<uint16_t>(p));
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&out.storage)->sin6_port = htons(static_cast<uint16_t>(p));
+    }
+    all.push_back(out);
+  }
   ::freeaddrinfo(res);
-  if (out.family() == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(&out.storage)->sin_port = htons(static_cast<uint16_t>(p));
-  } else if (out.family() == AF_INET6) {
-    reinterpret_cast<sockaddr_in6*>(&out.storage)->sin6_port = htons(static_cast<uint16_t>(p));
-  } else {
+  if (all.empty()) {
     return InvalidArgument("tcp address '" + std::string(text) + "': not an IP address");
   }
-  return out;
+  return all;
 }
 
 namespace {
@@ -191,14 +204,19 @@ Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer) {
   }
   if (tuning.keepaliveSeconds > 0) {
     // A peer host that disappears without FIN/RST is declared dead after idle + 3 probes
-    // (ETIMEDOUT -> RemoteError) instead of never.
+    // (ETIMEDOUT -> RemoteError) instead of never. Keepalive probes only an idle connection,
+    // though: with data in flight the kernel retransmits for tcp_retries2 (about 15 minutes)
+    // first. TCP_USER_TIMEOUT bounds that, and zero-window probing, by the same time.
     int idle = tuning.keepaliveSeconds;
     int intvl = std::max(1, idle / 5);
     int cnt = 3;
+    unsigned userTimeoutMs = static_cast<unsigned>(idle + cnt * intvl) * 1000u;
     if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
-        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof(userTimeoutMs)) !=
+            0) {
       return errnoStatus(StatusCode::kIoError, "setsockopt(keepalive)", errno, peer);
     }
   }

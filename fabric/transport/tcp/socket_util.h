@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -57,6 +58,9 @@ struct SockAddr {
 // A host that does not resolve (yet) is Unavailable (connect retries it), other errors
 // InvalidArgument.
 StatusOr<SockAddr> parseAddress(std::string_view text);
+// The same, with every address the host resolves to (IPv4 and IPv6, getaddrinfo's order);
+// parseAddress is the first of them.
+StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text);
 
 // The first IPv4 (else IPv6) address of interface `ifname`; InvalidArgument listing the
 // interfaces and their addresses when it does not exist or has no address.

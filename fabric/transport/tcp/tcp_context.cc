@@ -231,7 +231,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   }
   // Resolved again until the deadline while the name does not resolve (yet): a peer's DNS
   // record may appear only once it runs (cofab-aggd --peers agg-0:7000 before agg-0 exists).
-  StatusOr<SockAddr> parsed = parseAddress(address);
+  StatusOr<std::vector<SockAddr>> parsed = resolveAddresses(address);
   for (auto backoff = Millis(10);
        !parsed.ok() && parsed.status().code() == StatusCode::kUnavailable;
        backoff = std::min<Millis>(backoff * 2, Millis(500))) {
@@ -241,9 +241,9 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
                               " (until the deadline)");
     }
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
-    parsed = parseAddress(address);
+    parsed = resolveAddresses(address);
   }
-  COFAB_ASSIGN_OR_RETURN(SockAddr addr, std::move(parsed));
+  COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> addr, std::move(parsed));
   const int n = state_->socketsPerPeer;
   if (n == 1) return connectSocket(addr, address, options, StripeGroup{}, deadline);
   // The token only has to tell this connection's sockets apart from other groups in flight at
@@ -265,7 +265,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   return std::shared_ptr<Connection>(std::make_shared<StripedConnection>(std::move(subs)));
 }
 
-StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const SockAddr& addr,
+StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const std::vector<SockAddr>& addrs,
                                                                 const std::string& address,
                                                                 const ConnectOptions& options,
                                                                 const StripeGroup& group,
@@ -275,12 +275,22 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const SockAddr& 
   Status last;
   while (true) {
     ++attempts;
+    // Each address in turn (a peer may listen on 127.0.0.1 only while the name gives ::1
+    // first); another attempt if any of them may still answer later.
     bool retryable = false;
-    const Deadline attempt = deadline.min(Deadline::afterMs(state_->connectAttemptMs));
-    auto conn = connectOnce(addr, address, options, group, attempt, &retryable);
-    if (conn.ok()) return conn;
-    last = conn.status();
-    if (!retryable) return last;
+    Status firstFinal;
+    for (const SockAddr& addr : addrs) {
+      bool again = false;
+      const std::string text = addrs.size() == 1 ? address : address + " (" + addr.toString() + ")";
+      const Deadline attempt = deadline.min(Deadline::afterMs(state_->connectAttemptMs));
+      auto conn = connectOnce(addr, text, options, group, attempt, &again);
+      if (conn.ok()) return conn;
+      last = conn.status();
+      retryable = retryable || again;
+      if (!again && firstFinal.ok()) firstFinal = last;
+      if (deadline.expired() || state_->closed()) break;
+    }
+    if (!retryable) return firstFinal;
     if (deadline.expired() || state_->closed()) break;
     // Exponential backoff (1 ms .. 1 s): peers start in any order, the listener may not exist
     // yet. Slept in slices, so that a context closed meanwhile ends the wait soon.

@@ -71,9 +71,9 @@ class TcpContext final : public Context {
   void join() override;
 
  private:
-  // One socket, with retries until `deadline`. `group`: the socket's place in a striped
-  // connection (count 1: a plain connection).
-  StatusOr<std::shared_ptr<Connection>> connectSocket(const SockAddr& addr,
+  // One socket, with retries until `deadline`; each attempt tries the addresses in order.
+  // `group`: the socket's place in a striped connection (count 1: a plain connection).
+  StatusOr<std::shared_ptr<Connection>> connectSocket(const std::vector<SockAddr>& addrs,
                                                       const std::string& address,
                                                       const ConnectOptions& options,
                                                       const StripeGroup& group, Deadline deadline);

@@ -1,9 +1,13 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -332,6 +336,77 @@ double ioThreadCpuSeconds() {
 // Regression: a closed listener's socket used to stay readable in epoll and spin the loop.
 // A connect still retrying (nobody listens yet) when its context is closed ends Cancelled,
 // saying so: it used to come back as DeadlineExceeded "no listener answered by the deadline".
+// A name that resolves to several addresses is tried at each of them: localhost is ::1 before
+// 127.0.0.1 on most hosts, and a listener on 127.0.0.1 (the default) used to be reached only
+// at ::1, refused until the deadline. Here in a forked child with a private /etc/hosts (a mount
+// namespace), where "cofab-dual" is ::1 and then 127.0.0.1.
+TEST(TcpTest, ConnectTriesEveryAddressTheNameResolvesTo) {
+  const std::string hosts = ::testing::TempDir() + "cofab-hosts-" + std::to_string(::getpid());
+  std::ofstream(hosts) << "::1 cofab-dual\n127.0.0.1 cofab-dual\n";
+  enum : int { kOk = 0, kFailed = 1, kNoNamespace = 77, kNotV6First = 78 };
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int code = [&] {
+      if (::unshare(CLONE_NEWNS) != 0 ||
+          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+        return int{kNoNamespace};
+      }
+      auto all = tcp::resolveAddresses("cofab-dual:1");
+      if (!all.ok() || all->size() < 2 || all->front().family() != AF_INET6) {
+        return int{kNotV6First};
+      }
+      auto s = tcp::createContext({.localId = "s"});
+      auto c = tcp::createContext({.localId = "c"});
+      if (!s.ok() || !c.ok()) return int{kFailed};
+      auto l = (*s)->listen({});  // 127.0.0.1
+      if (!l.ok()) return int{kFailed};
+      const std::string address = (*l)->address();
+      const std::string port = address.substr(address.rfind(':') + 1);
+      auto conn = (*c)->connect("cofab-dual:" + port, {}, Deadline::afterMs(5000));
+      if (!conn.ok()) std::fprintf(stderr, "connect: %s\n", conn.status().toString().c_str());
+      return int{conn.ok() ? kOk : kFailed};
+    }();
+    std::fflush(stderr);
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::filesystem::remove(hosts);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == kNoNamespace) {
+    GTEST_SKIP() << "cannot bind a private /etc/hosts (needs root and mount namespaces)";
+  }
+  if (WEXITSTATUS(status) == kNotV6First) {
+    GTEST_SKIP() << "this resolver does not give ::1 first for the test name";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), kOk) << "the connect did not reach 127.0.0.1";
+}
+
+// Keepalive probes only an idle connection: a host that vanished while data was in flight was
+// retransmitted to for tcp_retries2 (about 15 minutes) before anything failed. The user timeout
+// bounds that by keepalive's own total (idle + 3 probes a fifth of idle apart).
+TEST(TcpTest, KeepaliveAlsoBoundsUnacknowledgedDataWithTheUserTimeout) {
+  for (auto [keepalive, wantMs] : {std::pair{30, 48000u}, {1, 4000u}}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(tcp::tuneSocket(fd, {.keepaliveSeconds = keepalive}, "test").ok());
+    unsigned ms = 0;
+    socklen_t len = sizeof(ms);
+    ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &len), 0);
+    EXPECT_EQ(ms, wantMs) << "keepalive " << keepalive << " s";
+    ::close(fd);
+  }
+  const int off = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_TRUE(tcp::tuneSocket(off, {}, "test").ok());
+  unsigned ms = 1;
+  socklen_t len = sizeof(ms);
+  ASSERT_EQ(::getsockopt(off, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &len), 0);
+  EXPECT_EQ(ms, 0u) << "keepalive off leaves the kernel's default";
+  ::close(off);
+}
+
 TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
   auto ctx = tcp::createContext({.localId = "c"}, {});
   ASSERT_TRUE(ctx.ok()) << ctx.status();
