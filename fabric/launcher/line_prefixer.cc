@@ -1,5 +1,6 @@
 #include "fabric/launcher/line_prefixer.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,13 @@ void LinePrefixer::emit(const char* data, size_t len) {
   while (left > 0) {
     ssize_t n = ::write(outFd_, p, left);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // An output inherited non-blocking (some CI runners hand one over) is full, not closed:
+      // wait for room, as a blocking write would, instead of dropping the rest of the line.
+      pollfd pfd{outFd_, POLLOUT, 0};
+      if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) return;
+      continue;
+    }
     if (n <= 0) return;  // output closed: nothing useful to do
     p += n;
     left -= static_cast<size_t>(n);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fabric/launcher/launcher.h"
@@ -320,6 +321,42 @@ TEST(LauncherTest, RanksDoNotReadTheTerminal) {
   const RunResult piped = testing::runShell("echo hello | timeout -s KILL 60 " +
                                             std::string(COFAB_RUN_BINARY) + " -n 1 -- cat");
   EXPECT_NE(piped.out.find("hello"), std::string::npos) << piped.out;
+}
+
+// An output inherited non-blocking (some CI runners) that is full is waited on, not taken for
+// closed: every line arrives whole. EAGAIN used to end the line there, its rest dropped and the
+// next line glued onto it.
+TEST(LinePrefixerTest, AFullNonBlockingOutputLosesNothing) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK), 0);
+  ::fcntl(fds[1], F_SETPIPE_SZ, 4096);  // smallest pipe: full after a few lines
+  std::string expected;
+  std::thread writer([&, out = fds[1]] {
+    LinePrefixer p("[r] ", out, true);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string line = "line " + std::to_string(i) + " " + std::string(100, 'x') + "\n";
+      p.feed(line.data(), line.size());
+    }
+    p.finish();
+    ::close(out);
+  });
+  // Read only once the writer has surely met a full pipe, then everything to the end.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  writer.join();
+  ::close(fds[0]);
+  for (int i = 0; i < 2000; ++i) {
+    expected += "[r] line " + std::to_string(i) + " " + std::string(100, 'x') + "\n";
+  }
+  EXPECT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected) << "lines lost or cut";
 }
 
 TEST(LinePrefixerTest, ALineWithoutNewlineIsCutIntoBoundedPieces) {
