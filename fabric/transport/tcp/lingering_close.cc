@@ -8,16 +8,95 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace cofab::transport::tcp {
+namespace {
+
+// Reads and discards what has arrived; true when the peer closed or the socket failed.
+bool drainSocket(int fd) {
+  char discard[16384];
+  // A bounded number of reads per call: a peer that keeps sending must not hold the loop (the
+  // socket is level-triggered, so what is left wakes the loop again).
+  for (int reads = 0; reads < 64; ++reads) {
+    const ssize_t n = ::recv(fd, discard, sizeof(discard), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+  return false;
+}
+
+// True when the kernel holds no unacknowledged byte of ours (the FIN included).
+bool sendQueueEmpty(int fd) {
+  int unacked = 0;
+  // On failure (not a tcp socket any more?) there is nothing to wait for.
+  return ::ioctl(fd, SIOCOUTQ, &unacked) != 0 || unacked == 0;
+}
+
+// Lingering closes whose loop stopped first (their context was closed and joined): one
+// background thread finishes them the same way, so that closing a context neither waits for
+// them nor cuts them short. Cutting them short lost data: once the descriptor is closed, the
+// next bytes from the peer are answered with a RST, which discards what is still queued.
+class OrphanedCloses {
+ public:
+  // Never destroyed: the thread may still run while static destructors do.
+  static OrphanedCloses& get() {
+    static auto* const orphans = new OrphanedCloses;
+    return *orphans;
+  }
+
+  void adopt(Fd fd, std::chrono::steady_clock::time_point deadline) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sockets_.push_back({std::move(fd), deadline});
+    // (A forked child has no thread, whatever the flag it inherited says.)
+    if (threadPid_ != ::getpid()) {
+      threadPid_ = ::getpid();
+      std::thread([this] { run(); }).detach();
+    }
+  }
+
+ private:
+  struct Socket {
+    Fd fd;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  void run() {
+    for (;;) {
+      std::this_thread::sleep_for(LingeringClose::kPollInterval);
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(sockets_, [&](const Socket& s) {
+        return drainSocket(s.fd.get()) || sendQueueEmpty(s.fd.get()) || now >= s.deadline;
+      });
+      if (sockets_.empty()) {
+        threadPid_ = 0;
+        return;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Socket> sockets_;
+  pid_t threadPid_ = 0;  // the process whose thread is running, 0 when none
+};
+
+}  // namespace
 
 void LingeringClose::start(EpollLoop& loop, Fd fd) {
   ::shutdown(fd.get(), SHUT_WR);
   std::shared_ptr<LingeringClose> self(new LingeringClose(loop, std::move(fd)));
-  if (self->drainInput() || self->allAcknowledged()) return;  // closes now: nothing to lose
+  if (self->drainInput() || self->allAcknowledged()) {
+    self->finished_ = true;  // closes now: nothing to lose
+    return;
+  }
   self->timer_ = Fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-  // Without a timer (out of descriptors) or a registration, the socket closes now: what the
-  // RST loses is what a plain close would have lost.
+  // Without a timer (out of descriptors) or a registration on the loop, the background
+  // finisher takes the socket (the destructor hands it over).
   if (!self->timer_.valid()) return;
   const auto ns = std::chrono::nanoseconds(kPollInterval).count();
   itimerspec every{};
@@ -35,9 +114,8 @@ LingeringClose::LingeringClose(EpollLoop& loop, Fd fd)
     : loop_(loop), fd_(std::move(fd)), deadline_(std::chrono::steady_clock::now() + kLimit) {}
 
 LingeringClose::~LingeringClose() {
-  // The loop stopped first (its context closed): leave the receive queue empty so that the
-  // close sends a FIN, and the kernel goes on delivering what is queued, if nothing else comes.
-  if (!finished_) drainInput();
+  // The loop stopped first (its context closed): the socket lingers on without it.
+  if (!finished_) OrphanedCloses::get().adopt(std::move(fd_), deadline_);
 }
 
 void LingeringClose::handleEvents(uint32_t /*events*/) {
@@ -49,25 +127,9 @@ void LingeringClose::handleEvents(uint32_t /*events*/) {
   }
 }
 
-bool LingeringClose::drainInput() {
-  char discard[16384];
-  // A bounded number of reads per call: a peer that keeps sending must not hold the loop (the
-  // socket is level-triggered, so what is left wakes the loop again).
-  for (int reads = 0; reads < 64; ++reads) {
-    const ssize_t n = ::recv(fd_.get(), discard, sizeof(discard), MSG_DONTWAIT);
-    if (n > 0) continue;
-    if (n == 0) return true;
-    if (errno == EINTR) continue;
-    return errno != EAGAIN && errno != EWOULDBLOCK;
-  }
-  return false;
-}
+bool LingeringClose::drainInput() { return drainSocket(fd_.get()); }
 
-bool LingeringClose::allAcknowledged() const {
-  int unacked = 0;
-  // On failure (not a tcp socket any more?) there is nothing to wait for.
-  return ::ioctl(fd_.get(), SIOCOUTQ, &unacked) != 0 || unacked == 0;
-}
+bool LingeringClose::allAcknowledged() const { return sendQueueEmpty(fd_.get()); }
 
 void LingeringClose::finish() {
   finished_ = true;

@@ -26,7 +26,8 @@ class LingeringClose final : public EpollHandler {
 
   // Loop thread only. `fd` must no longer be registered with `loop`. Closes it at once when
   // nothing sent is unacknowledged, else keeps it on the loop until it can be closed cleanly.
-  // If the loop stops first, the descriptor is closed then (after a last drain of its input).
+  // If the loop stops first (its context closed and joined), a process-wide background thread
+  // finishes the close the same way, within the same kLimit.
   static void start(EpollLoop& loop, Fd fd);
 
   ~LingeringClose() override;

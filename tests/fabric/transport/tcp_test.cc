@@ -407,6 +407,36 @@ TEST(TcpTest, KeepaliveAlsoBoundsUnacknowledgedDataWithTheUserTimeout) {
   ::close(off);
 }
 
+// Closing the whole context must not lose a message whose send completed: here the message
+// still sits in the sender's socket (the receiver's small buffer is full, it is not reading)
+// when the sender's context closes and joins, and then the receiver sends something back.
+// The lingering close used to end with the context's loops (one drain, then close), so that
+// later message met a closed socket, whose RST threw the rest of the message away.
+TEST(TcpTest, AMessageSentBeforeTheContextClosesSurvivesThePeersLaterSend) {
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p, {.localId = "s"}, {.socketBufferBytes = 64 << 10},
+                                         {.localId = "c"}, {.socketBufferBytes = 8 << 20}));
+  auto [client, server] = p.conn;
+  const auto src = pattern(2 << 20, 21);
+  Recorder sent;
+  client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  ASSERT_TRUE(sent.statuses()[0].ok()) << sent.statuses()[0];
+  p.client->close();
+  p.client->join();
+  const auto reply = pattern(1000, 22);
+  Recorder replied;
+  server->send(wire::Header{}, reply.data(), reply.size(), replied.sendCb());
+  ASSERT_TRUE(replied.wait(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reply has arrived there
+  std::vector<uint8_t> dst(src.size());
+  Recorder got;
+  server->recv(dst.data(), dst.size(), got.recvCb());
+  ASSERT_TRUE(got.wait(1));
+  EXPECT_TRUE(got.statuses()[0].ok()) << got.statuses()[0];
+  EXPECT_TRUE(dst == src);
+}
+
 TEST(TcpTest, AConnectRetryingWhenItsContextClosesIsCancelled) {
   auto ctx = tcp::createContext({.localId = "c"}, {});
   ASSERT_TRUE(ctx.ok()) << ctx.status();
