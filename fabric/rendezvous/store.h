@@ -29,7 +29,8 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Sets key to value, waking waiters.
+  // Sets key to value, waking waiters. A network store may send it again after a lost
+  // connection (at least once): with several writers of one key, use compareSet.
   virtual Status set(std::string_view key, const Bytes& value) = 0;
   // set() that gives up at `deadline` when that comes before the store's own call timeout: for
   // a caller that must answer by a deadline of its own (a collective's failure report) while the
@@ -51,7 +52,8 @@ class Store {
   // `expected` and `desired` longer than kMaxStoreValueBytes are InvalidArgument.
   virtual StatusOr<Bytes> compareSet(std::string_view key, const Bytes& expected,
                                      const Bytes& desired) = 0;
-  // Deletes key; returns whether it existed.
+  // Deletes key; returns whether it existed (false also when a network store's resend, after a
+  // lost connection, finds the key its first sending removed).
   virtual StatusOr<bool> remove(std::string_view key) = 0;
   // Whether every key exists right now (no waiting).
   virtual StatusOr<bool> check(const std::vector<std::string>& keys) = 0;
