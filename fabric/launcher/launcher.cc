@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/clock.h"
+#include "fabric/launcher/group_watchdog.h"
 #include "fabric/launcher/line_prefixer.h"
 #include "fabric/rendezvous/bootstrap.h"
 #include "fabric/rendezvous/tcp_store_server.h"
@@ -49,6 +50,7 @@ struct Child {
   // The signals cofab-run sent this process's group (bit per signal): dying by one of them is
   // the expected end of a stop; dying by any other (a crash while draining) is reported.
   uint64_t signalsSent = 0;
+  bool forgotten = false;  // the watchdog was told its group is gone
 };
 
 std::string describeExit(int status) {
@@ -197,7 +199,8 @@ std::string launchUsage() {
          "  signal than the one that stopped it, the others get SIGTERM, then SIGKILL after\n"
          "  --grace-ms.\n"
          "  SIGINT, SIGTERM and SIGHUP are forwarded to every process; if cofab-run itself is\n"
-         "  killed, its processes are killed with it.\n";
+         "  killed, its processes are killed with it (their children and the rest of their\n"
+         "  process groups too).\n";
 }
 
 StatusOr<LaunchOptions> parseLaunchArgs(const std::vector<std::string>& args) {
@@ -274,6 +277,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     storeUrl = server->url();
   }
 
+  // Kills the groups it starts below if cofab-run dies without stopping them (group_watchdog.h).
+  size_t groups = static_cast<size_t>(options.nprocs);
+  for (const auto& role : options.roles) groups += static_cast<size_t>(role.count);
+  COFAB_ASSIGN_OR_RETURN(GroupWatchdog watchdog, GroupWatchdog::start(groups));
+
   if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     return errnoStatus(StatusCode::kIoError, "pipe2", errno);
   }
@@ -316,6 +324,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
                         {"COFAB_WORLD_SIZE", std::to_string(options.nprocs)},
                         {"COFAB_STORE", storeUrl}});
       if (!pid.ok()) spawnError = pid.status();
+      if (pid.ok()) watchdog.watch(*pid);
     }
   }
   for (int r = 0; r < options.nprocs && spawnError.ok(); ++r) {
@@ -327,6 +336,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
                       {"COFAB_LOCAL_RANK", std::to_string(r)},
                       {"COFAB_STORE", storeUrl}});
     if (!pid.ok()) spawnError = pid.status();
+    if (pid.ok()) watchdog.watch(*pid);
   }
   for (auto& c : children) {
     if (c.pid < 0) continue;
@@ -457,6 +467,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     for (auto& c : children) {
       if (c.exited && c.groupLeftBehind) c.groupLeftBehind = ::kill(-c.pid, 0) == 0;
       groupsLeft = groupsLeft || (c.exited && c.groupLeftBehind);
+      // An empty group's id may be reused by an unrelated process: the watchdog drops it.
+      if (c.exited && !c.groupLeftBehind && !c.forgotten) {
+        watchdog.forget(c.pid);
+        c.forgotten = true;
+      }
     }
     // A group left behind after the SIGKILL round (its leader reaped late): it gets one grace
     // more, like the others, so that no wait is unbounded.
@@ -510,6 +525,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     }
   }
 
+  watchdog.release();
   sigaction(SIGINT, &oldInt, nullptr);
   sigaction(SIGTERM, &oldTerm, nullptr);
   sigaction(SIGHUP, &oldHup, nullptr);

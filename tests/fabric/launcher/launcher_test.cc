@@ -210,6 +210,36 @@ TEST(LauncherTest, RanksDieWhenTheLauncherIsKilled) {
   if (!ended) ::kill(rank, SIGKILL);
 }
 
+// The same when the rank is a shell that keeps the real program as its child (a wrapper script
+// without exec, a role's compound command): PDEATHSIG reached only the shell, and the program
+// lived on after cofab-run's death. cofab-run's watchdog kills the whole group.
+TEST(LauncherTest, ARanksChildrenDieWhenTheLauncherIsKilled) {
+  testing::TempDir dir;
+  auto script =
+      writeScript(dir, "sleep 600 &\necho $! > " + dir.path() + "/child.tmp; mv " + dir.path() +
+                           "/child.tmp " + dir.path() + "/child.pid\nwait\n");
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(COFAB_RUN_BINARY, COFAB_RUN_BINARY, "-n", "1", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  const std::string childPid = readWhenPresent(dir.path() + "/child.pid");
+  ASSERT_FALSE(childPid.empty()) << "the rank never started its child";
+  const pid_t child = static_cast<pid_t>(std::stol(childPid));
+  ASSERT_FALSE(processEnded(child));
+  ::kill(launcher, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  bool ended = false;
+  for (int i = 0; i < 600 && !(ended = processEnded(child)); ++i) ::usleep(100 * 1000);
+  EXPECT_TRUE(ended) << "the rank's child " << child << " outlived the launcher";
+  if (!ended) ::kill(child, SIGKILL);
+}
+
 // A rank that exits while a background process of its own still holds its output: cofab-run
 // stops that process too and returns the rank's status instead of waiting for the pipe.
 TEST(LauncherTest, LeftoverProcessesOfAnExitedRankAreStopped) {
