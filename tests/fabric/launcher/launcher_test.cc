@@ -172,6 +172,31 @@ bool processEnded(pid_t pid) {
   return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
 }
 
+// cofab-run -n 1 SCRIPT in a forked child, its output thrown away; its pid (-1 if fork failed).
+pid_t startLauncher(const std::string& script) {
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(COFAB_RUN_BINARY, COFAB_RUN_BINARY, "-n", "1", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  return launcher;
+}
+
+// SIGKILLs the launcher, reaps it, and waits (60 s at most) for `pid` to end; kills `pid`
+// itself if it did not.
+bool endsWhenTheLauncherIsKilled(pid_t launcher, pid_t pid) {
+  ::kill(launcher, SIGKILL);
+  int status = 0;
+  if (::waitpid(launcher, &status, 0) != launcher) return false;
+  bool ended = false;
+  for (int i = 0; i < 600 && !(ended = processEnded(pid)); ++i) ::usleep(100 * 1000);
+  if (!ended) ::kill(pid, SIGKILL);
+  return ended;
+}
+
 std::string readWhenPresent(const std::string& path) {
   for (int i = 0; i < 600; ++i) {  // bounded: 60 s
     std::ifstream in(path);
@@ -188,26 +213,14 @@ TEST(LauncherTest, RanksDieWhenTheLauncherIsKilled) {
   testing::TempDir dir;
   auto script = writeScript(dir, "echo $$ > " + dir.path() + "/rank.tmp; mv " + dir.path() +
                                      "/rank.tmp " + dir.path() + "/rank.pid\nexec sleep 600\n");
-  const pid_t launcher = ::fork();
+  const pid_t launcher = startLauncher(script);
   ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    ::execl(COFAB_RUN_BINARY, COFAB_RUN_BINARY, "-n", "1", script.c_str(), nullptr);
-    ::_exit(127);
-  }
   const std::string rankPid = readWhenPresent(dir.path() + "/rank.pid");
   ASSERT_FALSE(rankPid.empty()) << "the rank never started";
   const pid_t rank = static_cast<pid_t>(std::stol(rankPid));
   ASSERT_FALSE(processEnded(rank));
-  ::kill(launcher, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
-  bool ended = false;
-  for (int i = 0; i < 600 && !(ended = processEnded(rank)); ++i) ::usleep(100 * 1000);
-  EXPECT_TRUE(ended) << "rank " << rank << " outlived its launcher";
-  if (!ended) ::kill(rank, SIGKILL);
+  EXPECT_TRUE(endsWhenTheLauncherIsKilled(launcher, rank))
+      << "rank " << rank << " outlived its launcher";
 }
 
 // The same when the rank is a shell that keeps the real program as its child (a wrapper script
@@ -218,26 +231,14 @@ TEST(LauncherTest, ARanksChildrenDieWhenTheLauncherIsKilled) {
   auto script =
       writeScript(dir, "sleep 600 &\necho $! > " + dir.path() + "/child.tmp; mv " + dir.path() +
                            "/child.tmp " + dir.path() + "/child.pid\nwait\n");
-  const pid_t launcher = ::fork();
+  const pid_t launcher = startLauncher(script);
   ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    ::execl(COFAB_RUN_BINARY, COFAB_RUN_BINARY, "-n", "1", script.c_str(), nullptr);
-    ::_exit(127);
-  }
   const std::string childPid = readWhenPresent(dir.path() + "/child.pid");
   ASSERT_FALSE(childPid.empty()) << "the rank never started its child";
   const pid_t child = static_cast<pid_t>(std::stol(childPid));
   ASSERT_FALSE(processEnded(child));
-  ::kill(launcher, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
-  bool ended = false;
-  for (int i = 0; i < 600 && !(ended = processEnded(child)); ++i) ::usleep(100 * 1000);
-  EXPECT_TRUE(ended) << "the rank's child " << child << " outlived the launcher";
-  if (!ended) ::kill(child, SIGKILL);
+  EXPECT_TRUE(endsWhenTheLauncherIsKilled(launcher, child))
+      << "the rank's child " << child << " outlived the launcher";
 }
 
 // A rank that exits while a background process of its own still holds its output: cofab-run
