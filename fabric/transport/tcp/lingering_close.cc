@@ -1,6 +1,7 @@
 #include "fabric/transport/tcp/lingering_close.h"
 
 #include <linux/sockios.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -45,17 +46,39 @@ class OrphanedCloses {
  public:
   // Never destroyed: the thread may still run while static destructors do.
   static OrphanedCloses& get() {
-    static auto* const orphans = new OrphanedCloses;
+    static auto* const orphans = [] {
+      auto* o = new OrphanedCloses;
+      // A fork while the thread holds the mutex would leave it locked in the child for good:
+      // held across fork(), then released in both; the child starts with none of it (no thread,
+      // and its copies of the sockets are closed: the parent's thread finishes those).
+      ::pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); },
+                       [] {
+                         OrphanedCloses& self = get();
+                         self.sockets_.clear();
+                         self.threadRunning_ = false;
+                         self.mu_.unlock();
+                       });
+      return o;
+    }();
     return *orphans;
   }
 
-  void adopt(Fd fd, std::chrono::steady_clock::time_point deadline) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sockets_.push_back({std::move(fd), deadline});
-    // (A forked child has no thread, whatever the flag it inherited says.)
-    if (threadPid_ != ::getpid()) {
-      threadPid_ = ::getpid();
-      std::thread([this] { run(); }).detach();
+  // Called from destructors: never throws. Without a thread (none can be started), the socket
+  // is closed at once after a last drain, as a plain close would.
+  void adopt(Fd fd, std::chrono::steady_clock::time_point deadline) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      sockets_.push_back({std::move(fd), deadline});
+      if (!threadRunning_) {
+        std::thread([this] { run(); }).detach();
+        threadRunning_ = true;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!threadRunning_) {
+        for (const Socket& s : sockets_) drainSocket(s.fd.get());
+        sockets_.clear();
+      }
     }
   }
 
@@ -74,7 +97,7 @@ class OrphanedCloses {
         return drainSocket(s.fd.get()) || sendQueueEmpty(s.fd.get()) || now >= s.deadline;
       });
       if (sockets_.empty()) {
-        threadPid_ = 0;
+        threadRunning_ = false;
         return;
       }
     }
@@ -82,7 +105,7 @@ class OrphanedCloses {
 
   std::mutex mu_;
   std::vector<Socket> sockets_;
-  pid_t threadPid_ = 0;  // the process whose thread is running, 0 when none
+  bool threadRunning_ = false;
 };
 
 }  // namespace
@@ -95,8 +118,9 @@ void LingeringClose::start(EpollLoop& loop, Fd fd) {
     return;
   }
   self->timer_ = Fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-  // Without a timer (out of descriptors) or a registration on the loop, the background
-  // finisher takes the socket (the destructor hands it over).
+  // Without a timer (out of descriptors) or the socket's registration on the loop, the
+  // background finisher takes the socket (the destructor hands it over); without the timer's
+  // registration, it closes now.
   if (!self->timer_.valid()) return;
   const auto ns = std::chrono::nanoseconds(kPollInterval).count();
   itimerspec every{};

@@ -204,19 +204,18 @@ Status tuneSocket(int fd, const SocketTuning& tuning, std::string_view peer) {
   }
   if (tuning.keepaliveSeconds > 0) {
     // A peer host that disappears without FIN/RST is declared dead after idle + 3 probes
-    // (ETIMEDOUT -> RemoteError) instead of never. Keepalive probes only an idle connection,
-    // though: with data in flight the kernel retransmits for tcp_retries2 (about 15 minutes)
-    // first. TCP_USER_TIMEOUT bounds that, and zero-window probing, by the same time.
+    // (ETIMEDOUT -> RemoteError) instead of never. Keepalive probes only an idle connection:
+    // with data in flight the kernel retransmits for tcp_retries2 (about 15 minutes) first, and
+    // the callers' deadlines are what bound that. TCP_USER_TIMEOUT is not set: it would also
+    // end a connection whose peer is alive but not reading for that long (a zero window while
+    // a straggler computes), which must wait.
     int idle = tuning.keepaliveSeconds;
     int intvl = std::max(1, idle / 5);
     int cnt = 3;
-    unsigned userTimeoutMs = static_cast<unsigned>(idle + cnt * intvl) * 1000u;
     if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
-        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
-        ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof(userTimeoutMs)) !=
-            0) {
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
       return errnoStatus(StatusCode::kIoError, "setsockopt(keepalive)", errno, peer);
     }
   }

@@ -1,7 +1,6 @@
 // tcp-only behaviour: interface selection, addresses, several loops, a peer that is not cofab.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -384,29 +383,6 @@ TEST(TcpTest, ConnectTriesEveryAddressTheNameResolvesTo) {
   EXPECT_EQ(WEXITSTATUS(status), kOk) << "the connect did not reach 127.0.0.1";
 }
 
-// Keepalive probes only an idle connection: a host that vanished while data was in flight was
-// retransmitted to for tcp_retries2 (about 15 minutes) before anything failed. The user timeout
-// bounds that by keepalive's own total (idle + 3 probes a fifth of idle apart).
-TEST(TcpTest, KeepaliveAlsoBoundsUnacknowledgedDataWithTheUserTimeout) {
-  for (auto [keepalive, wantMs] : {std::pair{30, 48000u}, {1, 4000u}}) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    ASSERT_TRUE(tcp::tuneSocket(fd, {.keepaliveSeconds = keepalive}, "test").ok());
-    unsigned ms = 0;
-    socklen_t len = sizeof(ms);
-    ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &len), 0);
-    EXPECT_EQ(ms, wantMs) << "keepalive " << keepalive << " s";
-    ::close(fd);
-  }
-  const int off = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_TRUE(tcp::tuneSocket(off, {}, "test").ok());
-  unsigned ms = 1;
-  socklen_t len = sizeof(ms);
-  ASSERT_EQ(::getsockopt(off, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &len), 0);
-  EXPECT_EQ(ms, 0u) << "keepalive off leaves the kernel's default";
-  ::close(off);
-}
-
 // Closing the whole context must not lose a message whose send completed: here the message
 // still sits in the sender's socket (the receiver's small buffer is full, it is not reading)
 // when the sender's context closes and joins, and then the receiver sends something back.
@@ -417,7 +393,9 @@ TEST(TcpTest, AMessageSentBeforeTheContextClosesSurvivesThePeersLaterSend) {
   ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p, {.localId = "s"}, {.socketBufferBytes = 64 << 10},
                                          {.localId = "c"}, {.socketBufferBytes = 8 << 20}));
   auto [client, server] = p.conn;
-  const auto src = pattern(2 << 20, 21);
+  // Larger than the receiver's buffers, within what the sender's may hold without root (the
+  // kernel caps SO_SNDBUF at wmem_max, 2 x 208 KiB by default).
+  const auto src = pattern(320 << 10, 21);
   Recorder sent;
   client->send(wire::Header{}, src.data(), src.size(), sent.sendCb());
   ASSERT_TRUE(sent.wait(1));
