@@ -252,9 +252,14 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   group.token = randomToken();
   group.count = static_cast<uint32_t>(n);
   std::vector<std::shared_ptr<Connection>> subs;
+  // Every socket of the group goes where the first one connected: another address of the name
+  // may be another host (round-robin DNS), whose listener would never complete the group.
+  std::vector<SockAddr> where = addr;
   for (int i = 0; i < n; ++i) {
     group.index = static_cast<uint32_t>(i);
-    auto sub = connectSocket(addr, address, options, group, deadline);
+    size_t at = 0;
+    auto sub = connectSocket(where, address, options, group, deadline, &at);
+    if (i == 0 && sub.ok()) where = {where[at]};
     if (!sub.ok()) {
       for (auto& s : subs) s->close();  // the listener drops the incomplete group
       return sub.status().withContext("tcp socket " + std::to_string(i + 1) + " of " +
@@ -265,26 +270,28 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   return std::shared_ptr<Connection>(std::make_shared<StripedConnection>(std::move(subs)));
 }
 
-StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const std::vector<SockAddr>& addrs,
-                                                                const std::string& address,
-                                                                const ConnectOptions& options,
-                                                                const StripeGroup& group,
-                                                                Deadline deadline) {
+StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(
+    const std::vector<SockAddr>& addrs, const std::string& address, const ConnectOptions& options,
+    const StripeGroup& group, Deadline deadline, size_t* connectedAt) {
   auto backoff = std::chrono::milliseconds(1);
   int attempts = 0;
   Status last;
+  Status firstFinal;  // a definite failure at one address, kept for the final report
   while (true) {
     ++attempts;
     // Each address in turn (a peer may listen on 127.0.0.1 only while the name gives ::1
     // first); another attempt if any of them may still answer later.
     bool retryable = false;
-    Status firstFinal;
-    for (const SockAddr& addr : addrs) {
+    for (size_t i = 0; i < addrs.size(); ++i) {
+      const SockAddr& addr = addrs[i];
       bool again = false;
       const std::string text = addrs.size() == 1 ? address : address + " (" + addr.toString() + ")";
       const Deadline attempt = deadline.min(Deadline::afterMs(state_->connectAttemptMs));
       auto conn = connectOnce(addr, text, options, group, attempt, &again);
-      if (conn.ok()) return conn;
+      if (conn.ok()) {
+        if (connectedAt != nullptr) *connectedAt = i;
+        return conn;
+      }
       last = conn.status();
       retryable = retryable || again;
       if (!again && firstFinal.ok()) firstFinal = last;
@@ -301,12 +308,15 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connectSocket(const std::vecto
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     if (deadline.expired() || state_->closed()) break;
   }
+  const std::string also =
+      firstFinal.ok() || firstFinal.message() == last.message() ? "" : "; " + firstFinal.message();
   if (state_->closed()) {
     return Cancelled("tcp connect to " + address + ": the transport context was closed (" +
-                     std::to_string(attempts) + " attempts; last: " + last.message() + ")");
+                     std::to_string(attempts) + " attempts; last: " + last.message() + also + ")");
   }
   return DeadlineExceeded("tcp connect to " + address + ": no listener answered by the deadline (" +
-                          std::to_string(attempts) + " attempts; last: " + last.message() + ")");
+                          std::to_string(attempts) + " attempts; last: " + last.message() + also +
+                          ")");
 }
 
 StatusOr<std::shared_ptr<Connection>> TcpContext::connectOnce(const SockAddr& addr,

@@ -71,12 +71,14 @@ class TcpContext final : public Context {
   void join() override;
 
  private:
-  // One socket, with retries until `deadline`; each attempt tries the addresses in order.
-  // `group`: the socket's place in a striped connection (count 1: a plain connection).
+  // One socket, with retries until `deadline`; each attempt tries the addresses in order, and
+  // `connectedAt` (when given) says which one answered. `group`: the socket's place in a
+  // striped connection (count 1: a plain connection).
   StatusOr<std::shared_ptr<Connection>> connectSocket(const std::vector<SockAddr>& addrs,
                                                       const std::string& address,
                                                       const ConnectOptions& options,
-                                                      const StripeGroup& group, Deadline deadline);
+                                                      const StripeGroup& group, Deadline deadline,
+                                                      size_t* connectedAt = nullptr);
   StatusOr<std::shared_ptr<Connection>> connectOnce(const SockAddr& addr, const std::string& text,
                                                     const ConnectOptions& options,
                                                     const StripeGroup& group, Deadline deadline,
