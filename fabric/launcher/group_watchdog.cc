@@ -17,6 +17,9 @@ namespace {
 // threads), on a table allocated before the fork. Messages are 4-byte writes to a pipe, whole
 // by POSIX: a positive group id to watch, its negation to forget, 0 for the normal end.
 [[noreturn]] void watchUntilTheLauncherEnds(int fd, pid_t* groups, size_t capacity) {
+  // A group of its own: what kills cofab-run's whole group (timeout -s KILL, kill -9 -PGID,
+  // Ctrl-\) must not take the watchdog with it.
+  ::setpgid(0, 0);
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
@@ -84,12 +87,20 @@ void GroupWatchdog::forget(pid_t group) {
   if (group > 0) send(-group);
 }
 
+bool GroupWatchdog::reaped(pid_t pid) {
+  if (pid_ < 0 || pid != pid_) return false;
+  pid_ = -1;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  return true;
+}
+
 void GroupWatchdog::release() {
   if (fd_ < 0) return;
   send(0);
   ::close(fd_);
   fd_ = -1;
-  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  while (pid_ > 0 && ::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
   pid_ = -1;
 }

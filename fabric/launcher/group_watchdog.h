@@ -8,7 +8,8 @@
 // process); it notices cofab-run's death as the end of its pipe, since only cofab-run holds
 // the write end, and then sends SIGKILL to every group it still knows. It ignores the signals
 // cofab-run forwards (SIGINT, SIGTERM, SIGHUP), so a Ctrl-C on the terminal's group leaves it
-// watching. Internal to the launcher.
+// watching; it runs in a process group of its own, so that a SIGKILL to cofab-run's whole
+// group does not end it too. Internal to the launcher.
 #pragma once
 
 #include <sys/types.h>
@@ -32,6 +33,9 @@ class GroupWatchdog {
   void forget(pid_t group);
   // The job ended as it should: the watchdog exits without killing anything, and is reaped.
   void release();
+  // For cofab-run's reaping loop: true when `pid` is the watchdog, which ended early (killed by
+  // hand); it is forgotten, and the job goes on without one.
+  bool reaped(pid_t pid);
 
  private:
   GroupWatchdog(int fd, pid_t pid) : fd_(fd), pid_(pid) {}

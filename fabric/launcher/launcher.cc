@@ -443,6 +443,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
     int status;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (watchdog.reaped(pid)) {
+        say("the watchdog (pid " + std::to_string(pid) + ") " + describeExit(status) +
+            "; if cofab-run is killed now, the children of its processes may outlive it");
+        continue;
+      }
       for (auto& c : children) {
         if (c.pid != pid) continue;
         c.exited = true;
