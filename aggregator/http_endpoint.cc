@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/log.h"
 
 namespace cofab::aggregator {
 
@@ -15,6 +16,10 @@ struct HttpEndpoint::Impl {
   httplib::Server server;
   std::thread thread;
   std::atomic<bool> listenReturned{false};
+  // Set by whichever of the loop's thread (when it ends) and an abandoning stop() comes first;
+  // the second one deletes the Impl. Only an abandoned one: a joined thread never deletes.
+  std::atomic<bool> handedOff{false};
+  bool abandoned = false;  // written before the hand-off, read after it
   int port = 0;
 };
 
@@ -41,6 +46,24 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   // for up to this long: cpp-httplib's default of 5 s, added to the daemon's drain, outlasted
   // cofab-run's grace and got the daemon SIGKILLed before its last log line.
   impl->server.set_keep_alive_timeout(1);
+  // Only GET and HEAD are served, and nothing reads a body: httplib 0.11 would read any body
+  // into memory before routing, without a limit (chunked bodies pass payload_max_length), so
+  // one POST streaming /dev/zero grew the daemon until the OOM killer ended it. Other methods
+  // are answered 405 before anything of their body is read.
+  impl->server.set_payload_max_length(4096);
+  impl->server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // A client that stops mid-request holds a worker for this long per silent gap (5 s by
+  // default), and stop() waits for every worker.
+  impl->server.set_read_timeout(1);
+  impl->server.set_write_timeout(1);
   if (options.port == 0) {
     impl->port = impl->server.bind_to_any_port(options.host);
     if (impl->port <= 0) {
@@ -57,6 +80,7 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   impl->thread = std::thread([raw] {
     raw->server.listen_after_bind();
     raw->listenReturned = true;
+    if (raw->handedOff.exchange(true) && raw->abandoned) delete raw;
   });
   // cpp-httplib (0.11) ignores a stop() that comes before its listen loop has marked itself
   // running, and then serves forever: a daemon stopped right after it started hung in join().
@@ -81,14 +105,31 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   return std::unique_ptr<HttpEndpoint>(new HttpEndpoint(std::move(impl)));
 }
 
-HttpEndpoint::HttpEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpEndpoint::HttpEndpoint(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), port_(impl_->port) {}
 HttpEndpoint::~HttpEndpoint() { stop(); }
-int HttpEndpoint::port() const { return impl_->port; }
 
 void HttpEndpoint::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;
   impl_->server.stop();
-  impl_->thread.join();
+  // httplib's loop returns only once every connection's worker has: a client trickling a
+  // request a byte at a time (under the read timeout each) would hold the daemon's exit for
+  // good. Bounded: past kStopMs the loop's thread is left behind, with what it uses.
+  const Deadline bound = Deadline::afterMs(kStopMs);
+  while (!impl_->listenReturned && !bound.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (impl_->listenReturned) {
+    impl_->thread.join();
+    return;
+  }
+  COFAB_LOG(kWarn, "aggd") << "metrics endpoint on port " << impl_->port
+                           << ": a client still holds a request " << kStopMs
+                           << " ms after stop; leaving its thread behind";
+  impl_->thread.detach();
+  Impl* raw = impl_.release();
+  raw->abandoned = true;
+  if (raw->handedOff.exchange(true)) delete raw;  // the loop ended meanwhile
 }
 
 }  // namespace cofab::aggregator

@@ -4,6 +4,7 @@
 // httplib.h is http_endpoint.cc (header-only library, compiled once).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,14 +24,18 @@ class HttpEndpoint {
  public:
   static StatusOr<std::unique_ptr<HttpEndpoint>> start(HttpEndpointOptions options);
   ~HttpEndpoint();  // stop()
-  int port() const;
+  int port() const { return port_; }
+  // Closes the port and waits for the connections being served, at most kStopMs: a client
+  // holding its request open past that is left to a thread that is no longer waited for.
   void stop();
+  static constexpr int64_t kStopMs = 2000;
 
   struct Impl;
 
  private:
   explicit HttpEndpoint(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+  int port_ = 0;
 };
 
 }  // namespace cofab::aggregator

@@ -10,32 +10,49 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 
 namespace cofab::aggregator {
 namespace {
 
-// One plain HTTP/1.0 GET on 127.0.0.1:port; the whole response, or "" when it failed.
-std::string get(int port, const std::string& path) {
+// A socket connected to 127.0.0.1:port (receives time out after 10 s), or -1.
+int connectTo(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return {};
+  if (fd < 0) return -1;
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` on a new connection; the whole response, or "" when it failed.
+std::string httpExchange(int port, const std::string& request) {
+  const int fd = connectTo(port);
+  if (fd < 0) return {};
   std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-    }
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
   return out;
+}
+
+// One plain HTTP/1.0 GET on 127.0.0.1:port.
+std::string get(int port, const std::string& path) {
+  return httpExchange(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
 }
 
 TEST(HttpEndpointTest, ServesMetricsAndHealth) {
@@ -66,6 +83,46 @@ TEST(HttpEndpointTest, StoppingRightAfterStartReturns) {
     ASSERT_TRUE(ep.ok()) << ep.status();
     (*ep)->stop();
   }
+}
+
+// Only GET and HEAD are served; any other method is refused before its body is read. httplib
+// read bodies into memory without a limit (a POST streaming /dev/zero grew the daemon until the
+// OOM killer came); here a POST announcing 100 GB that never sends it got 400 only after the
+// read timed out, its body read as far as it came.
+TEST(HttpEndpointTest, AMethodOtherThanGetIsRefusedBeforeItsBodyIsRead) {
+  auto ep = HttpEndpoint::start({.metrics = [] { return std::string("cofab_up 1\n"); }});
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const std::string refused = httpExchange(
+      (*ep)->port(), "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n");
+  EXPECT_NE(refused.find(" 405 "), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Allow: GET, HEAD"), std::string::npos) << refused;
+  EXPECT_NE(get((*ep)->port(), "/metrics").find("cofab_up 1"), std::string::npos);
+}
+
+// A client that holds a request open, a byte at a time, does not hold stop() (and so the
+// daemon's exit after SIGTERM) for good: httplib waits for every connection's worker.
+TEST(HttpEndpointTest, AClientTricklingARequestDoesNotHoldStop) {
+  auto ep = HttpEndpoint::start({});
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const int fd = connectTo((*ep)->port());
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    const std::string header = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    for (int i = 0; i < 600 && !done; ++i) {  // 60 s at most
+      ::send(fd, "a", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its request is being read
+  auto stopped = std::async(std::launch::async, [&] { (*ep)->stop(); });
+  const bool returned = stopped.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  done = true;
+  trickle.join();
+  stopped.wait();
+  ::close(fd);
+  EXPECT_TRUE(returned) << "stop() waited for the trickling client";
 }
 
 TEST(HttpEndpointTest, APortInUseIsAClearError) {
