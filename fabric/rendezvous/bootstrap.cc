@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "core/log.h"
@@ -154,17 +158,34 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
   return *chosen;
 }
 
+std::string defaultJoinToken() {
+  // host:pid alone is not unique: containers sharing the host's network (and so its name) each
+  // run their trainer as pid 1, and a restarted container reuses its pids. A random part,
+  // drawn once per process (again after a fork), tells them apart; the same process joining
+  // again keeps its token, so a re-join stays idempotent.
+  static std::mutex mu;
+  static pid_t drawnIn = 0;
+  static std::string token;
+  std::lock_guard<std::mutex> lock(mu);
+  if (drawnIn != ::getpid()) {
+    drawnIn = ::getpid();
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    std::random_device random;
+    const uint64_t nonce = (uint64_t{random()} << 32) | random();
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
+    token = std::string(host) + ":" + std::to_string(drawnIn) + ":" + hex;
+  }
+  return token;
+}
+
 Status joinStore(Store& store, const BootstrapInfo& info, const JoinOptions& options) {
   if (info.rank < 0 || info.worldSize < 1 || info.rank >= info.worldSize) {
     return InvalidArgument("joinStore: rank " + std::to_string(info.rank) + " of world " +
                            std::to_string(info.worldSize) + " is invalid");
   }
-  std::string token = options.token;
-  if (token.empty()) {
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    token = std::string(host) + ":" + std::to_string(::getpid());
-  }
+  const std::string token = options.token.empty() ? defaultJoinToken() : options.token;
   const std::string prefix = options.jobPrefix + "/bootstrap/";
   Bytes size = toBytes(std::to_string(info.worldSize));
   COFAB_ASSIGN_OR_RETURN(Bytes agreed, store.compareSet(prefix + "world_size", {}, size));

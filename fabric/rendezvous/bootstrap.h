@@ -40,11 +40,16 @@ std::vector<std::string> otherLaunchersRankVariables();
 StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env = processEnv());
 
 struct JoinOptions {
-  // Identifies this process in "rank already claimed by ..." errors. Default: host:pid.
+  // Identifies this process in "rank already claimed by ..." errors. Default:
+  // defaultJoinToken().
   std::string token;
   // Namespace for the bootstrap keys, so several jobs can share one store server.
   std::string jobPrefix = "cofab";
 };
+
+// host:pid:<random>, the random part drawn once per process: unique across containers that
+// share a host name and pid numbers.
+std::string defaultJoinToken();
 
 // Records the world size (all ranks must agree) and claims `info.rank` exactly once.
 Status joinStore(Store& store, const BootstrapInfo& info, const JoinOptions& options = {});

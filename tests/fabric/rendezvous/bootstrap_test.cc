@@ -1,9 +1,15 @@
 #include "fabric/rendezvous/bootstrap.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <map>
 
+#include "fabric/rendezvous/file_store.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "tests/support/thread_ranks.h"
 
@@ -172,6 +178,50 @@ TEST(JoinStoreTest, TwoProcessesClaimingOneRankAreTold) {
   // The same process (same token) re-joining is idempotent; a restarted one (new pid, so a new
   // token) is the "second" case above.
   EXPECT_TRUE(joinStore(store, info, {"first"}).ok());
+}
+
+// Containers that share the host's network (and so its name) each run their trainer as pid 1:
+// with the default token host:pid, a second process claiming rank 0 looked like the first one
+// re-joining, and both claims passed. Here two forked processes, each pid 1 of a PID namespace
+// of its own, claim rank 0 of one file store with default tokens.
+TEST(JoinStoreTest, DefaultTokensOfProcessesWithTheSameHostAndPidDiffer) {
+  const std::string dir = ::testing::TempDir() + "cofab-join-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  enum : int { kClaimed = 0, kRefused = 1, kOther = 2, kNoNamespace = 77 };
+  auto claimAsPidOne = [&]() -> int {
+    const pid_t outer = ::fork();
+    if (outer < 0) return kOther;
+    if (outer == 0) {
+      if (::unshare(CLONE_NEWPID) != 0) ::_exit(kNoNamespace);
+      const pid_t inner = ::fork();  // pid 1 of the new namespace
+      if (inner == 0) {
+        if (::getpid() != 1) ::_exit(kOther);
+        auto store = FileStore::open(dir);
+        if (!store.ok()) ::_exit(kOther);
+        Status s = joinStore(**store, BootstrapInfo{0, 2, 0, "file://", "test"});
+        ::_exit(s.ok()                                        ? kClaimed
+                : s.code() == StatusCode::kFailedPrecondition ? kRefused
+                                                              : kOther);
+      }
+      int status = 0;
+      if (inner < 0 || ::waitpid(inner, &status, 0) != inner || !WIFEXITED(status)) {
+        ::_exit(kOther);
+      }
+      ::_exit(WEXITSTATUS(status));
+    }
+    int status = 0;
+    if (::waitpid(outer, &status, 0) != outer || !WIFEXITED(status)) return kOther;
+    return WEXITSTATUS(status);
+  };
+  const int first = claimAsPidOne();
+  if (first == kNoNamespace) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "cannot create a PID namespace (needs root)";
+  }
+  const int second = claimAsPidOne();
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(first, kClaimed);
+  EXPECT_EQ(second, kRefused) << "a second pid 1 on this host claimed rank 0 too";
 }
 
 TEST(JoinStoreTest, WorldSizeMismatchIsInvalidArgument) {
