@@ -346,7 +346,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
           dispatchCentral(lock);
           continue;
         }
-        std::shared_ptr<Unit> u = takeLocked(queue.begin());
+        std::shared_ptr<Unit> u = takeLocked(nextSendableLocked());
         ps::PushPullOptions po;
         po.op = u->op;
         po.iteration = u->iteration;
@@ -365,6 +365,24 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         cv.wait_until(lock, next.when());
       }
     }
+  }
+
+  // A daemon takes a chunk's rounds one at a time (a push for the next round while one is open
+  // is refused: window 0), so a unit waits while a unit of its wire key is still handed to the
+  // transport, until that one's result is back. Such a pair arises when a key is queued again
+  // while its previous update is still on the wire: cancelled, past its deadline (a fused
+  // update completes at once then), or enqueued twice. The later unit used to go at once, the
+  // daemon refused it, and the other workers' round for it later timed out (a sticky Aborted).
+  // The wait cannot deadlock: the earlier round needs only the other workers' contributions,
+  // which their queues send. `outstanding` holds a few units (the result window).
+  bool keyOutLocked(uint64_t wireKey) const {
+    return std::any_of(outstanding.begin(), outstanding.end(),
+                       [&](const std::shared_ptr<Unit>& o) { return o->wireKey == wireKey; });
+  }
+  // The first queued unit, in the policy's order, that may travel now (queue.end() if none).
+  UnitQueue::iterator nextSendableLocked() const {
+    return std::find_if(queue.begin(), queue.end(),
+                        [&](const std::shared_ptr<Unit>& q) { return !keyOutLocked(q->wireKey); });
   }
 
   // Removes the unit at `it` and accounts it as handed to the transport (ack and result
@@ -410,14 +428,14 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // argument needs the most urgent unit). Placement is untouched: a chunk's daemon is fixed.
   void dispatchCentral(std::unique_lock<std::mutex>& lock) {
     SchedClient* sched = options.scheduler;
-    const std::shared_ptr<Unit> chosen = *queue.begin();
+    const std::shared_ptr<Unit> chosen = *nextSendableLocked();
     const std::shared_ptr<UpdateState> up = chosen->update;
     std::vector<int> cands = {chosen->destination};
     uint64_t bytes = chosen->in.bytes();  // the largest unit that may go (the grant's size)
     const bool bypass = outstanding.size() >= static_cast<size_t>(options.maxOutstanding);
     if (up && !bypass) {
       for (const auto& q : queue) {
-        if (q->update != up) continue;
+        if (q->update != up || keyOutLocked(q->wireKey)) continue;
         bytes = std::max<uint64_t>(bytes, q->in.bytes());
         if (std::find(cands.begin(), cands.end(), q->destination) == cands.end()) {
           cands.push_back(q->destination);
@@ -451,7 +469,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
     // The most urgent equivalent unit going there: the first in queue order.
     auto pick = std::find_if(queue.begin(), queue.end(), [&](const std::shared_ptr<Unit>& q) {
-      return equivalent(q) && q->destination == g.destination;
+      return equivalent(q) && q->destination == g.destination && !keyOutLocked(q->wireKey);
     });
     if (pick == queue.end()) {  // dropped meanwhile (cancel, deadline): give the grant back
       sched->giveBack(g);
@@ -486,9 +504,11 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // wait anyway).
   bool mayDispatchLocked() const {
     if (paused || queue.empty() || inFlight >= options.maxInFlight) return false;
+    const auto next = nextSendableLocked();
+    if (next == queue.end()) return false;
     if (outstanding.size() < static_cast<size_t>(options.maxOutstanding)) return true;
     if (inFlight > 0) return false;
-    const UnitInfo& best = (*queue.begin())->info;
+    const UnitInfo& best = (*next)->info;
     for (const auto& o : outstanding) {
       if (!policy->before(best, o->info)) return false;
     }

@@ -534,6 +534,43 @@ TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
   }
 }
 
+// A key queued again while its previous update is still on the wire (here a fused update past
+// its deadline: its handle completes at once, its bucket goes on waiting for worker 1) waits
+// for that round's result before it travels. It used to go at once, for the next round, which
+// the daemon refuses while the earlier one is open (one round at a time per chunk): worker 0's
+// second update failed, and worker 1's later waited for worker 0 until the round timeout.
+TEST(TransferDeadline, AKeyQueuedAgainWhileItsPreviousRoundIsOpenWaitsForIt) {
+  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "3000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto c0 = connectOrDie(cluster, 0);
+  auto c1 = connectOrDie(cluster, 1);
+  ASSERT_TRUE(c0 && c1);
+  auto m0 = makeManager(*c0, {});
+  auto m1 = makeManager(*c1, {});
+  ASSERT_TRUE(m0 && m1);
+  std::vector<float> a0(100, 1), b0(100, 100), a1(100, 10), b1(100, 1000);
+  GradientUpdate late = f32Update(5, a0);  // small: fused
+  late.deadline = Deadline::afterMs(200);
+  TransferHandle hLate = m0->enqueue(late);
+  m0->flush();
+  EXPECT_EQ(hLate.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+  TransferHandle hB0 = m0->enqueue(f32Update(5, b0));
+  m0->flush();
+  // Worker 1 comes late to round 0, then sends round 1.
+  TransferHandle hA1 = m1->enqueue(f32Update(5, a1));
+  m1->flush();
+  ASSERT_TRUE(hA1.wait(Deadline::afterMs(20000)).ok()) << hA1.status();
+  EXPECT_EQ(a1[0], 11.0f) << "round 0 is worker 0's late update and worker 1's first";
+  TransferHandle hB1 = m1->enqueue(f32Update(5, b1));
+  m1->flush();
+  const Status s0 = hB0.wait(Deadline::afterMs(20000));
+  const Status s1 = hB1.wait(Deadline::afterMs(20000));
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(b0[0], 1100.0f);
+  EXPECT_EQ(b1[0], 1100.0f);
+}
+
 // A handle is cancelled through its own manager only: another manager would touch its state
 // under the wrong mutex.
 TEST(TransferCancel, AHandleFromAnotherManagerIsRefused) {
