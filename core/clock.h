@@ -17,7 +17,15 @@ class Deadline {
   // A deadline that never expires. Use sparingly: prefer after().
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   static Deadline after(Duration d);
-  static Deadline afterMs(int64_t ms) { return after(Millis(ms)); }
+  // Milliseconds past what nanoseconds can count (about 292 years, INT64_MAX say, for
+  // "forever") are never, like after()'s; converting them overflowed into a negative duration,
+  // a deadline already past.
+  static Deadline afterMs(int64_t ms) {
+    if (ms > std::chrono::duration_cast<Millis>(Duration::max()).count()) return never();
+    if (ms < std::chrono::duration_cast<Millis>(Duration::min()).count())
+      return after(Duration::zero());
+    return after(Millis(ms));
+  }
   static Deadline at(Clock::time_point t) { return Deadline(t); }
 
   bool isNever() const { return when_ == Clock::time_point::max(); }

@@ -31,6 +31,11 @@ TEST(DeadlineTest, MinPicksTheEarlier) {
 
 TEST(DeadlineTest, HugeDurationsSaturateToNever) {
   EXPECT_TRUE(Deadline::after(Duration::max()).isNever());
+  // In milliseconds too: INT64_MAX ms (an option's "forever") overflowed the conversion to
+  // nanoseconds and came out as a deadline already past.
+  EXPECT_TRUE(Deadline::afterMs(INT64_MAX).isNever());
+  EXPECT_TRUE(Deadline::afterMs(INT64_MAX / 1000).isNever());
+  EXPECT_TRUE(Deadline::afterMs(INT64_MIN).expired());
 }
 
 TEST(ClockTest, WallTimestampIsIso8601Utc) {
