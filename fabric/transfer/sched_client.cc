@@ -121,9 +121,13 @@ StatusOr<std::unique_ptr<SchedClient>> SchedClient::connect(Store& store, int ra
   if (o.address.empty()) {
     const std::string key = schedulerAddressKey(o.storePrefix);
     auto addr = store.get(key, Deadline::afterMs(o.connectTimeoutMs));
-    if (!addr.ok()) {
+    if (!addr.ok() && addr.status().code() == StatusCode::kDeadlineExceeded) {
       return DeadlineExceeded("central scheduler (cofab-sched) did not register '" + key +
                               "' in the store: " + addr.status().toString());
+    }
+    // Any other store failure (the store server gone, say) keeps its own code.
+    if (!addr.ok()) {
+      return addr.status().withContext("central scheduler (cofab-sched) address '" + key + "'");
     }
     o.address.assign(addr->begin(), addr->end());
   }

@@ -164,6 +164,37 @@ transfer::SchedClientOptions reach(const transfer::CentralScheduler& sched) {
   return co;
 }
 
+// A store that answers every call with the same failure (its server gone).
+class FailingStore final : public Store {
+ public:
+  explicit FailingStore(Status st) : st_(std::move(st)) {}
+  Status set(std::string_view, const Bytes&) override { return st_; }
+  StatusOr<Bytes> get(std::string_view, Deadline) override { return st_; }
+  StatusOr<int64_t> add(std::string_view, int64_t) override { return st_; }
+  Status wait(const std::vector<std::string>&, Deadline) override { return st_; }
+  StatusOr<Bytes> compareSet(std::string_view, const Bytes&, const Bytes&) override { return st_; }
+  StatusOr<bool> remove(std::string_view) override { return st_; }
+  StatusOr<bool> check(const std::vector<std::string>&) override { return st_; }
+  std::string describe() const override { return "failing://"; }
+
+ private:
+  Status st_;
+};
+
+// Finding the scheduler's address: a store that fails is reported as that failure, not as a
+// scheduler that did not register in time (every store error used to become DeadlineExceeded).
+TEST(CentralScheduler, AFailingStoreIsNotReportedAsAnUnregisteredScheduler) {
+  FailingStore gone(Unavailable("the store server is gone"));
+  auto sc = transfer::SchedClient::connect(gone, 0);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_EQ(sc.status().code(), StatusCode::kUnavailable) << sc.status();
+  EXPECT_NE(sc.status().message().find("cofab-sched"), std::string::npos) << sc.status();
+  FailingStore slow(DeadlineExceeded("timed out waiting for the key"));
+  auto late = transfer::SchedClient::connect(slow, 0);
+  EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_NE(late.status().message().find("did not register"), std::string::npos) << late.status();
+}
+
 TEST(CentralScheduler, GrantsArePacedAtTheConfiguredRate) {
   auto sched = localScheduler(1, 1 << 20, 1000000);  // 100 kB take 100 ms
   ASSERT_TRUE(sched.ok()) << sched.status();
