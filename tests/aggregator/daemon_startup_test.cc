@@ -83,5 +83,41 @@ TEST(DaemonStartup, SigtermWhileConnectingToTheBackupStopsBeforeServing) {
   expectStopsBeforeServing(pid, log, 300);  // 300 ms: into the connect's retries
 }
 
+// Daemons of one job that disagree on --servers: the store holds one count (the first daemon's)
+// that workers read, while each daemon places chunks and backups by its own. The second used
+// to overwrite the count and serve; it now exits 1 naming both counts, before publishing its
+// address.
+TEST(DaemonStartup, ADaemonWithAnotherServerCountThanTheJobsIsRefused) {
+  TempDir dir;
+  const std::string url = "file://" + dir.path();
+  const std::string log = dir.path() + "/aggd.log";
+  {
+    auto store = openStore(url, Deadline::afterMs(5000));
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->set(ps::serverCountKey("cofab/agg"), toBytes("3")).ok());
+  }
+  const pid_t pid = spawnDaemon({COFAB_AGGD_PATH, "--store", url, "--workers", "1", "--servers",
+                                 "2", "--id", "0", "--http", "off"},
+                                log);
+  int status = 0;
+  const bool exited = reapBefore(pid, Deadline::afterMs(20000), &status);
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(exited) << "the daemon served with a count the job does not have\n" << out;
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("says --servers 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("holds 3"), std::string::npos) << out;
+  auto store = openStore(url, Deadline::afterMs(5000));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto published = (*store)->check({ps::serverAddressKey("cofab/agg", 0)});
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_FALSE(*published) << "the refused daemon advertised itself to workers";
+}
+
 }  // namespace
 }  // namespace cofab::testing
