@@ -151,23 +151,37 @@ Status FileStore::writeKey(std::string_view key, const Bytes& value) {
   return OkStatus();
 }
 
+StatusOr<bool> FileStore::exists(std::string_view key) const {
+  const std::string path = pathFor(key);
+  if (::access(path.c_str(), F_OK) == 0) return true;
+  // Only ENOENT means absent: a directory that became unreadable, or a file, or a failing
+  // network mount is an error, not keys that will come (waits used to run to their deadline
+  // blaming the keys, and check() said false).
+  if (errno == ENOENT) return false;
+  return errnoStatus(StatusCode::kIoError, "access " + path, errno);
+}
+
 template <typename Fn>
-auto FileStore::withLock(Fn&& fn) -> decltype(fn()) {
+auto FileStore::withLock(Fn&& fn, Deadline callerDeadline) -> decltype(fn()) {
   std::string path = dir_ + "/.lock";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return errnoStatus(StatusCode::kIoError, "open " + path, errno);
   Fd guard(fd);
   // Bounded like every store call: a holder that is stopped or stuck must not hang us.
   COFAB_ASSIGN_OR_RETURN(int64_t timeoutMs, storeCallTimeoutMs());
-  const Deadline deadline = Deadline::afterMs(timeoutMs);
+  const Deadline storeDeadline = Deadline::afterMs(timeoutMs);
+  const bool callersFirst = callerDeadline.when() < storeDeadline.when();
+  const Deadline deadline = storeDeadline.min(callerDeadline);
   auto pause = std::chrono::microseconds(100);
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) return errnoStatus(StatusCode::kIoError, "flock " + path, errno);
     if (deadline.expired()) {
+      const std::string when =
+          callersFirst ? "at the caller's deadline"
+                       : "after " + std::to_string(timeoutMs) + " ms (COFAB_STORE_TIMEOUT_MS)";
       return DeadlineExceeded(describe() + ": its lock " + path + " is still held by another " +
-                              "process after " + std::to_string(timeoutMs) +
-                              " ms (COFAB_STORE_TIMEOUT_MS); is a store user stopped or stuck?");
+                              "process " + when + "; is a store user stopped or stuck?");
     }
     std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
@@ -181,6 +195,12 @@ Status FileStore::set(std::string_view key, const Bytes& value) {
   // Under the lock like add() and compareSet(): their read-modify-write would otherwise write
   // back over a set that landed between their read and their write, losing it.
   return withLock([&]() -> Status { return writeKey(key, value); });
+}
+
+Status FileStore::setBy(std::string_view key, const Bytes& value, Deadline deadline) {
+  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
+  COFAB_RETURN_IF_ERROR(validateStoreValue(value));
+  return withLock([&]() -> Status { return writeKey(key, value); }, deadline);
 }
 
 StatusOr<Bytes> FileStore::get(std::string_view key, Deadline deadline) {
@@ -213,7 +233,8 @@ Status FileStore::wait(const std::vector<std::string>& keys, Deadline deadline) 
   while (true) {
     std::vector<std::string> missing;
     for (const auto& k : keys) {
-      if (::access(pathFor(k).c_str(), F_OK) != 0) missing.push_back(k);
+      COFAB_ASSIGN_OR_RETURN(bool present, exists(k));
+      if (!present) missing.push_back(k);
     }
     if (missing.empty()) return OkStatus();
     if (deadline.expired()) return storeWaitTimeout(describe(), missing);
@@ -250,9 +271,10 @@ StatusOr<bool> FileStore::remove(std::string_view key) {
 }
 
 StatusOr<bool> FileStore::check(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) COFAB_RETURN_IF_ERROR(validateStoreKey(k));
   for (const auto& k : keys) {
-    COFAB_RETURN_IF_ERROR(validateStoreKey(k));
-    if (::access(pathFor(k).c_str(), F_OK) != 0) return false;
+    COFAB_ASSIGN_OR_RETURN(bool present, exists(k));
+    if (!present) return false;
   }
   return true;
 }

@@ -21,6 +21,9 @@ class FileStore final : public Store {
   static StatusOr<std::unique_ptr<FileStore>> open(const std::string& dir);
 
   Status set(std::string_view key, const Bytes& value) override;
+  // set() whose wait for the directory's lock also ends at `deadline` (a holder that is stopped
+  // must not delay a collective's failure report by the whole store timeout).
+  Status setBy(std::string_view key, const Bytes& value, Deadline deadline) override;
   StatusOr<Bytes> get(std::string_view key, Deadline deadline) override;
   StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
@@ -37,9 +40,12 @@ class FileStore final : public Store {
   // Reads the value of key: NotFound is reported as ok=false in *found.
   StatusOr<Bytes> readKey(std::string_view key, bool* found) const;
   Status writeKey(std::string_view key, const Bytes& value);
-  // Runs fn while holding the directory's exclusive flock.
+  // Whether key exists; IoError for anything but its absence.
+  StatusOr<bool> exists(std::string_view key) const;
+  // Runs fn while holding the directory's exclusive flock, waited for until the store's call
+  // timeout or `deadline`, whichever comes first.
   template <typename Fn>
-  auto withLock(Fn&& fn) -> decltype(fn());
+  auto withLock(Fn&& fn, Deadline deadline = Deadline::never()) -> decltype(fn());
 
   std::string dir_;
 };

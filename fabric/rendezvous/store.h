@@ -34,7 +34,8 @@ class Store {
   virtual Status set(std::string_view key, const Bytes& value) = 0;
   // set() that gives up at `deadline` when that comes before the store's own call timeout: for
   // a caller that must answer by a deadline of its own (a collective's failure report) while the
-  // store may be gone. Stores whose calls do not wait on a network (memory, files) just set().
+  // store may be gone (tcp) or its lock held by a stopped process (files). Stores whose calls
+  // never wait (memory) just set().
   virtual Status setBy(std::string_view key, const Bytes& value, Deadline deadline) {
     (void)deadline;
     return set(key, value);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -313,6 +314,43 @@ TEST(FileStoreTest, AHeldLockIsADeadlineNotAHang) {
   EXPECT_EQ(swapped.status().code(), StatusCode::kDeadlineExceeded) << swapped.status();
   ::close(holder);  // released: the store works again
   EXPECT_EQ((*store)->add("n", 1).value(), 1);
+}
+
+// setBy() ends its wait for a held lock at the caller's deadline, not the store's timeout: a
+// collective's failure report (1 s of grace) used to wait the whole COFAB_STORE_TIMEOUT_MS
+// (60 s by default) behind a stopped store user, twice.
+TEST(FileStoreTest, SetByWaitsForAHeldLockOnlyUntilItsDeadline) {
+  testing::TempDir dir;
+  auto store = FileStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  const std::string lockPath = dir.path() + "/.lock";
+  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "20000");
+  Status st = (*store)->setBy("diag/0", toBytes("x"), Deadline::afterMs(50));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("at the caller's deadline"), std::string::npos) << st;
+  ::close(holder);
+  ASSERT_TRUE((*store)->setBy("diag/0", toBytes("x"), Deadline::afterMs(5000)).ok());
+  EXPECT_EQ((*store)->get("diag/0", Deadline::afterMs(0)).value(), toBytes("x"));
+}
+
+// Only a missing key is "not there yet": a store directory that turned into something else (a
+// file here; a failing network mount, a directory made unreadable) is an error at once. wait()
+// used to run to its deadline blaming the keys, and check() said false.
+TEST(FileStoreTest, AStoreDirectoryThatIsGoneIsAnErrorNotMissingKeys) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/store";
+  auto store = FileStore::open(path);
+  ASSERT_TRUE(store.ok());
+  std::filesystem::remove_all(path);
+  std::ofstream(path) << "not a directory";
+  Status waited = (*store)->wait({"k"}, Deadline::afterMs(60000));
+  EXPECT_EQ(waited.code(), StatusCode::kIoError) << waited;
+  EXPECT_NE(waited.message().find(path), std::string::npos) << waited;
+  auto checked = (*store)->check({"k"});
+  EXPECT_EQ(checked.status().code(), StatusCode::kIoError) << checked.status();
 }
 
 // set() and remove() take the directory lock like add() and compareSet(). Outside it, a set or
