@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "core/clock.h"
@@ -12,7 +15,16 @@
 
 namespace cofab::aggregator {
 
+// Whether the endpoint's callbacks may still be called: stop() closes it (waiting for a
+// callback in progress) before it may leave the loop's thread behind, so that no callback runs
+// into what the daemon frees after stop() returns.
+struct CallbackGate {
+  std::shared_mutex mu;
+  bool open = true;
+};
+
 struct HttpEndpoint::Impl {
+  std::shared_ptr<CallbackGate> gate = std::make_shared<CallbackGate>();
   httplib::Server server;
   std::thread thread;
   std::atomic<bool> listenReturned{false};
@@ -27,11 +39,18 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   auto impl = std::make_unique<Impl>();
   auto metrics = options.metrics;
   auto healthy = options.healthy;
-  impl->server.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+  auto gate = impl->gate;
+  impl->server.Get("/metrics", [metrics, gate](const httplib::Request&, httplib::Response& res) {
+    std::shared_lock<std::shared_mutex> lock(gate->mu);
+    if (!gate->open) {
+      res.status = 503;
+      return;
+    }
     res.set_content(metrics ? metrics() : std::string(), "text/plain; version=0.0.4");
   });
-  impl->server.Get("/healthz", [healthy](const httplib::Request&, httplib::Response& res) {
-    const bool ok = !healthy || healthy();
+  impl->server.Get("/healthz", [healthy, gate](const httplib::Request&, httplib::Response& res) {
+    std::shared_lock<std::shared_mutex> lock(gate->mu);
+    const bool ok = gate->open && (!healthy || healthy());
     res.status = ok ? 200 : 503;
     res.set_content(ok ? "ok\n" : "draining\n", "text/plain");
   });
@@ -51,6 +70,15 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   // one POST streaming /dev/zero grew the daemon until the OOM killer ended it. Other methods
   // are answered 405 before anything of their body is read.
   impl->server.set_payload_max_length(4096);
+  // One request per connection: httplib decides keep-alive from the request alone, so after a
+  // 405 it would parse the unread body as the next request line, growing its line buffer
+  // without a limit until a newline (a POST of /dev/zero), or serve a request smuggled in the
+  // body. Scrapers reconnect; that costs one connect per scrape.
+  impl->server.set_keep_alive_max_count(1);
+  // Nor is a client invited to send a body (httplib answers 100 Continue by default).
+  impl->server.set_expect_100_continue_handler([](const httplib::Request& req, httplib::Response&) {
+    return req.method == "GET" || req.method == "HEAD" ? 100 : 417;
+  });
   impl->server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     if (req.method == "GET" || req.method == "HEAD") {
       return httplib::Server::HandlerResponse::Unhandled;
@@ -92,11 +120,19 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
   if (!raw->server.is_running()) {
     raw->server.stop();
     if (!raw->listenReturned) {
-      // Still not running after 10 s: leave the thread (and what it uses) rather than hang.
+      // Still not running after 10 s: leave the thread (and what it uses) rather than hang;
+      // whichever of it and this ends last frees the Impl.
+      Status late = Internal("metrics endpoint on port " + std::to_string(raw->port) +
+                             ": its HTTP loop did not start within 10 s");
+      {
+        std::unique_lock<std::shared_mutex> lock(raw->gate->mu);
+        raw->gate->open = false;
+      }
       raw->thread.detach();
       (void)impl.release();
-      return Internal("metrics endpoint on port " + std::to_string(raw->port) +
-                      ": its HTTP loop did not start within 10 s");
+      raw->abandoned = true;
+      if (raw->handedOff.exchange(true)) delete raw;
+      return late;
     }
     raw->thread.join();
     return IoError("metrics endpoint on port " + std::to_string(raw->port) +
@@ -111,6 +147,10 @@ HttpEndpoint::~HttpEndpoint() { stop(); }
 
 void HttpEndpoint::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->gate->mu);
+    impl_->gate->open = false;
+  }
   impl_->server.stop();
   // httplib's loop returns only once every connection's worker has: a client trickling a
   // request a byte at a time (under the read timeout each) would hold the daemon's exit for

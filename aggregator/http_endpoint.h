@@ -26,7 +26,8 @@ class HttpEndpoint {
   ~HttpEndpoint();  // stop()
   int port() const { return port_; }
   // Closes the port and waits for the connections being served, at most kStopMs: a client
-  // holding its request open past that is left to a thread that is no longer waited for.
+  // holding its request open past that is left to a thread that is no longer waited for. Either
+  // way, once stop() returns the callbacks (metrics, healthy) are never called again.
   void stop();
   static constexpr int64_t kStopMs = 2000;
 

@@ -99,6 +99,55 @@ TEST(HttpEndpointTest, AMethodOtherThanGetIsRefusedBeforeItsBodyIsRead) {
   EXPECT_NE(get((*ep)->port(), "/metrics").find("cofab_up 1"), std::string::npos);
 }
 
+// One request per connection: after the 405, the unread body is not parsed as more requests (a
+// GET smuggled in a POST's body was served; a body of /dev/zero grew httplib's line buffer
+// without a limit).
+TEST(HttpEndpointTest, ARefusedRequestsBodyIsNeverReadAsAnotherRequest) {
+  auto ep = HttpEndpoint::start({.metrics = [] { return std::string("cofab_up 1\n"); }});
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const std::string smuggled = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string out =
+      httpExchange((*ep)->port(), "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                      std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
+  EXPECT_NE(out.find(" 405 "), std::string::npos) << out;
+  EXPECT_EQ(out.find("cofab_up"), std::string::npos) << "the body was served as a request:\n"
+                                                     << out;
+  EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << "more than one response:\n" << out;
+}
+
+// Once stop() has returned, the endpoint's callbacks are not called again, also when it had to
+// leave a client's connection behind (they may use what the daemon frees right after).
+TEST(HttpEndpointTest, NoCallbackRunsAfterStopReturns) {
+  std::atomic<bool> stopped{false};
+  std::atomic<int> lateCalls{0};
+  auto ep = HttpEndpoint::start({.metrics = [&] {
+    if (stopped) lateCalls++;
+    return std::string("cofab_up 1\n");
+  }});
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const int fd = connectTo((*ep)->port());
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    const std::string header = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    for (int i = 0; i < 60 && !done; ++i) {  // past stop()'s bound, then the request ends
+      ::send(fd, "a", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::send(fd, "\r\n\r\n", 4, MSG_NOSIGNAL);
+    char buf[4096];
+    while (::recv(fd, buf, sizeof(buf), 0) > 0) {
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  (*ep)->stop();
+  stopped = true;
+  trickle.join();
+  ::close(fd);
+  EXPECT_EQ(lateCalls.load(), 0) << "metrics() ran after stop() returned";
+}
+
 // A client that holds a request open, a byte at a time, does not hold stop() (and so the
 // daemon's exit after SIGTERM) for good: httplib waits for every connection's worker.
 TEST(HttpEndpointTest, AClientTricklingARequestDoesNotHoldStop) {
