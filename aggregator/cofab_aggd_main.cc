@@ -52,6 +52,19 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
     return *stopped != 0 ? OkStatus() : r.status();
   };
   if (store) {
+    // Every daemon of the job must say the same --servers: workers read one count, while each
+    // daemon places chunks and backups by its own. The first one's stays; another count is
+    // refused before anything of this daemon is published (it used to overwrite the key).
+    const std::string countKey = ps::serverCountKey(c.storePrefix);
+    const Bytes count = toBytes(std::to_string(o.numServers));
+    COFAB_ASSIGN_OR_RETURN(Bytes agreed, store->compareSet(countKey, {}, count));
+    if (agreed != count) {
+      return InvalidArgument("daemon " + std::to_string(o.id) + " says --servers " +
+                             std::to_string(o.numServers) + ", but " + store->describe() +
+                             " holds " + toString(agreed) + " under '" + countKey +
+                             "' from another daemon of this job (or an earlier job: use a "
+                             "fresh store or --store-prefix per job)");
+    }
     // Daemon-to-daemon address first; the worker-facing key only once replication is wired,
     // so no worker can push before this daemon forwards.
     const std::string listenKey = c.storePrefix + "/listen/" + std::to_string(o.id);
@@ -66,19 +79,6 @@ Status registerAndReplicate(AggregatorServer& server, const DaemonConfig& c, Sto
       if (*stopped != 0) return OkStatus();
     }
     if ((*stopped = StopSignals::pending()) != 0) return OkStatus();
-    // Every daemon of the job must say the same --servers: workers read one count, while each
-    // daemon places chunks and backups by its own. The first one's stays; another count is
-    // refused before anything of this daemon is published (it used to overwrite the key).
-    const std::string countKey = ps::serverCountKey(c.storePrefix);
-    const Bytes count = toBytes(std::to_string(o.numServers));
-    COFAB_ASSIGN_OR_RETURN(Bytes agreed, store->compareSet(countKey, {}, count));
-    if (agreed != count) {
-      return InvalidArgument("daemon " + std::to_string(o.id) + " says --servers " +
-                             std::to_string(o.numServers) + ", but " + store->describe() +
-                             " holds " + toString(agreed) + " under '" + countKey +
-                             "' from another daemon of this job (or an earlier job: use a "
-                             "fresh store or --store-prefix per job)");
-    }
     if (!httpAddress.empty()) {
       COFAB_RETURN_IF_ERROR(
           store->set(c.storePrefix + "/http/" + std::to_string(o.id), toBytes(httpAddress)));

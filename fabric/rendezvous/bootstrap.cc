@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -171,8 +172,16 @@ std::string defaultJoinToken() {
     drawnIn = ::getpid();
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
-    std::random_device random;
-    const uint64_t nonce = (uint64_t{random()} << 32) | random();
+    uint64_t nonce = 0;
+    try {
+      std::random_device random;
+      nonce = (uint64_t{random()} << 32) | random();
+    } catch (...) {
+      // No entropy source (a sandbox without getrandom or /dev/urandom): the clock still
+      // tells two processes apart in all but the most unlucky case.
+      nonce = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+              (static_cast<uint64_t>(drawnIn) << 40);
+    }
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
     token = std::string(host) + ":" + std::to_string(drawnIn) + ":" + hex;

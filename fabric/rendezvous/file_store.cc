@@ -157,8 +157,14 @@ StatusOr<bool> FileStore::exists(std::string_view key) const {
   // Only ENOENT means absent: a directory that became unreadable, or a file, or a failing
   // network mount is an error, not keys that will come (waits used to run to their deadline
   // blaming the keys, and check() said false).
-  if (errno == ENOENT) return false;
-  return errnoStatus(StatusCode::kIoError, "access " + path, errno);
+  const int err = errno;
+  if (err == ENOENT) {
+    // Absent, unless the directory itself is gone: then no key will ever come.
+    struct stat st {};
+    if (::stat(dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;
+    return IoError(describe() + ": the store directory is gone or is not a directory");
+  }
+  return errnoStatus(StatusCode::kIoError, "access " + path, err);
 }
 
 template <typename Fn>

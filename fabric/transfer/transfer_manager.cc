@@ -501,7 +501,9 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // urgent unfinished unit of the job can then always be sent by every worker that has it
   // queued, so no cycle of waits can form, as long as the policy's order is the same on every
   // worker (fifo, priority; deadline when the deadlines agree — and a missed deadline ends any
-  // wait anyway).
+  // wait anyway). The unit weighed is the most urgent sendable one (keyOutLocked): one held
+  // for its own key's earlier round waits only for that round, which every other worker's
+  // queue sends, so it adds no cycle.
   bool mayDispatchLocked() const {
     if (paused || queue.empty() || inFlight >= options.maxInFlight) return false;
     const auto next = nextSendableLocked();

@@ -351,6 +351,11 @@ TEST(FileStoreTest, AStoreDirectoryThatIsGoneIsAnErrorNotMissingKeys) {
   EXPECT_NE(waited.message().find(path), std::string::npos) << waited;
   auto checked = (*store)->check({"k"});
   EXPECT_EQ(checked.status().code(), StatusCode::kIoError) << checked.status();
+  // Gone altogether (ENOENT for the key as for a key not yet written).
+  std::filesystem::remove(path);
+  Status gone = (*store)->wait({"k"}, Deadline::afterMs(60000));
+  EXPECT_EQ(gone.code(), StatusCode::kIoError) << gone;
+  EXPECT_EQ((*store)->check({"k"}).status().code(), StatusCode::kIoError);
 }
 
 // set() and remove() take the directory lock like add() and compareSet(). Outside it, a set or

@@ -540,7 +540,7 @@ TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
 // the daemon refuses while the earlier one is open (one round at a time per chunk): worker 0's
 // second update failed, and worker 1's later waited for worker 0 until the round timeout.
 TEST(TransferDeadline, AKeyQueuedAgainWhileItsPreviousRoundIsOpenWaitsForIt) {
-  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "3000"});
+  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "8000"});
   ASSERT_TRUE(cluster.start().ok());
   auto c0 = connectOrDie(cluster, 0);
   auto c1 = connectOrDie(cluster, 1);
