@@ -50,6 +50,17 @@ std::string httpExchange(int port, const std::string& request) {
   return out;
 }
 
+// Starts a GET on `fd` and then sends its header line a byte every 100 ms, `ticks` times or
+// until `done`, without ending the request.
+void trickleRequest(int fd, int ticks, const std::atomic<bool>& done) {
+  const std::string header = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+  ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+  for (int i = 0; i < ticks && !done; ++i) {
+    ::send(fd, "a", 1, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 // One plain HTTP/1.0 GET on 127.0.0.1:port.
 std::string get(int port, const std::string& path) {
   return httpExchange(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
@@ -129,12 +140,7 @@ TEST(HttpEndpointTest, NoCallbackRunsAfterStopReturns) {
   ASSERT_GE(fd, 0);
   std::atomic<bool> done{false};
   std::thread trickle([&] {
-    const std::string header = "GET /metrics HTTP/1.1\r\nX-Slow: ";
-    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
-    for (int i = 0; i < 60 && !done; ++i) {  // past stop()'s bound, then the request ends
-      ::send(fd, "a", 1, MSG_NOSIGNAL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    trickleRequest(fd, 60, done);  // past stop()'s bound, then the request ends
     ::send(fd, "\r\n\r\n", 4, MSG_NOSIGNAL);
     char buf[4096];
     while (::recv(fd, buf, sizeof(buf), 0) > 0) {
@@ -156,14 +162,7 @@ TEST(HttpEndpointTest, AClientTricklingARequestDoesNotHoldStop) {
   const int fd = connectTo((*ep)->port());
   ASSERT_GE(fd, 0);
   std::atomic<bool> done{false};
-  std::thread trickle([&] {
-    const std::string header = "GET /metrics HTTP/1.1\r\nX-Slow: ";
-    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
-    for (int i = 0; i < 600 && !done; ++i) {  // 60 s at most
-      ::send(fd, "a", 1, MSG_NOSIGNAL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
+  std::thread trickle([&] { trickleRequest(fd, 600, done); });  // 60 s at most
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its request is being read
   auto stopped = std::async(std::launch::async, [&] { (*ep)->stop(); });
   const bool returned = stopped.wait_for(std::chrono::seconds(30)) == std::future_status::ready;

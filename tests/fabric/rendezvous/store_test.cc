@@ -295,16 +295,26 @@ TEST(FileStoreTest, TwoInstancesInOneProcessWriteSideBySide) {
   EXPECT_EQ(toString((*a)->get("y", Deadline::afterMs(1000)).value()), "from b");
 }
 
+// Takes a FileStore directory's lock as another process would (its own open file description);
+// the descriptor, -1 on failure. Closing it releases the lock.
+int holdStoreLock(const std::string& dir) {
+  const std::string lockPath = dir + "/.lock";
+  const int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0 && ::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A process holding the directory lock (stopped, stuck) makes add() and compareSet() fail at
 // COFAB_STORE_TIMEOUT_MS naming the lock, instead of blocking forever.
 TEST(FileStoreTest, AHeldLockIsADeadlineNotAHang) {
   testing::TempDir dir;
   auto store = FileStore::open(dir.path());
   ASSERT_TRUE(store.ok());
-  const std::string lockPath = dir.path() + "/.lock";
-  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int holder = holdStoreLock(dir.path());  // another open file description: conflicts
   ASSERT_GE(holder, 0);
-  ASSERT_EQ(::flock(holder, LOCK_EX), 0);  // another open file description: conflicts
   ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "100");
   auto added = (*store)->add("n", 1);
   ASSERT_FALSE(added.ok());
@@ -323,10 +333,8 @@ TEST(FileStoreTest, SetByWaitsForAHeldLockOnlyUntilItsDeadline) {
   testing::TempDir dir;
   auto store = FileStore::open(dir.path());
   ASSERT_TRUE(store.ok());
-  const std::string lockPath = dir.path() + "/.lock";
-  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int holder = holdStoreLock(dir.path());
   ASSERT_GE(holder, 0);
-  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
   ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "20000");
   Status st = (*store)->setBy("diag/0", toBytes("x"), Deadline::afterMs(50));
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
@@ -366,10 +374,8 @@ TEST(FileStoreTest, SetAndRemoveTakeTheLockThatAddTakes) {
   auto store = FileStore::open(dir.path());
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->set("k", toBytes("v")).ok());
-  const std::string lockPath = dir.path() + "/.lock";
-  const int holder = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int holder = holdStoreLock(dir.path());  // as an add() in the middle of its read and write
   ASSERT_GE(holder, 0);
-  ASSERT_EQ(::flock(holder, LOCK_EX), 0);  // as an add() in the middle of its read and write
   {
     ScopedParamOverride timeout("COFAB_STORE_TIMEOUT_MS", "100");
     Status set = (*store)->set("k", toBytes("w"));
