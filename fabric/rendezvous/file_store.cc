@@ -157,14 +157,15 @@ StatusOr<bool> FileStore::exists(std::string_view key) const {
   // Only ENOENT means absent: a directory that became unreadable, or a file, or a failing
   // network mount is an error, not keys that will come (waits used to run to their deadline
   // blaming the keys, and check() said false).
-  const int err = errno;
-  if (err == ENOENT) {
-    // Absent, unless the directory itself is gone: then no key will ever come.
-    struct stat st {};
-    if (::stat(dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;
-    return IoError(describe() + ": the store directory is gone or is not a directory");
-  }
-  return errnoStatus(StatusCode::kIoError, "access " + path, err);
+  if (errno == ENOENT) return false;
+  return errnoStatus(StatusCode::kIoError, "access " + path, errno);
+}
+
+Status FileStore::checkDirectory() const {
+  // A key is absent (ENOENT) also when the directory itself is gone: then none will come.
+  struct stat st {};
+  if (::stat(dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return OkStatus();
+  return IoError(describe() + ": the store directory is gone or is not a directory");
 }
 
 template <typename Fn>
@@ -243,6 +244,7 @@ Status FileStore::wait(const std::vector<std::string>& keys, Deadline deadline) 
       if (!present) missing.push_back(k);
     }
     if (missing.empty()) return OkStatus();
+    COFAB_RETURN_IF_ERROR(checkDirectory());  // once per round, not per missing key
     if (deadline.expired()) return storeWaitTimeout(describe(), missing);
     std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
@@ -280,7 +282,10 @@ StatusOr<bool> FileStore::check(const std::vector<std::string>& keys) {
   for (const auto& k : keys) COFAB_RETURN_IF_ERROR(validateStoreKey(k));
   for (const auto& k : keys) {
     COFAB_ASSIGN_OR_RETURN(bool present, exists(k));
-    if (!present) return false;
+    if (!present) {
+      COFAB_RETURN_IF_ERROR(checkDirectory());
+      return false;
+    }
   }
   return true;
 }

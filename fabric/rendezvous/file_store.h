@@ -42,6 +42,8 @@ class FileStore final : public Store {
   Status writeKey(std::string_view key, const Bytes& value);
   // Whether key exists; IoError for anything but its absence.
   StatusOr<bool> exists(std::string_view key) const;
+  // IoError when the store directory is gone or is no directory (keys then read as absent).
+  Status checkDirectory() const;
   // Runs fn while holding the directory's exclusive flock, waited for until the store's call
   // timeout or `deadline`, whichever comes first.
   template <typename Fn>
