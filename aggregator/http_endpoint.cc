@@ -35,6 +35,26 @@ struct HttpEndpoint::Impl {
   int port = 0;
 };
 
+namespace {
+
+// No callback runs once this returns (one in progress is waited for).
+void closeGate(HttpEndpoint::Impl& impl) {
+  std::unique_lock<std::shared_mutex> lock(impl.gate->mu);
+  impl.gate->open = false;
+}
+
+// Leaves the loop's thread running, no longer waited for: whichever of it and this ends last
+// frees the Impl (the thread does when its loop returns).
+void abandonLoop(std::unique_ptr<HttpEndpoint::Impl> impl) {
+  closeGate(*impl);
+  impl->thread.detach();
+  HttpEndpoint::Impl* raw = impl.release();
+  raw->abandoned = true;
+  if (raw->handedOff.exchange(true)) delete raw;  // the loop ended meanwhile
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions options) {
   auto impl = std::make_unique<Impl>();
   auto metrics = options.metrics;
@@ -124,14 +144,7 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(HttpEndpointOptions 
       // whichever of it and this ends last frees the Impl.
       Status late = Internal("metrics endpoint on port " + std::to_string(raw->port) +
                              ": its HTTP loop did not start within 10 s");
-      {
-        std::unique_lock<std::shared_mutex> lock(raw->gate->mu);
-        raw->gate->open = false;
-      }
-      raw->thread.detach();
-      (void)impl.release();
-      raw->abandoned = true;
-      if (raw->handedOff.exchange(true)) delete raw;
+      abandonLoop(std::move(impl));
       return late;
     }
     raw->thread.join();
@@ -147,10 +160,7 @@ HttpEndpoint::~HttpEndpoint() { stop(); }
 
 void HttpEndpoint::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;
-  {
-    std::unique_lock<std::shared_mutex> lock(impl_->gate->mu);
-    impl_->gate->open = false;
-  }
+  closeGate(*impl_);
   impl_->server.stop();
   // httplib's loop returns only once every connection's worker has: a client trickling a
   // request a byte at a time (under the read timeout each) would hold the daemon's exit for
@@ -166,10 +176,7 @@ void HttpEndpoint::stop() {
   COFAB_LOG(kWarn, "aggd") << "metrics endpoint on port " << impl_->port
                            << ": a client still holds a request " << kStopMs
                            << " ms after stop; leaving its thread behind";
-  impl_->thread.detach();
-  Impl* raw = impl_.release();
-  raw->abandoned = true;
-  if (raw->handedOff.exchange(true)) delete raw;  // the loop ended meanwhile
+  abandonLoop(std::move(impl_));
 }
 
 }  // namespace cofab::aggregator
