@@ -9,10 +9,12 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "core/param.h"
 #include "fabric/ps/placement.h"
@@ -95,7 +97,7 @@ struct Unit {
   uint64_t recordId = 0;
   int destination = 0;
   uint64_t order = 0;  // enqueue number: settles what the policy leaves equal (UnitOrder)
-  // The daemon round it belongs to, taken when it left the queue (unqueuedLocked).
+  // The daemon round it belongs to, taken when it was queued (enqueueUnitLocked).
   uint64_t iteration = 0;
   bool isBucket() const { return update == nullptr; }
 };
@@ -127,6 +129,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   bool stop = false;
   bool paused = false;
   UnitQueue queue;  // ordered by `policy` once create() set it
+  // Each wire key's queued units by round: only a key's earliest may leave for the wire.
+  std::unordered_map<uint64_t, std::map<uint64_t, std::shared_ptr<Unit>>> queuedRounds;
   uint64_t unitsEnqueued = 0;
   std::shared_ptr<Unit> openBucket;
   std::vector<std::shared_ptr<UpdateState>> withDeadline;  // unfinished, deadline != never
@@ -166,21 +170,43 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (TransferRecord* r = record(u->recordId)) r->destination = u->destination;
     if (u->update) u->update->unitsQueued++;
     u->order = unitsEnqueued++;
+    u->iteration = client->reserveIteration(u->wireKey);
+    auto& rounds = queuedRounds[u->wireKey];
+    // A key's units travel in round order (sendableLocked), so a unit more urgent than the
+    // queued ones of its key lends them its urgency: they move up the queue with it instead of
+    // holding it back behind less urgent units of other keys. The queue order then keeps every
+    // key's earlier rounds first, which the result window's bypass relies on.
+    for (auto& [round, earlier] : rounds) {
+      UnitInfo lifted = earlier->info;
+      lifted.priority = std::min(lifted.priority, u->info.priority);
+      lifted.deadline = std::min(lifted.deadline, u->info.deadline);
+      if (lifted.priority == earlier->info.priority && lifted.deadline == earlier->info.deadline) {
+        continue;
+      }
+      queue.erase(earlier);
+      earlier->info = lifted;
+      queue.insert(earlier);
+    }
+    rounds.emplace(u->iteration, u);
     queue.insert(std::move(u));
     stats.maxQueued = std::max<uint64_t>(stats.maxQueued, queue.size());
   }
 
-  // Every unit leaves the queue through here, sent or dropped, and takes its daemon round then:
-  // a dropped unit (deadline, cancel, a failed grant) uses its round up, so a key's n-th unit
-  // goes to the key's n-th round on every worker, and two workers' contributions to a round are
-  // always the same update. Numbered only when sent, a unit took the round of one its worker
-  // had dropped and was summed with the other workers' previous update, every handle OK.
-  // Rounds every worker dropped are passed over by the daemon (up to 8 in a row). Under the
-  // manager's lock: rounds follow the dispatcher's decisions, in order.
+  // Every unit leaves the queue through here, sent or dropped. Its daemon round was taken when
+  // it was queued: a key's n-th unit goes to the key's n-th round on every worker, whatever
+  // each worker drops (deadline, cancel, a failed grant: the unit uses its round up) and in
+  // whatever order the policy takes units, so two workers' contributions to a round are always
+  // the same update. Numbered only when sent, a unit took the round of one its worker had
+  // dropped; numbered when it left the queue, the later of two queued units of a key took the
+  // earlier round when it was dropped or preferred first. Either way it was summed with the
+  // other workers' other update, every handle OK. Rounds every worker dropped are passed over
+  // by the daemon (up to 8 in a row).
   void unqueuedLocked(Unit& u) {
     stats.destinations[static_cast<size_t>(u.destination)].queued--;
     if (u.update) u.update->unitsQueued--;
-    u.iteration = client->reserveIteration(u.wireKey);
+    auto it = queuedRounds.find(u.wireKey);
+    it->second.erase(u.iteration);
+    if (it->second.empty()) queuedRounds.erase(it);
   }
 
   // Completes `up` with `st` (the first status decided wins) and counts it; deferred while
@@ -379,10 +405,16 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     return std::any_of(outstanding.begin(), outstanding.end(),
                        [&](const std::shared_ptr<Unit>& o) { return o->wireKey == wireKey; });
   }
+  // For the same reason a key's units travel in round order: a unit waits while one of an
+  // earlier round of its key is queued (enqueueUnitLocked lifts that one's urgency to its own,
+  // so it comes first in the queue anyway). Units of other keys still overtake.
+  bool sendableLocked(const Unit& q) const {
+    return !keyOutLocked(q.wireKey) && queuedRounds.at(q.wireKey).begin()->first == q.iteration;
+  }
   // The first queued unit, in the policy's order, that may travel now (queue.end() if none).
   UnitQueue::iterator nextSendableLocked() const {
     return std::find_if(queue.begin(), queue.end(),
-                        [&](const std::shared_ptr<Unit>& q) { return !keyOutLocked(q->wireKey); });
+                        [&](const std::shared_ptr<Unit>& q) { return sendableLocked(*q); });
   }
 
   // Removes the unit at `it` and accounts it as handed to the transport (ack and result
@@ -435,7 +467,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     const bool bypass = outstanding.size() >= static_cast<size_t>(options.maxOutstanding);
     if (up && !bypass) {
       for (const auto& q : queue) {
-        if (q->update != up || keyOutLocked(q->wireKey)) continue;
+        if (q->update != up || !sendableLocked(*q)) continue;
         bytes = std::max<uint64_t>(bytes, q->in.bytes());
         if (std::find(cands.begin(), cands.end(), q->destination) == cands.end()) {
           cands.push_back(q->destination);
@@ -469,7 +501,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
     // The most urgent equivalent unit going there: the first in queue order.
     auto pick = std::find_if(queue.begin(), queue.end(), [&](const std::shared_ptr<Unit>& q) {
-      return equivalent(q) && q->destination == g.destination && !keyOutLocked(q->wireKey);
+      return equivalent(q) && q->destination == g.destination && sendableLocked(*q);
     });
     if (pick == queue.end()) {  // dropped meanwhile (cancel, deadline): give the grant back
       sched->giveBack(g);
@@ -501,7 +533,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
   // urgent unfinished unit of the job can then always be sent by every worker that has it
   // queued, so no cycle of waits can form, as long as the policy's order is the same on every
   // worker (fifo, priority; deadline when the deadlines agree — and a missed deadline ends any
-  // wait anyway). The unit weighed is the most urgent sendable one (keyOutLocked): one held
+  // wait anyway). The unit weighed is the most urgent sendable one (sendableLocked): one held
   // for its own key's earlier round waits only for that round, which every other worker's
   // queue sends, so it adds no cycle.
   bool mayDispatchLocked() const {

@@ -140,6 +140,16 @@ TEST(TransferOrdering, DeadlineSendsEarliestDeadlineFirst) {
   EXPECT_EQ(runPaused("deadline", kThree), want);
 }
 
+// Layer 0's update of key 7 must wait for the queued layer-5 update of the same key (a key's
+// rounds go in order), so that one takes its urgency and goes first, before key 8's layer 3,
+// instead of holding layer 0 back behind it. Which of the other two goes next depends on when
+// the first result is back (key 7's second update waits for it).
+TEST(TransferOrdering, AnUpdateLendsItsUrgencyToTheQueuedOneOfItsKey) {
+  const auto order = runPaused("priority", {{7, 1024, 5, 0}, {8, 1024, 3, 0}, {7, 1024, 0, 0}});
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0].first, 7u) << "key 8 (layer 3) went before key 7's layers 5 and 0";
+}
+
 // A later, more urgent update overtakes a big one at the next chunk boundary: with a window of
 // one, its first chunk is the very next unit sent after it was queued, its chunks go back to
 // back, and the big one's remaining chunks follow. Under FIFO it waits for all of them.
@@ -532,6 +542,99 @@ TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
   if (s2.ok()) {
     EXPECT_EQ(second1[0], 1100.0f);
   }
+}
+
+// Worker 0 cancels the later of two queued updates of key 7 before either left its queue;
+// worker 1 sends the first and drops the second after it. Rounds were numbered when a unit left
+// the queue, so worker 0's dropped update took round 0 and its first one round 1, while worker
+// 1's first went to round 0: round 0 waited for worker 0 and failed at the round timeout. Now
+// a unit's round is its place among its key's units at enqueue, the same on every worker.
+TEST(TransferCancel, CancellingTheLaterOfTwoQueuedUpdatesKeepsTheEarlierInItsRound) {
+  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "1000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto c0 = connectOrDie(cluster, 0);
+  auto c1 = connectOrDie(cluster, 1);
+  ASSERT_TRUE(c0 && c1);
+  TransferOptions o;
+  o.fuseBelowBytes = 1;
+  o.startPaused = true;
+  auto m0 = makeManager(*c0, o);
+  auto m1 = makeManager(*c1, o);
+  ASSERT_TRUE(m0 && m1);
+  std::vector<float> a0(1000, 1), b0(1000, 100), a1(1000, 10), b1(1000, 1000);
+  TransferHandle hA0 = m0->enqueue(f32Update(7, a0));
+  TransferHandle hB0 = m0->enqueue(f32Update(7, b0));
+  ASSERT_TRUE(m0->cancel(hB0).ok());
+  m0->resume();
+  TransferHandle hA1 = m1->enqueue(f32Update(7, a1));
+  m1->resume();
+  const Status s0 = hA0.wait(Deadline::afterMs(20000));
+  const Status s1 = hA1.wait(Deadline::afterMs(20000));
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(a0[0], 11.0f);
+  EXPECT_EQ(a1[0], 11.0f);
+  m1->pause();
+  TransferHandle hB1 = m1->enqueue(f32Update(7, b1));
+  ASSERT_TRUE(m1->cancel(hB1).ok());
+  m1->resume();
+  // Both dropped round 1: the key's next updates meet in round 2.
+  std::vector<float> c0v(1000, 5), c1v(1000, 50);
+  TransferHandle hC0 = m0->enqueue(f32Update(7, c0v));
+  TransferHandle hC1 = m1->enqueue(f32Update(7, c1v));
+  ASSERT_TRUE(hC0.wait(Deadline::afterMs(20000)).ok()) << hC0.status();
+  ASSERT_TRUE(hC1.wait(Deadline::afterMs(20000)).ok()) << hC1.status();
+  EXPECT_EQ(c0v[0], 55.0f);
+  EXPECT_EQ(c1v[0], 55.0f);
+}
+
+// Waits until `mgr` has sent `n` units (records), or fails the test after 20 s.
+void waitForSends(TransferManager& mgr, size_t n) {
+  const Deadline d = Deadline::afterMs(20000);
+  while (sendOrder(mgr.records()).size() < n) {
+    ASSERT_FALSE(d.expired()) << "only " << sendOrder(mgr.records()).size() << " of " << n
+                              << " units sent";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// A more urgent update of a key queued behind a less urgent one of the same key on worker 0,
+// while worker 1 had already sent its less urgent one. The urgent one used to overtake and take
+// round 0, where worker 1's other update was: both were summed together, every handle OK
+// (110). A key's units now travel in their enqueue order; other keys still overtake.
+TEST(TransferOrdering, AnUrgentUpdateDoesNotOvertakeAnEarlierOneOfItsOwnKey) {
+  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "8000"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto c0 = connectOrDie(cluster, 0);
+  auto c1 = connectOrDie(cluster, 1);
+  ASSERT_TRUE(c0 && c1);
+  TransferOptions o;
+  o.policy = "priority";
+  o.fuseBelowBytes = 1;
+  TransferOptions paused = o;
+  paused.startPaused = true;
+  auto m0 = makeManager(*c0, paused);
+  auto m1 = makeManager(*c1, o);
+  ASSERT_TRUE(m0 && m1);
+  std::vector<float> a0(1000, 1), b0(1000, 100), a1(1000, 10), b1(1000, 1000);
+  GradientUpdate ga0 = f32Update(7, a0), gb0 = f32Update(7, b0);
+  GradientUpdate ga1 = f32Update(7, a1), gb1 = f32Update(7, b1);
+  ga0.priority = ga1.priority = 5;
+  gb0.priority = gb1.priority = 0;
+  TransferHandle hA0 = m0->enqueue(ga0);
+  TransferHandle hB0 = m0->enqueue(gb0);
+  TransferHandle hA1 = m1->enqueue(ga1);
+  waitForSends(*m1, 1);
+  TransferHandle hB1 = m1->enqueue(gb1);
+  m0->resume();
+  for (TransferHandle* h : {&hA0, &hB0, &hA1, &hB1}) {
+    const Status s = h->wait(Deadline::afterMs(20000));
+    ASSERT_TRUE(s.ok()) << "key 7: " << s;
+  }
+  EXPECT_EQ(a0[0], 11.0f);
+  EXPECT_EQ(a1[0], 11.0f);
+  EXPECT_EQ(b0[0], 1100.0f);
+  EXPECT_EQ(b1[0], 1100.0f);
 }
 
 // A key queued again while its previous update is still on the wire (here a fused update past
