@@ -257,8 +257,24 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
        << up.unitsQueued << " queued, " << up.unitsInFlight << " handed to the transport"
        << (up.fused && up.unitsQueued == 0 && up.unitsInFlight == 0 && up.unitsDone == 0
                ? ", in an open fusion bucket: call flush()"
-               : "")
-       << ")";
+               : "");
+    // Who the handed-over units wait for: their daemons (by placement; a failover moves a unit
+    // to the backup) and the round, which the daemon completes once every worker pushed it.
+    const char* sep = ": waiting on";
+    int shown = 0;
+    for (const auto& o : outstanding) {
+      const bool mine = o->update.get() == &up ||
+                        std::any_of(o->members.begin(), o->members.end(),
+                                    [&](const Member& m) { return m.update.get() == &up; });
+      if (!mine) continue;
+      if (++shown > 4) {
+        os << " ...";
+        break;
+      }
+      os << sep << " aggregator " << o->destination << " round " << o->iteration;
+      sep = ",";
+    }
+    os << ")";
     return os.str();
   }
 

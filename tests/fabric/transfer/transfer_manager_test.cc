@@ -85,6 +85,16 @@ std::vector<std::pair<uint64_t, uint32_t>> sendOrder(const std::vector<TransferR
   return out;
 }
 
+// Waits until `mgr` has sent `n` units (records), or fails the test after 20 s.
+void waitForSends(TransferManager& mgr, size_t n) {
+  const Deadline d = Deadline::afterMs(20000);
+  while (sendOrder(mgr.records()).size() < n) {
+    ASSERT_FALSE(d.expired()) << "only " << sendOrder(mgr.records()).size() << " of " << n
+                              << " units sent";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 struct Queued {
   uint64_t key;
   size_t floats;
@@ -393,8 +403,11 @@ TEST(TransferDeadline, SentUpdateWhoseRoundNeverCompletesFailsAtItsDeadline) {
   TransferHandle h = mgr->enqueue(g);
   mgr->flush();
   // A shorter wait only ends the wait; the update keeps running.
+  waitForSends(*mgr, 1);
   const Status early = h.wait(Deadline::afterMs(20));
   EXPECT_EQ(early.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(early.message().find("aggregator 0 round 0"), std::string::npos)
+      << "the wait names whom the update waits for: " << early;
   EXPECT_EQ(h.status().code(), StatusCode::kUnavailable) << "still in progress";
   const Status st = h.wait(Deadline::afterMs(20000));
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
@@ -586,16 +599,6 @@ TEST(TransferCancel, CancellingTheLaterOfTwoQueuedUpdatesKeepsTheEarlierInItsRou
   ASSERT_TRUE(hC1.wait(Deadline::afterMs(20000)).ok()) << hC1.status();
   EXPECT_EQ(c0v[0], 55.0f);
   EXPECT_EQ(c1v[0], 55.0f);
-}
-
-// Waits until `mgr` has sent `n` units (records), or fails the test after 20 s.
-void waitForSends(TransferManager& mgr, size_t n) {
-  const Deadline d = Deadline::afterMs(20000);
-  while (sendOrder(mgr.records()).size() < n) {
-    ASSERT_FALSE(d.expired()) << "only " << sendOrder(mgr.records()).size() << " of " << n
-                              << " units sent";
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 // A more urgent update of a key queued behind a less urgent one of the same key on worker 0,
