@@ -212,6 +212,12 @@ class PushPullClient {
   // Automatic numbering continues after it. Any thread; takes only a leaf lock.
   uint64_t reserveIteration(uint64_t key);
 
+  // The daemon that chunk `chunk` of `key` goes to now: its placement's primary, or the backup
+  // once the client failed over from the primary (which placement.h alone cannot say). Any
+  // thread, lock-free: for a caller that books per-daemon load under its own lock (the
+  // TransferManager's central grants).
+  int currentServer(uint64_t key, uint32_t chunk = 0) const;
+
   int rank() const;
   int worldSize() const;
   int numServers() const;

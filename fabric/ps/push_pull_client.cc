@@ -242,6 +242,7 @@ class PushPullClient::Impl {
     co.localId = workerPeerId(rank_);
     COFAB_ASSIGN_OR_RETURN(ctx_, transport::Registry::create(options_.transport, co));
     servers_.resize(addresses.size());
+    deadNow_ = std::vector<std::atomic<bool>>(addresses.size());
     for (const auto& [index, end] : options_.inProcess) {
       if (index < 0 || static_cast<size_t>(index) >= addresses.size() || !end) {
         return InvalidArgument("ClientOptions::inProcess names daemon " + std::to_string(index) +
@@ -489,6 +490,16 @@ class PushPullClient::Impl {
   std::atomic<uint64_t> chunksPushed_{0}, chunksResent_{0}, bytesOut_{0}, bytesIn_{0},
       failovers_{0}, creditStalls_{0};
   std::vector<ServerState> servers_;
+  // ServerState::dead, readable without mu_ (currentServer(): callers hold their own locks,
+  // which mu_ must not nest in). Sized once in start().
+  std::vector<std::atomic<bool>> deadNow_;
+
+  int currentServer(uint64_t key, uint32_t chunk) const {
+    const int m = static_cast<int>(deadNow_.size());
+    if (m == 0) return 0;
+    const int primary = primaryServer(key, chunk, m);
+    return deadNow_[static_cast<size_t>(primary)].load() ? backupServer(primary, m) : primary;
+  }
 
  private:
   Status validate(const TensorView& in, const TensorView& out, const PushPullOptions& o) {
@@ -844,6 +855,7 @@ class PushPullClient::Impl {
     ServerState& s = servers_[static_cast<size_t>(server)];
     if (closed_ || s.dead || s.conn != conn) return;
     s.dead = true;
+    deadNow_[static_cast<size_t>(server)].store(true);
     stopCv_.notify_all();  // connect()'s wait for the credit grants stops waiting for it
     s.conn->close();
     const int m = static_cast<int>(servers_.size());
@@ -1066,6 +1078,9 @@ void PushPullClient::close() { impl_->close(); }
 int PushPullClient::rank() const { return impl_->rank_; }
 int PushPullClient::worldSize() const { return impl_->worldSize_; }
 int PushPullClient::numServers() const { return static_cast<int>(impl_->servers_.size()); }
+int PushPullClient::currentServer(uint64_t key, uint32_t chunk) const {
+  return impl_->currentServer(key, chunk);
+}
 uint64_t PushPullClient::reserveIteration(uint64_t key) { return impl_->reserveIteration(key); }
 size_t PushPullClient::chunkBytes() const { return impl_->chunkBytes_; }
 ClientStats PushPullClient::stats() const {

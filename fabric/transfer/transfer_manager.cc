@@ -95,7 +95,7 @@ struct Unit {
   ps::ReduceOp op = ps::ReduceOp::kSum;
   UnitInfo info;
   uint64_t recordId = 0;
-  int destination = 0;
+  int destination = 0;  // by placement: the primary (see liveDestinationLocked)
   uint64_t order = 0;  // enqueue number: settles what the policy leaves equal (UnitOrder)
   // The daemon round it belongs to, taken when it was queued (enqueueUnitLocked).
   uint64_t iteration = 0;
@@ -250,6 +250,11 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
   }
 
+  // Where a unit goes if sent now: its primary, or the backup once the client failed over from
+  // it. Grants are booked against this daemon (booked against the dead primary, the backup's
+  // load went unaccounted and its budget was exceeded).
+  int liveDestinationLocked(const Unit& u) const { return client->currentServer(u.wireKey); }
+
   std::string pendingText(const UpdateState& up) const {
     std::ostringstream os;
     os << "transfer key=" << up.key << " iteration=" << up.iteration << ": "
@@ -258,8 +263,8 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
        << (up.fused && up.unitsQueued == 0 && up.unitsInFlight == 0 && up.unitsDone == 0
                ? ", in an open fusion bucket: call flush()"
                : "");
-    // Who the handed-over units wait for: their daemons (by placement; a failover moves a unit
-    // to the backup) and the round, which the daemon completes once every worker pushed it.
+    // Who the handed-over units wait for: their daemons and the round, which the daemon
+    // completes once every worker pushed it.
     const char* sep = ": waiting on";
     int shown = 0;
     for (const auto& o : outstanding) {
@@ -271,7 +276,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
         os << " ...";
         break;
       }
-      os << sep << " aggregator " << o->destination << " round " << o->iteration;
+      os << sep << " aggregator " << liveDestinationLocked(*o) << " round " << o->iteration;
       sep = ",";
     }
     os << ")";
@@ -451,7 +456,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       u->update->unitsInFlight++;
     }
     if (!sent) return u;
-    DestinationStats& d = stats.destinations[static_cast<size_t>(u->destination)];
+    DestinationStats& d = stats.destinations[static_cast<size_t>(liveDestinationLocked(*u))];
     d.unitsSent++;
     d.bytesSent += u->in.bytes();
     stats.bytesSent += u->in.bytes();
@@ -478,15 +483,16 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     SchedClient* sched = options.scheduler;
     const std::shared_ptr<Unit> chosen = *nextSendableLocked();
     const std::shared_ptr<UpdateState> up = chosen->update;
-    std::vector<int> cands = {chosen->destination};
+    std::vector<int> cands = {liveDestinationLocked(*chosen)};
     uint64_t bytes = chosen->in.bytes();  // the largest unit that may go (the grant's size)
     const bool bypass = outstanding.size() >= static_cast<size_t>(options.maxOutstanding);
     if (up && !bypass) {
       for (const auto& q : queue) {
         if (q->update != up || !sendableLocked(*q)) continue;
         bytes = std::max<uint64_t>(bytes, q->in.bytes());
-        if (std::find(cands.begin(), cands.end(), q->destination) == cands.end()) {
-          cands.push_back(q->destination);
+        const int dest = liveDestinationLocked(*q);
+        if (std::find(cands.begin(), cands.end(), dest) == cands.end()) {
+          cands.push_back(dest);
         }
       }
     }
@@ -517,7 +523,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     }
     // The most urgent equivalent unit going there: the first in queue order.
     auto pick = std::find_if(queue.begin(), queue.end(), [&](const std::shared_ptr<Unit>& q) {
-      return equivalent(q) && q->destination == g.destination && sendableLocked(*q);
+      return equivalent(q) && liveDestinationLocked(*q) == g.destination && sendableLocked(*q);
     });
     if (pick == queue.end()) {  // dropped meanwhile (cancel, deadline): give the grant back
       sched->giveBack(g);

@@ -108,6 +108,8 @@ struct TransferOptions {
   size_t maxRecords = 1 << 16;
 };
 
+// Per daemon. Sent units count where they went (the backup once the client failed over from a
+// dead primary); queued ones where their placement puts them.
 struct DestinationStats {
   uint64_t unitsSent = 0;
   uint64_t bytesSent = 0;

@@ -164,6 +164,61 @@ transfer::SchedClientOptions reach(const transfer::CentralScheduler& sched) {
   return co;
 }
 
+// After the client failed over from daemon 0 to its backup, the units placed on daemon 0 go
+// to daemon 1, and their grants are booked there: booked against the dead daemon, daemon 1's
+// load went unaccounted (its budget could be exceeded) while daemon 0's queue kept granting.
+TEST(CentralScheduler, AfterAFailoverGrantsAreBookedAgainstTheBackup) {
+  DaemonCluster cluster(2, 1, {"--replication", "on"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto sched = localScheduler(2, kDestBytes);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  ps::ClientOptions co;
+  co.chunkBytes = kChunk;
+  co.replication = 1;
+  auto client = cluster.connect(0, co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto sc = transfer::SchedClient::connect(0, reach(**sched));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  transfer::TransferOptions o;
+  o.scheduler = sc->get();
+  o.fuseBelowBytes = 1;
+  auto mgr = transfer::TransferManager::create(**client, o);
+  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  // 8 chunks: both daemons get some by placement (checked below, on the fault-free iteration).
+  std::vector<float> g(8 * kChunk / sizeof(float), 1.0f);
+  auto once = [&] {
+    transfer::GradientUpdate u;
+    u.key = 11;
+    u.tensor = TensorView::of(g.data(), g.size(), DType::kF32);
+    return (*mgr)->enqueue(u).wait(Deadline::afterMs(20000));
+  };
+  ASSERT_TRUE(once().ok());
+  const transfer::TransferStats before = (*mgr)->stats();
+  ASSERT_GT(before.destinations[0].unitsSent, 0u);
+  ASSERT_GT(before.destinations[1].unitsSent, 0u);
+  cluster.signal(0, SIGKILL);
+  const Deadline noticed = Deadline::afterMs(20000);
+  while ((*client)->stats().failovers == 0) {
+    ASSERT_FALSE(noticed.expired()) << "the client never failed over from daemon 0";
+    std::this_thread::sleep_for(Millis(2));
+  }
+  ASSERT_TRUE(once().ok());
+  const transfer::TransferStats after = (*mgr)->stats();
+  EXPECT_EQ(after.destinations[0].unitsSent, before.destinations[0].unitsSent);
+  EXPECT_EQ(after.destinations[1].unitsSent, before.destinations[1].unitsSent + 8);
+  // The scheduler granted daemon 1 one grant per unit that went there, and no more to daemon 0.
+  const uint64_t granted0 = before.destinations[0].unitsSent;
+  const Deadline settle = Deadline::afterMs(10000);
+  transfer::SchedulerStats st;
+  do {
+    st = (*sched)->stats();
+    if (st.destinations[0].delivered + st.destinations[1].delivered == 16) break;
+    std::this_thread::sleep_for(Millis(2));
+  } while (!settle.expired());
+  EXPECT_EQ(st.destinations[0].granted, granted0);
+  EXPECT_EQ(st.destinations[1].granted, 16 - granted0);
+}
+
 // A store that answers every call with the same failure (its server gone).
 class FailingStore final : public Store {
  public:
