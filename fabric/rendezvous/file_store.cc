@@ -193,7 +193,12 @@ auto FileStore::withLock(Fn&& fn, Deadline callerDeadline) -> decltype(fn()) {
     std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
   }
-  return fn();  // the lock is released when fd closes
+  // Unlocked explicitly, not by the close: flock belongs to the open file, which a process
+  // forked meanwhile (by another thread) shares through its copy of fd, and would keep locked
+  // for as long as it lived. LOCK_UN releases it for every copy.
+  auto result = fn();
+  ::flock(fd, LOCK_UN);
+  return result;
 }
 
 Status FileStore::set(std::string_view key, const Bytes& value) {
