@@ -352,11 +352,17 @@ void Communicator::abort() {
                 -1);
 }
 
-uint8_t* Communicator::scratch(size_t bytes) {
+StatusOr<uint8_t*> Communicator::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
-    const size_t rounded = (bytes + 63) & ~size_t{63};
-    void* p = std::aligned_alloc(64, rounded);
-    COFAB_CHECK(p != nullptr) << "out of memory for " << rounded << " bytes of scratch";
+    const size_t rounded = bytes > SIZE_MAX - 63 ? 0 : (bytes + 63) & ~size_t{63};
+    void* p = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      // An error of the operation (and so of the communicator, as any failed operation is), not
+      // the end of the process.
+      return ResourceExhausted("communicator '" + name_ + "' rank " + std::to_string(rank_) +
+                               ": cannot allocate " + std::to_string(bytes) +
+                               " bytes of scratch for the operation");
+    }
     scratch_ = std::unique_ptr<uint8_t, void (*)(void*)>(static_cast<uint8_t*>(p), &std::free);
     scratchBytes_ = rounded;
   }

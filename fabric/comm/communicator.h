@@ -93,8 +93,9 @@ class Communicator {
   transport::Connection* connection(int peer) const {
     return conns_[static_cast<size_t>(peer)].get();
   }
-  // Scratch memory for the running operation (operations run one at a time), at least `bytes`.
-  uint8_t* scratch(size_t bytes);
+  // Scratch memory for the running operation (operations run one at a time), at least `bytes`;
+  // ResourceExhausted when it cannot be had. Kept (and grown) for later operations.
+  StatusOr<uint8_t*> scratch(size_t bytes);
   // Gives `op` its sequence number (the next collective one, or the next of its point-to-point
   // direction and peer) and queues it; starts it when the operations issued before it have
   // finished. Numbered under the queue's lock: two threads issuing at once would otherwise

@@ -25,7 +25,12 @@ class ExchangeOp final : public CollectiveOp {
     if (kind_ == Kind::kAllreduce && n > 1) {
       // One slot per rank; the own slot holds a copy of the input when reducing in place, so
       // that writing the output never overwrites an input still to be read.
-      slots_ = comm().scratch(bytes * static_cast<size_t>(n));
+      StatusOr<uint8_t*> slots = comm().scratch(bytes * static_cast<size_t>(n));
+      if (!slots.ok()) {
+        fail(slots.status());  // before anything was posted: nothing to wait for
+        return;
+      }
+      slots_ = *slots;
     }
     for (int i = 1; i < n; ++i) {
       const int p = (r + i) % n;  // staggered so ranks do not all hit rank 0 first

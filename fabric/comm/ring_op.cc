@@ -48,7 +48,12 @@ class RingOp final : public CollectiveOp {
       fwdOffset_ = scratchBytes;
       scratchBytes += static_cast<size_t>(rsStages_ - 1) * blockCount(0) * es_;
     }
-    scratch_ = comm().scratch(scratchBytes);
+    StatusOr<uint8_t*> scratch = comm().scratch(scratchBytes);
+    if (!scratch.ok()) {
+      fail(scratch.status());  // before anything was posted: nothing to wait for
+      return;
+    }
+    scratch_ = *scratch;
     postRecvs();
     for (uint32_t j = 0; j < k_; ++j) {
       sendTo(right_, j, sendSource(0, j), chunkCount(sendBlock(0), j) * es_);

@@ -587,5 +587,34 @@ TEST(CommSplit, SubCommunicatorsReduceWithinTheirColor) {
   EXPECT_TRUE(cofab::testing::allOk(st).ok()) << describe(st);
 }
 
+// A scratch the ring cannot have is the operation's error on every rank, not an abort of the
+// process (a COFAB_CHECK used to end it). Reduce-scatter over 3 ranks keeps a block in scratch:
+// blocks of 2^47 bytes fit no address space, so the allocation fails wherever this runs. The
+// tensors are never touched before it (nothing is posted), so their addresses are made up:
+// disjoint, and far from any real mapping.
+TEST(CommResources, AScratchThatCannotBeAllocatedIsAnErrorNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan aborts on an allocation past its maximum size (allocator_may_return_null "
+                  "is off), before the library can see the failure";
+#endif
+  auto g = makeGroup(3);
+  ASSERT_TRUE(g);
+  const size_t block = size_t{1} << 45;  // f32: 2^47 bytes
+  auto st = runThreadRanks(3, [&](int r) -> Status {
+    const TensorView in(reinterpret_cast<void*>(uintptr_t{1} << 49), 3 * block, DType::kF32);
+    const TensorView out(reinterpret_cast<void*>(uintptr_t{1} << 12), block, DType::kF32);
+    ReduceScatterOptions o;
+    o.timeout = Millis(10000);
+    return reduceScatter(*g->comms[r], in, out, o);
+  });
+  bool named = false;
+  for (const auto& s : st) {
+    EXPECT_FALSE(s.ok()) << describe(st);
+    named = named || (s.code() == StatusCode::kResourceExhausted &&
+                      s.message().find("scratch") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << "no rank says the scratch could not be allocated:" << describe(st);
+}
+
 }  // namespace
 }  // namespace cofab::comm
