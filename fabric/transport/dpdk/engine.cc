@@ -343,19 +343,12 @@ bool Engine::dropDataFrame(const rte_mbuf* m) {
 rte_mbuf* Engine::corruptedCopy(rte_mbuf* m) {
   const size_t len = rte_pktmbuf_data_len(m);
   if (m->nb_segs != 1 || len <= kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize) return nullptr;
-  constexpr size_t kCofabAt = kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize;
   rte_mbuf* c = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
   if (c == nullptr) return nullptr;
   // Anywhere in the frame: the Ethernet, IPv4 and UDP headers in front of the frame CRC's reach
   // as well (most of an ack's bytes), whose flips the receiver must survive without their
-  // being checked by the CRC. Except in a Syn's or SynAck's: set-up takes the peer's MAC and
-  // UDP port from there, unchecked (docs/DPDK.md, "Not done yet").
-  const uint8_t* f = rte_pktmbuf_mtod(c, const uint8_t*);
-  const size_t kindAt = kCofabAt + offsetof(FrameHeader, kind);
-  const bool setUp = len > kindAt && (f[kindAt] == static_cast<uint8_t>(FrameKind::kSyn) ||
-                                      f[kindAt] == static_cast<uint8_t>(FrameKind::kSynAck));
-  const size_t from = setUp ? kCofabAt : 0;
-  const uint64_t bit = from * 8 + nextRandom() % ((len - from) * 8);
+  // being checked by the CRC; set-up frames check theirs against the copy in their payload.
+  const uint64_t bit = nextRandom() % (len * 8);
   rte_pktmbuf_mtod(c, uint8_t*)[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   return c;
 }
@@ -427,6 +420,14 @@ void Engine::processFrame(rte_mbuf* m, uint64_t now) {
     case RxVerdict::kBadHeader:
       bump(counters_.rxBadHeader);
       break;
+  }
+  if (v == RxVerdict::kOk &&
+      (f.header.kind == FrameKind::kSyn || f.header.kind == FrameKind::kSynAck) &&
+      !setUpAddressesMatch(f)) {
+    // Its Ethernet or UDP header is not what its sender wrote (or it is no cofab set-up frame):
+    // set-up would take a wrong address from it. The sender repeats it.
+    bump(counters_.rxBadHeader);
+    v = RxVerdict::kBadHeader;
   }
   if (v == RxVerdict::kOk) {
     if (f.header.kind == FrameKind::kSyn) {
@@ -514,8 +515,7 @@ void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
   if (fresh) {
     const uint32_t id = nextConnId_++;
     conn = std::make_shared<Conn>(this, id, f.src, f.src.toString());
-    conn->setEstablished(f.src, f.header.srcConn,
-                         std::string(reinterpret_cast<const char*>(f.payload), f.header.length));
+    conn->setEstablished(f.src, f.header.srcConn, setUpPeerId(f));
     conn->lastHeardNs_ = now;
     conns_[id] = conn;
     synSeen_[key] = id;
@@ -524,23 +524,31 @@ void Engine::handleSyn(const ParsedFrame& f, uint64_t now) {
   h.kind = FrameKind::kSynAck;
   h.dstConn = f.header.srcConn;
   h.srcConn = conn->id();
-  const std::string& id = options_.localId;
-  h.length = static_cast<uint16_t>(std::min<size_t>(id.size(), maxFramePayload_));
+  sendSetUp(f.src, h, options_.localId);
+  if (fresh) l->queue().deliver(std::make_shared<DpdkConnection>(shared_from_this(), conn));
+}
+
+void Engine::sendSetUp(const NetAddress& peer, FrameHeader h, const std::string& localId) {
+  const size_t idBytes = std::min<size_t>(localId.size(), maxFramePayload_ - kSetUpAddressBytes);
+  h.length = static_cast<uint16_t>(kSetUpAddressBytes + idBytes);
   uint8_t* out = nullptr;
-  if (rte_mbuf* m = allocFrame(f.src, h, &out, false)) {
-    std::memcpy(out, id.data(), h.length);
+  if (rte_mbuf* m = allocFrame(peer, h, &out, false)) {
+    std::memcpy(writeSetUpAddresses(out, local_, peer.port), localId.data(), idBytes);
     sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
     queueTx(m);
   }
-  if (fresh) l->queue().deliver(std::make_shared<DpdkConnection>(shared_from_this(), conn));
+}
+
+std::string Engine::setUpPeerId(const ParsedFrame& f) {
+  return std::string(reinterpret_cast<const char*>(f.payload) + kSetUpAddressBytes,
+                     f.header.length - kSetUpAddressBytes);
 }
 
 void Engine::handleSynAck(const ParsedFrame& f) {
   auto it = connecting_.find(f.header.dstConn);
   if (it == connecting_.end()) return;  // a duplicate: the connection is up already
   Connecting& c = *it->second;
-  c.conn->setEstablished(f.src, f.header.srcConn,
-                         std::string(reinterpret_cast<const char*>(f.payload), f.header.length));
+  c.conn->setEstablished(f.src, f.header.srcConn, setUpPeerId(f));
   c.conn->lastHeardNs_ = monoNs();
   finishConnect(c, OkStatus());
   connecting_.erase(it);
@@ -550,13 +558,7 @@ void Engine::sendSyn(Connecting& c, uint64_t now) {
   FrameHeader h;
   h.kind = FrameKind::kSyn;
   h.srcConn = c.conn->id();
-  h.length = static_cast<uint16_t>(std::min<size_t>(c.localId.size(), maxFramePayload_));
-  uint8_t* out = nullptr;
-  if (rte_mbuf* m = allocFrame(c.conn->peer(), h, &out, false)) {
-    std::memcpy(out, c.localId.data(), h.length);
-    sealFrame(rte_pktmbuf_mtod(m, uint8_t*));
-    queueTx(m);
-  }
+  sendSetUp(c.conn->peer(), h, c.localId);
   ++c.attempts;
   c.intervalNs =
       c.intervalNs == 0 ? kSynFirstIntervalNs : std::min(c.intervalNs * 2, kSynMaxIntervalNs);

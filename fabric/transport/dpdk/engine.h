@@ -165,6 +165,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void handleSyn(const ParsedFrame& f, uint64_t now);
   void handleSynAck(const ParsedFrame& f);
   void sendSyn(Connecting& c, uint64_t now);
+  // A Syn or SynAck to `peer`: the set-up address block (frame.h), then `localId`.
+  void sendSetUp(const NetAddress& peer, FrameHeader h, const std::string& localId);
+  // The peer's id in a set-up frame whose block setUpAddressesMatch() accepted.
+  static std::string setUpPeerId(const ParsedFrame& f);
   void finishConnect(Connecting& c, const Status& s);
   void timers(uint64_t now);
   void pumpAll(uint64_t now);

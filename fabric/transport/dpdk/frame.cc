@@ -100,6 +100,21 @@ StatusOr<NetAddress> parseNetAddress(std::string_view text) {
   return out;
 }
 
+uint8_t* writeSetUpAddresses(uint8_t* p, const NetAddress& src, uint16_t dstPort) {
+  std::memcpy(p, src.mac.data(), 6);
+  put32be(p + 6, src.ip);
+  put16be(p + 10, src.port);
+  put16be(p + 12, dstPort);
+  return p + kSetUpAddressBytes;
+}
+
+bool setUpAddressesMatch(const ParsedFrame& f) {
+  if (f.header.length < kSetUpAddressBytes) return false;
+  const uint8_t* p = f.payload;
+  return std::memcmp(p, f.src.mac.data(), 6) == 0 && get32be(p + 6) == f.src.ip &&
+         get16be(p + 10) == f.src.port && get16be(p + 12) == f.dstPort;
+}
+
 uint8_t* writeFrameHeaders(uint8_t* f, const NetAddress& src, const NetAddress& dst,
                            const FrameHeader& header) {
   std::memcpy(f, dst.mac.data(), 6);

@@ -34,7 +34,8 @@ inline constexpr size_t kFrameHeaderSize = 32;
 inline constexpr size_t kFrameOverhead =
     kEthHeaderSize + kIpv4HeaderSize + kUdpHeaderSize + kFrameHeaderSize;
 inline constexpr uint32_t kFrameMagic = 0x4B444643;  // "CFDK"
-inline constexpr uint8_t kFrameVersion = 1;
+// 2: Syn and SynAck payloads start with the set-up address block (kSetUpAddressBytes).
+inline constexpr uint8_t kFrameVersion = 2;
 // Selective-ack bitmap carried by Ack frames (only while frames are held past a hole; an Ack
 // without payload says nothing arrived past `ack`): bit i says seq ack+1+i has arrived. Also the
 // reassembly window (conn.h): 1024 frames (1.4 MiB at MTU 1500) keep the sender going while a
@@ -146,6 +147,17 @@ uint8_t* stampFrame(uint8_t* frame, const FrameTemplate& t, uint32_t seq);
 // frameCrcStart() of a frame stampFrame(frame, t, seq) wrote, from `t` and `seq` alone.
 uint32_t frameCrcStart(const FrameTemplate& t, uint32_t seq);
 inline size_t frameSize(const FrameHeader& h) { return kFrameOverhead + h.length; }
+
+// Set-up frames (Syn, SynAck) start their payload with the addresses their headers carry: the
+// sender's MAC, IPv4 address and UDP port and the destination UDP port, big-endian. The frame
+// CRC covers them; nothing covers the Ethernet header and the UDP ports (UDP checksum 0), from
+// which set-up takes the peer's address, so a bit flipped there would give a connection
+// addressed to nobody. A set-up frame whose block and headers differ is dropped (kBadHeader).
+inline constexpr size_t kSetUpAddressBytes = 14;
+// Writes the block for a frame from `src` to UDP port `dstPort`; returns the byte after it.
+uint8_t* writeSetUpAddresses(uint8_t* payload, const NetAddress& src, uint16_t dstPort);
+// True when `f` (CRC checked) carries at least the block and it matches f's own headers.
+bool setUpAddressesMatch(const ParsedFrame& f);
 
 // Checks everything in `frame` against `localIp` (0: accept any destination IP). Data frames
 // with `deferCrcFrom` payload bytes or more are returned kOk with everything but the frame CRC

@@ -672,6 +672,55 @@ TEST_F(DpdkTransportTest, MalformedFramesAreCountedAndDropped) {
   EXPECT_TRUE(pair_.server->status().ok());
 }
 
+// A Syn whose Ethernet source (which no checksum covers) is not its sender's: the copy of the
+// addresses in its CRC-covered payload says so, and it is dropped rather than accepted as a
+// connection to a MAC nobody has (the sender's repeated Syn would then find it and never
+// talk to its peer). One with matching addresses is accepted: the check is not just a refusal.
+TEST_F(DpdkTransportTest, ASynWhoseAddressesDisagreeWithItsPayloadIsDropped) {
+  start();
+  if (IsSkipped()) return;
+  auto local = dpdk::localAddress(*server_);
+  ASSERT_TRUE(local.ok());
+  auto me = dpdk::parseNetAddress(*local);
+  ASSERT_TRUE(me.ok());
+  auto l = server_->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto listenAt = dpdk::parseNetAddress((*l)->address());
+  ASSERT_TRUE(listenAt.ok());
+  const dpdk::NetAddress sender{{0x02, 0x11, 0x22, 0x33, 0x44, 0x55}, 0x0A636363, 5555};
+  auto syn = [&](const dpdk::NetAddress& claimed, uint32_t conn) {
+    dpdk::FrameHeader h;
+    h.kind = dpdk::FrameKind::kSyn;
+    h.srcConn = conn;
+    const std::string id = "injected";
+    h.length = static_cast<uint16_t>(dpdk::kSetUpAddressBytes + id.size());
+    std::vector<uint8_t> f(dpdk::frameSize(h));
+    uint8_t* p = dpdk::writeFrameHeaders(f.data(), sender, *listenAt, h);
+    std::memcpy(dpdk::writeSetUpAddresses(p, claimed, listenAt->port), id.data(), id.size());
+    dpdk::sealFrame(f.data());
+    return f;
+  };
+  dpdk::NetAddress flipped = sender;
+  flipped.mac[5] ^= 0x10;  // what the sender wrote; the header above says ...55
+  auto before = dpdk::stats(*server_);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(dpdk::injectFrame(*server_, syn(flipped, 91)).ok());
+  const Deadline d = Deadline::afterMs(10000);
+  auto s = dpdk::stats(*server_);
+  while (s.ok() && s->rxBadHeader == before->rxBadHeader && !d.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    s = dpdk::stats(*server_);
+  }
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->rxBadHeader, before->rxBadHeader + 1) << "the disagreeing Syn was not refused";
+  ASSERT_TRUE(dpdk::injectFrame(*server_, syn(sender, 92)).ok());
+  auto accepted = (*l)->accept(testDeadline());
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_EQ((*accepted)->peerId(), "injected");
+  // The refused Syn made no connection: the listener holds nothing more.
+  EXPECT_EQ((*l)->accept(Deadline::afterMs(0)).status().code(), StatusCode::kDeadlineExceeded);
+}
+
 // A connection accepted, whose SynAck was lost, after its listener was closed (Communicator
 // closes it right after its last accept): the client's repeated Syn gets the same SynAck. It
 // got a reset ("nobody listens at that address"), the connect failed at its deadline, and the
