@@ -105,7 +105,13 @@ class SspSync final : public ModelStoreSync {
     // rest, so the job's total stays exact; the epoch ends a few steps late at most).
     if (++sincePublish_ < kPublishEvery) return OkStatus();
     sincePublish_ = 0;
-    return publishSamples();
+    // Sticky like an exchange failure: the step's update is applied, and a caller that retried
+    // the step on this error would apply it twice.
+    if (Status published = publishSamples(); !published.ok()) {
+      failed_ = published.withContext("sync ssp: step " + std::to_string(step));
+      return failed_;
+    }
+    return OkStatus();
   }
 
  private:

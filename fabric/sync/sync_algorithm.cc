@@ -39,6 +39,10 @@ Status AlgorithmBase::setUp(std::span<const float> initial,
   counts_.clear();
   for (size_t c : tensorCounts) {
     if (c == 0) return InvalidArgument("sync " + name_ + ": a tensor of the layout is empty");
+    if (c > initial.size() - total) {  // also what would wrap the sum around (and meet the size)
+      return InvalidArgument("sync " + name_ + ": the tensor layout covers more than the model's " +
+                             std::to_string(initial.size()) + " floats");
+    }
     offsets_.push_back(total);
     counts_.push_back(c);
     total += c;
@@ -121,8 +125,14 @@ Status AlgorithmBase::storeBarrier(const std::string& what) {
 
 Status AlgorithmBase::publishSamples() {
   uint64_t n = unpublishedSamples_.exchange(0, std::memory_order_relaxed);
-  COFAB_ASSIGN_OR_RETURN(int64_t total, env_.store->add(storeKey("samples"), int64_t(n)));
-  globalSamples_.store(uint64_t(total - samplesBase_), std::memory_order_relaxed);
+  StatusOr<int64_t> total = env_.store->add(storeKey("samples"), int64_t(n));
+  if (!total.ok()) {
+    // Not added: they go with the next publish (finish() makes one), so the job's count stays
+    // exact if the store comes back.
+    unpublishedSamples_.fetch_add(n, std::memory_order_relaxed);
+    return total.status().withContext("sync " + name_ + ": publishing the job's sample count");
+  }
+  globalSamples_.store(uint64_t(*total - samplesBase_), std::memory_order_relaxed);
   return OkStatus();
 }
 

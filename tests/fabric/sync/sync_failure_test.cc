@@ -21,6 +21,7 @@
 #include "fabric/ps/push_pull.h"
 #include "fabric/rendezvous/hash_store.h"
 #include "fabric/sync/sync_algorithm.h"
+#include "tests/support/forwarding_store.h"
 
 namespace cofab::sync {
 namespace {
@@ -378,6 +379,14 @@ TEST(SyncFailureTest, FinishAfterAFailedStartIsFailedPrecondition) {
     ASSERT_TRUE(never.ok()) << never.status();
     Status unstarted = (*never)->finish(out);
     EXPECT_EQ(unstarted.code(), StatusCode::kFailedPrecondition) << unstarted;
+
+    // Counts whose sum wraps around to the model's size: accepted, the second tensor's view
+    // began one float before the model's buffer.
+    auto wrapped = makeSyncAlgorithm(o, env);
+    ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+    const std::vector<float> eight(8, 0.0f);
+    Status overflowed = (*wrapped)->start(eight, {SIZE_MAX, 9});
+    EXPECT_EQ(overflowed.code(), StatusCode::kInvalidArgument) << overflowed;
   }
 }
 
@@ -422,6 +431,66 @@ TEST(SyncFailureTest, StepAfterAFailedStartIsFailedPrecondition) {
       }
     }
   }
+}
+
+// A store whose first add() of a positive count to a key containing "samples" fails.
+class SampleAddFailsOnce final : public testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  StatusOr<int64_t> add(std::string_view k, int64_t x) override {
+    if (!failed_ && x > 0 && k.find("samples") != std::string_view::npos) {
+      failed_ = true;
+      return IoError("injected: the store is unreachable");
+    }
+    return to_->add(k, x);
+  }
+
+ private:
+  bool failed_ = false;
+};
+
+// ssp publishes the job's sample count every 8 steps, after the step's update was applied. A
+// failed publish used to be returned once (the next step was OK, so a caller that retried the
+// step applied it twice) and dropped the 8 steps' samples from the count for good. Now it is
+// sticky like ssp's other step failures, and the samples stay to be published by finish().
+TEST(SyncFailureTest, SspFailingToPublishItsSamplesIsStickyAndLosesNone) {
+  auto server = makeServer(1, 0);
+  ASSERT_NE(server, nullptr);
+  HashStore store;
+  SampleAddFailsOnce flaky(&store);
+  SyncEnv env;
+  env.rank = 0;
+  env.worldSize = 1;
+  env.store = &flaky;
+  env.client.serverAddresses = {server->address()};
+  SyncOptions o;
+  o.algorithm = "ssp";
+  o.lr = 1.0f;
+  o.momentum = 0.0f;
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  ASSERT_TRUE((*algo)->start(std::vector<float>(kModel, 0.0f), kLayout).ok());
+  const std::vector<float> grad(kModel, 1.0f);
+  Status first;
+  int failedAt = -1;
+  for (int s = 0; s < 10; ++s) {
+    const Status st = (*algo)->step(0, grad, uint64_t(s), 1);
+    if (!st.ok() && first.ok()) {
+      first = st;
+      failedAt = s;
+    }
+    if (!first.ok()) {
+      EXPECT_EQ(st, first) << "step " << s;
+    }
+  }
+  EXPECT_EQ(failedAt, 7) << "the 8th step publishes";
+  EXPECT_EQ(first.code(), StatusCode::kIoError) << first;
+  EXPECT_NE(first.message().find("sync ssp"), std::string::npos) << first;
+  std::vector<float> out(kModel);
+  EXPECT_EQ((*algo)->finish(out), first);
+  EXPECT_EQ((*algo)->globalSamples(), 8u) << "the 8 applied steps' samples, published by finish()";
+  EXPECT_EQ(out[0], -8.0f) << "8 updates applied, no more";
+  server->shutdown("test done");
 }
 
 }  // namespace
