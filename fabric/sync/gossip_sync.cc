@@ -58,7 +58,7 @@ class GossipSync final : public AlgorithmBase {
     model_.read(mine_);
     TensorView mine(mine_.data(), total_, DType::kF32), theirs(peer_.data(), total_, DType::kF32);
     comm::CollectiveOptions o;
-    o.timeout = Millis(options_.timeoutMs);
+    bound(o);
     // The lower rank sends first so that the pair never waits on each other.
     if (env_.rank < p) {
       COFAB_RETURN_IF_ERROR(comm::send(*env_.comm, mine, p, o));
@@ -90,8 +90,14 @@ class GossipSync final : public AlgorithmBase {
   comm::AllreduceOptions collective(comm::ReduceOp op) const {
     comm::AllreduceOptions o;
     o.op = op;
-    o.timeout = Millis(options_.timeoutMs);
+    bound(o);
     return o;
+  }
+  // timeoutMs from now, as a deadline: Deadline::afterMs saturates (INT64_MAX ms is never),
+  // where a Duration in nanoseconds overflowed to a negative timeout, which the collectives
+  // read as unset (COFAB_COLLECTIVE_TIMEOUT_MS).
+  void bound(comm::CollectiveOptions& o) const {
+    o.deadline = Deadline::afterMs(options_.timeoutMs);
   }
 
   std::vector<float> mine_, peer_;

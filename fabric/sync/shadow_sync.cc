@@ -149,8 +149,10 @@ class ShadowSync final : public AlgorithmBase {
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (options_.shadowIntervalMs > 0) {
-          cv_.wait_for(lock, std::chrono::milliseconds(options_.shadowIntervalMs),
-                       [&] { return done_; });
+          // Through a saturating deadline: wait_for's conversion of a huge interval to
+          // nanoseconds overflowed, and the rounds ran back to back.
+          cv_.wait_until(lock, Deadline::afterMs(options_.shadowIntervalMs).when(),
+                         [&] { return done_; });
         }
         if (abort_) return;
         done = done_;

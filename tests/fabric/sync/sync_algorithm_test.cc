@@ -831,5 +831,62 @@ TEST(SyncAlgorithmTest, GlobalSamplesAfterFinishAreTheJobsTotal) {
   EXPECT_EQ(totals[1], 100u);
 }
 
+// timeoutMs is a count of milliseconds up to INT64_MAX (core/clock.h: saturating). gossip turned
+// it into a Duration in nanoseconds, which overflowed for the largest values to a negative
+// timeout, read as "use COFAB_COLLECTIVE_TIMEOUT_MS" (here 1 ms): start() and every exchange
+// failed early. Rank 1 comes to the exchange only once rank 0's step returned (or after 2 s).
+TEST(SyncAlgorithmTest, GossipWithTheLargestTimeoutWaitsForItsPeer) {
+  const char* before = std::getenv("COFAB_COLLECTIVE_TIMEOUT_MS");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("COFAB_COLLECTIVE_TIMEOUT_MS", "1", 1);
+  HashStore store;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool rank0Returned = false;
+  Status rank0Step;
+  auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    comm::CommOptions co;
+    co.name = "gossip-timeout";
+    COFAB_ASSIGN_OR_RETURN(auto comm, comm::Communicator::create(rank, 2, &store, co));
+    SyncEnv env;
+    env.rank = rank;
+    env.worldSize = 2;
+    env.store = &store;
+    env.comm = comm.get();
+    SyncOptions o;
+    o.algorithm = "gossip";
+    o.syncEvery = 1;
+    o.timeoutMs = std::numeric_limits<int64_t>::max();
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(4, float(rank)), {4}));
+    const std::vector<float> grad(4, 0.0f);
+    if (rank == 0) {
+      Status st = algo->step(0, grad, 0, 1);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        rank0Step = st;
+        rank0Returned = true;
+      }
+      cv.notify_all();
+      COFAB_RETURN_IF_ERROR(st);
+    } else {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(2), [&] { return rank0Returned; });
+      }
+      COFAB_RETURN_IF_ERROR(algo->step(0, grad, 0, 1));
+    }
+    std::vector<float> out(4);
+    return algo->finish(out);
+  });
+  if (before != nullptr) {
+    ::setenv("COFAB_COLLECTIVE_TIMEOUT_MS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("COFAB_COLLECTIVE_TIMEOUT_MS");
+  }
+  EXPECT_TRUE(rank0Step.ok()) << rank0Step;
+  EXPECT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+}
+
 }  // namespace
 }  // namespace cofab::sync
