@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "fabric/compress/codec.h"
 #include "fabric/sync/algorithm_base.h"
 
 namespace cofab::sync {
@@ -225,6 +226,16 @@ StatusOr<std::unique_ptr<SyncAlgorithm>> makeSyncAlgorithm(const SyncOptions& op
   }
   if (options.replyFeedback && a != "onebit") {
     return InvalidArgument("sync " + a + ": replyFeedback applies to onebit only");
+  }
+  // Checked here, not by the first compressed push (step 0 failed on every worker, for good,
+  // after start() had succeeded); and refused where nothing is compressed, not ignored.
+  if (options.compressionBlock != 0 && a != "int8" && a != "onebit") {
+    return InvalidArgument("sync " + a + ": compressionBlock applies to int8 and onebit only");
+  }
+  if (options.compressionBlock > compress::kMaxBlock) {
+    return InvalidArgument(
+        "sync " + a + ": compressionBlock must be in [1, " + std::to_string(compress::kMaxBlock) +
+        "] (0: the codec's default), got " + std::to_string(options.compressionBlock));
   }
   if (a == "ssp" && options.stalenessUnit != "versions" && options.stalenessUnit != "clocks") {
     return InvalidArgument("sync ssp: stalenessUnit must be \"versions\" or \"clocks\", got \"" +

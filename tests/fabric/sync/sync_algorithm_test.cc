@@ -677,6 +677,17 @@ TEST(SyncAlgorithmTest, RejectsUnknownAlgorithmAndBadOptions) {
   o.replyFeedback = true;  // onebit only
   EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
   o.replyFeedback = false;
+  // A compression block the codec refuses: it used to fail step 0 on every worker, for good,
+  // after start() had succeeded. And one given where nothing is compressed was ignored.
+  o.compressionBlock = (size_t{1} << 20) + 1;
+  auto block = makeSyncAlgorithm(o, env);
+  EXPECT_EQ(block.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(block.status().message().find("compressionBlock"), std::string::npos) << block.status();
+  o.compressionBlock = 64;
+  EXPECT_TRUE(makeSyncAlgorithm(o, env).ok());
+  o.algorithm = "sync";
+  EXPECT_EQ(makeSyncAlgorithm(o, env).status().code(), StatusCode::kInvalidArgument);
+  o.compressionBlock = 0;
   o.algorithm = "ssp";
   o.stalenessUnit = "seconds";
   auto u = makeSyncAlgorithm(o, env);
