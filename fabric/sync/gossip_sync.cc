@@ -38,10 +38,12 @@ class GossipSync final : public AlgorithmBase {
                              "' is not 'ring' or 'random'");
     }
     COFAB_RETURN_IF_ERROR(setUp(initial, tensorCounts));
+    round_ = 0;  // the pairs follow the round: every worker's restart begins again at 0
     mine_.assign(initial.begin(), initial.end());
     peer_.resize(total_);
     COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
-                                          collective(comm::ReduceOp::kAvg)));
+                                          collective(comm::ReduceOp::kAvg))
+                              .withContext("sync gossip: start(): averaging the initial models"));
     model_.assign(mine_);
     return OkStatus();
   }
@@ -52,7 +54,8 @@ class GossipSync final : public AlgorithmBase {
     steps_.fetch_add(1);
     globalSamples_.fetch_add(samples * uint64_t(env_.worldSize));
     if ((step + 1) % uint64_t(options_.syncEvery) != 0) return OkStatus();
-    int p = gossipPeer(env_.rank, env_.worldSize, round_++, options_.gossipPeers == "random",
+    const uint64_t round = round_++;
+    int p = gossipPeer(env_.rank, env_.worldSize, round, options_.gossipPeers == "random",
                        options_.seed);
     if (p < 0) return OkStatus();
     model_.read(mine_);
@@ -60,12 +63,16 @@ class GossipSync final : public AlgorithmBase {
     comm::CollectiveOptions o;
     bound(o);
     // The lower rank sends first so that the pair never waits on each other.
-    if (env_.rank < p) {
-      COFAB_RETURN_IF_ERROR(comm::send(*env_.comm, mine, p, o));
-      COFAB_RETURN_IF_ERROR(comm::recv(*env_.comm, theirs, p, o));
-    } else {
-      COFAB_RETURN_IF_ERROR(comm::recv(*env_.comm, theirs, p, o));
-      COFAB_RETURN_IF_ERROR(comm::send(*env_.comm, mine, p, o));
+    const bool sendFirst = env_.rank < p;
+    Status st =
+        sendFirst ? comm::send(*env_.comm, mine, p, o) : comm::recv(*env_.comm, theirs, p, o);
+    if (st.ok()) {
+      st = sendFirst ? comm::recv(*env_.comm, theirs, p, o) : comm::send(*env_.comm, mine, p, o);
+    }
+    if (!st.ok()) {
+      return st.withContext("sync gossip: step " + std::to_string(step) + ", round " +
+                            std::to_string(round) + ": exchanging the model with rank " +
+                            std::to_string(p));
     }
     for (size_t i = 0; i < total_; ++i) peer_[i] -= mine_[i];
     model_.add(peer_, 0.5f);  // x += (x_peer - x) / 2
@@ -81,7 +88,8 @@ class GossipSync final : public AlgorithmBase {
     if (total_ == 0) return FailedPrecondition("sync gossip: start() not called or failed");
     model_.read(mine_);
     COFAB_RETURN_IF_ERROR(comm::allreduce(*env_.comm, TensorView(mine_.data(), total_, DType::kF32),
-                                          collective(comm::ReduceOp::kAvg)));
+                                          collective(comm::ReduceOp::kAvg))
+                              .withContext("sync gossip: finish(): averaging the final models"));
     model_.assign(mine_);
     return readFinal(out);
   }

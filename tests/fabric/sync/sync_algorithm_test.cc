@@ -899,5 +899,47 @@ TEST(SyncAlgorithmTest, GossipWithTheLargestTimeoutWaitsForItsPeer) {
   EXPECT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
 }
 
+// A gossip exchange whose peer does not come fails at timeoutMs saying it is gossip's exchange,
+// which round and which peer (the communicator's error alone named an anonymous send/recv).
+TEST(SyncAlgorithmTest, AGossipExchangeThatTimesOutNamesItsRoundAndPeer) {
+  HashStore store;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool rank0Returned = false;
+  Status rank0Step;
+  auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
+    comm::CommOptions co;
+    co.name = "gossip-late-peer";
+    COFAB_ASSIGN_OR_RETURN(auto comm, comm::Communicator::create(rank, 2, &store, co));
+    SyncEnv env;
+    env.rank = rank;
+    env.worldSize = 2;
+    env.store = &store;
+    env.comm = comm.get();
+    SyncOptions o;
+    o.algorithm = "gossip";
+    o.syncEvery = 1;
+    o.timeoutMs = 1000;  // start()'s averaging has both ranks at once; the step has one
+    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
+    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(4, float(rank)), {4}));
+    if (rank == 0) {
+      Status st = algo->step(0, std::vector<float>(4, 0.0f), 0, 1);
+      std::lock_guard<std::mutex> lock(mu);
+      rank0Step = st;
+      rank0Returned = true;
+      cv.notify_all();
+    } else {  // never steps: waits until rank 0 gave up on it
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return rank0Returned; });
+    }
+    return OkStatus();
+  });
+  ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
+  EXPECT_EQ(rank0Step.code(), StatusCode::kDeadlineExceeded) << rank0Step;
+  EXPECT_NE(rank0Step.message().find("sync gossip: step 0, round 0"), std::string::npos)
+      << rank0Step;
+  EXPECT_NE(rank0Step.message().find("with rank 1"), std::string::npos) << rank0Step;
+}
+
 }  // namespace
 }  // namespace cofab::sync
