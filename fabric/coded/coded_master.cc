@@ -75,6 +75,11 @@ struct CodedMaster::State {
   std::vector<CancelReport> cancels;
   // Compute requests (each holding its B) handed to a worker's connection and not yet sent.
   std::vector<int> unsentComputes;
+  // Blocks of A handed to a worker's connection and not yet sent (at most one: see load()),
+  // and the number of the last load whose block was handed over: requests go only to workers
+  // that hold the running load's block (a request follows its block on the connection).
+  std::vector<int> unsentLoads;
+  std::vector<uint64_t> sentLoad;
 
   void markDead(int w, const std::string& why) {
     if (dead[w].empty()) dead[w] = "worker " + std::to_string(w) + ": " + why;
@@ -245,6 +250,8 @@ StatusOr<std::unique_ptr<CodedMaster>> CodedMaster::create(Store* store,
   s.hasResult.assign(n, false);
   s.taskError.assign(n, "");
   s.unsentComputes.assign(n, 0);
+  s.unsentLoads.assign(n, 0);
+  s.sentLoad.assign(n, 0);
 
   const Deadline deadline = Deadline::after(m->options_.setupTimeout);
   COFAB_ASSIGN_OR_RETURN(
@@ -430,6 +437,10 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   for (int w = 0; w < n; ++w) {
     s.loaded[w] = false;
     if (!s.dead[w].empty()) continue;
+    // Its previous block has not even left this host: the worker reads nothing (stopped,
+    // stuck). Queuing this one too grew the process by a block per load for as long as that
+    // lasted. It gets no request until a later load reaches it (sentLoad).
+    if (s.unsentLoads[w] > 0) continue;
     LoadRecord rec{.rows = blockRows_,
                    .cols = a.cols,
                    .tasks = n,
@@ -444,7 +455,14 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     }
     auto buf = std::make_shared<const std::vector<uint8_t>>(packRecord(
         rec, std::span<const float>(blockOf[w], static_cast<size_t>(blockRows_ * a.cols))));
-    sendTo(s.conns[w], codedHeader(CodedOp::kLoad, 0, s.load), buf);
+    ++s.unsentLoads[w];
+    s.sentLoad[w] = s.load;
+    wire::Header h = codedHeader(CodedOp::kLoad, 0, s.load);
+    h.payloadLength = buf->size();
+    s.conns[w]->send(h, buf->data(), buf->size(), [state = state_, buf, w](const Status&) {
+      std::lock_guard<std::mutex> l(state->mu);
+      --state->unsentLoads[w];
+    });
   }
   const Deadline deadline = Deadline::after(options_.setupTimeout);
   // Enough workers hold their block for a request to complete from them alone (as multiply()
@@ -520,6 +538,12 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
   const int64_t t0 = nowNs();
   for (int w = 0; w < n; ++w) {
     if (!s.dead[w].empty()) continue;
+    if (s.sentLoad[w] != s.load) {
+      s.taskError[w] = "worker " + std::to_string(w) +
+                       ": not sent this request, it was not sent the loaded matrix (its "
+                       "previous block was still queued here: the worker reads nothing)";
+      continue;
+    }
     if (s.unsentComputes[w] >= kMaxUnsentComputes) {
       // Its last requests have not even left this host: the worker reads nothing (stopped,
       // stuck, cut off without a reset), so it cannot help this one either. Another copy of B
