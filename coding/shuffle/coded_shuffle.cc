@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,6 +17,9 @@ namespace {
 
 constexpr int kMaxWorkers = 24;
 constexpr int64_t kMaxGroups = int64_t{1} << 20;
+// The placement keeps 12 bytes a row (more than any memory long before this), and splits rows
+// over groups with i * rows / groups, which must not overflow: kMaxRows * kMaxGroups <= 2^62.
+constexpr int64_t kMaxRows = int64_t{1} << 40;
 
 double binomial(int n, int k) {
   double c = 1;
@@ -63,7 +67,10 @@ StatusOr<CodedShuffle> CodedShuffle::create(const CodedShuffleOptions& o) {
         "workers] (each row cached by that many workers); got " +
         std::to_string(o.cacheFraction) + " * " + std::to_string(o.workers));
   }
-  if (o.rows < 1) return InvalidArgument("coded shuffle: rows must be >= 1");
+  if (o.rows < 1 || o.rows > kMaxRows) {
+    return InvalidArgument("coded shuffle: rows must be in [1, 2^40], got " +
+                           std::to_string(o.rows));
+  }
   const double groups = binomial(o.workers, t);
   if (groups > static_cast<double>(kMaxGroups)) {
     return InvalidArgument("coded shuffle: C(" + std::to_string(o.workers) + ", " +
@@ -80,12 +87,17 @@ StatusOr<CodedShuffle> CodedShuffle::create(const CodedShuffleOptions& o) {
     if (std::popcount(mask) == t) s.groupMask_.push_back(mask);
   }
   const int64_t g = static_cast<int64_t>(s.groupMask_.size());
-  s.groupRows_.resize(o.rows);
+  try {
+    s.groupRows_.resize(o.rows);
+    s.groupOfRow_.resize(o.rows);
+  } catch (const std::bad_alloc&) {  // library code returns errors, it does not throw them
+    return ResourceExhausted("coded shuffle: no memory for the placement of " +
+                             std::to_string(o.rows) + " rows (12 bytes a row)");
+  }
   std::iota(s.groupRows_.begin(), s.groupRows_.end(), 0);
   std::mt19937_64 rng(mix(o.seed));
   std::shuffle(s.groupRows_.begin(), s.groupRows_.end(), rng);
   s.groupStart_.resize(g + 1);
-  s.groupOfRow_.resize(o.rows);
   for (int64_t i = 0; i <= g; ++i) s.groupStart_[i] = i * o.rows / g;
   for (int64_t i = 0; i < g; ++i) {
     for (int64_t p = s.groupStart_[i]; p < s.groupStart_[i + 1]; ++p) {

@@ -35,7 +35,7 @@ enum class ShuffleAssignment : uint8_t { kStratified, kUniform };
 struct CodedShuffleOptions {
   int workers = 0;           // n, 1..24
   double cacheFraction = 0;  // alpha; alpha * n must be an integer t in [0, n]
-  int64_t rows = 0;          // data rows
+  int64_t rows = 0;          // data rows, 1 to 2^40 (the placement keeps 12 bytes a row)
   uint64_t seed = 1;         // placement and assignments
   ShuffleAssignment assignment = ShuffleAssignment::kStratified;
 };

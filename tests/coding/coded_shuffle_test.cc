@@ -153,6 +153,18 @@ TEST(CodedShuffleTest, BadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(CodedShuffle::create({.workers = 8, .cacheFraction = 0.3, .rows = 4}).status().code(),
             StatusCode::kInvalidArgument);
+  // Past any memory: an error, not an exception (rows 2^62 used to throw length_error, and
+  // i * rows / groups overflowed past 2^43).
+  EXPECT_EQ(CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = int64_t{1} << 62})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan aborts on an allocation past its maximum size
+  EXPECT_EQ(CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = int64_t{1} << 40})
+                .status()
+                .code(),
+            StatusCode::kResourceExhausted);
+#endif
   EXPECT_EQ(CodedShuffle::create({.workers = 4, .cacheFraction = 0.5, .rows = 0}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(CodedShuffle::create({.workers = 30, .cacheFraction = 0.5, .rows = 9}).status().code(),
