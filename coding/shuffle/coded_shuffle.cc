@@ -259,6 +259,11 @@ Status CodedShuffle::decode(const ShufflePlan& plan, const WorkerCache& cache,
     return InvalidArgument("coded shuffle decode: the plan has no worker " + std::to_string(w));
   }
   const auto& batch = plan.batch[w];
+  // The plan is a plain struct a caller may have built or changed: its parts must agree before
+  // they index one another.
+  if (plan.source.size() != plan.batch.size() || plan.source[w].size() != batch.size()) {
+    return InvalidArgument("coded shuffle decode: the plan's sources do not match its batches");
+  }
   if (messages.size() != plan.messages.size() * rb || batchOut.size() != batch.size() * rb) {
     return InvalidArgument("coded shuffle decode: expected " +
                            std::to_string(plan.messages.size()) + " messages and a batch of " +
@@ -278,7 +283,17 @@ Status CodedShuffle::decode(const ShufflePlan& plan, const WorkerCache& cache,
       std::memcpy(dst, own, rb);
       continue;
     }
+    if (static_cast<uint64_t>(m) >= plan.messages.size()) {
+      return InvalidArgument("coded shuffle decode: the plan sends row " +
+                             std::to_string(batch[i]) + " in message " + std::to_string(m) +
+                             ", past its " + std::to_string(plan.messages.size()) + " messages");
+    }
     const ShuffleMessage& msg = plan.messages[m];
+    if (msg.workers.size() != msg.rows.size()) {
+      return InvalidArgument("coded shuffle decode: message " + std::to_string(m) +
+                             " of the plan names " + std::to_string(msg.rows.size()) +
+                             " rows for " + std::to_string(msg.workers.size()) + " workers");
+    }
     std::memcpy(dst, messages.data() + m * rb, rb);
     for (size_t j = 0; j < msg.rows.size(); ++j) {
       if (msg.workers[j] == w) continue;

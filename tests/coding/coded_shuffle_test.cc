@@ -189,6 +189,21 @@ TEST(CodedShuffleTest, BadArguments) {
   auto cache = s->buildCache(0, data, 8);
   EXPECT_EQ(s->decode(*plan, *cache, std::span(wire).first(8), batch).code(),
             StatusCode::kInvalidArgument);
+  // A plan that does not hold together (ShufflePlan is a plain struct a caller may build or
+  // change): refused, where decode() read past the plan's vectors.
+  ASSERT_TRUE(s->decode(*plan, *cache, wire, batch).ok());
+  size_t needed = 0;  // a row worker 0 takes from a message
+  while (needed < plan->source[0].size() && plan->source[0][needed] < 0) ++needed;
+  ASSERT_LT(needed, plan->source[0].size());
+  auto badMessage = *plan;
+  badMessage.source[0][needed] = static_cast<int64_t>(plan->messages.size());
+  EXPECT_EQ(s->decode(badMessage, *cache, wire, batch).code(), StatusCode::kInvalidArgument);
+  auto shortSource = *plan;
+  shortSource.source[0].pop_back();
+  EXPECT_EQ(s->decode(shortSource, *cache, wire, batch).code(), StatusCode::kInvalidArgument);
+  auto shortWorkers = *plan;
+  shortWorkers.messages[static_cast<size_t>(plan->source[0][needed])].workers.clear();
+  EXPECT_EQ(s->decode(shortWorkers, *cache, wire, batch).code(), StatusCode::kInvalidArgument);
 }
 
 // rows x rowBytes past what a size can hold: refused, not wrapped. encode() and buildCache() used
