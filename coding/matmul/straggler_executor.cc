@@ -70,7 +70,10 @@ struct RunState {
 StatusOr<StragglerReport> StragglerExecutor::run(const StragglerRunSpec& spec,
                                                  const StragglerTask& fn) {
   const int n = spec.tasks;
-  if (n < 1) return InvalidArgument("straggler run needs at least one task");
+  if (n < 1 || n > kMaxStragglerTasks) {
+    return InvalidArgument("straggler run: tasks must be in [1, " +
+                           std::to_string(kMaxStragglerTasks) + "], got " + std::to_string(n));
+  }
   if (!spec.groups.empty() && static_cast<int>(spec.groups.size()) != n) {
     return InvalidArgument("straggler run: groups has " + std::to_string(spec.groups.size()) +
                            " entries for " + std::to_string(n) + " tasks");

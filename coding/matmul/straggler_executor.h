@@ -45,8 +45,12 @@ class CancelToken {
 
 using StragglerTask = std::function<Status(int task, const CancelToken& cancel)>;
 
+// The most tasks one run takes (each has its own bookkeeping and output here): more is a
+// mistake to refuse, not an allocation to attempt.
+inline constexpr int kMaxStragglerTasks = 1 << 16;
+
 struct StragglerRunSpec {
-  int tasks = 0;
+  int tasks = 0;            // 1 to kMaxStragglerTasks
   std::vector<int> groups;  // group id per task, in [0, tasks); empty = one group per task
   int neededGroups = 0;
   double load = 1.0;                  // passed to the delay model

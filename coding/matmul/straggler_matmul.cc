@@ -132,6 +132,12 @@ StatusOr<StragglerMatmulReport> runReplicatedMatmul(ConstMatrixView a, ConstMatr
                            ") must be a positive multiple of replicas (" +
                            std::to_string(replicas) + ")");
   }
+  // Before the outputs (a block's product per worker) are allocated: 2^30 replicas of a small
+  // product asked for hundreds of GiB and threw bad_alloc.
+  if (workers > kMaxStragglerTasks) {
+    return InvalidArgument("replicated matmul: workers must be at most " +
+                           std::to_string(kMaxStragglerTasks) + ", got " + std::to_string(workers));
+  }
   const int blocks = workers / replicas;
   if (blocks > a.rows) return InvalidArgument("replicated matmul: more blocks than rows of A");
   const int64_t blockRows = (a.rows + blocks - 1) / blocks;

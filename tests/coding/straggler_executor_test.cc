@@ -114,6 +114,12 @@ TEST_F(StragglerMatmulTest, UncodedAndReplicatedGiveTheProduct) {
           .status()
           .code(),
       StatusCode::kInvalidArgument);
+  // 2^30 replicas of one block: refused before a product per worker is allocated (bad_alloc).
+  EXPECT_EQ(runReplicatedMatmul(a(), b(), {c.data(), 96, 20, 0}, 1 << 30, 1 << 30,
+                                {.executor = executor_.get()})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(runUncodedMatmul(a(), b(), {c.data(), 96, 20, 0}, 4, {}).status().code(),
             StatusCode::kInvalidArgument);
 }
