@@ -182,8 +182,10 @@ StatusOr<uint64_t> ShuffleEndpoint::upload(uint64_t epoch, uint64_t keyBase,
                                missingKeys(count, acked, [&](size_t m) { return keyBase + m; }));
     }
     Reply& r = *reply;
-    const bool mine =
-        r.header.iteration == epoch && r.header.key >= keyBase && r.header.key - keyBase < count;
+    // A release's answer (its sequence has the top bit: releaseOnce) may carry the key of a
+    // message here, and in epoch 0 its iteration too, when it comes late: not an upload's ack.
+    const bool mine = (r.header.sequence >> 63) == 0 && r.header.iteration == epoch &&
+                      r.header.key >= keyBase && r.header.key - keyBase < count;
     if (!mine) continue;
     COFAB_RETURN_IF_ERROR(replyError(r.header, r.payload));
     if (r.header.type == wire::MessageType::kControl &&

@@ -307,5 +307,33 @@ TEST(ShuffleEndpoint, AStaleUploadAckIsNotTheReleasesAnswer) {
   EXPECT_TRUE(again.get().ok());
 }
 
+// The mirror case: a release's late ack (an earlier release of these keys timed out) carries
+// the key of an upload's first message, and in epoch 0 its iteration too. The upload counted it
+// as that message's ack and could return before the daemon had answered the push (a reject of
+// it never read). Only acks of pushes count: this upload's key 600 is never acked.
+TEST(ShuffleEndpoint, ALateReleaseAckIsNotAnUploadsAck) {
+  FakeDaemon d;
+  ASSERT_TRUE(d.start().ok());
+  wire::Header lateRelease;
+  lateRelease.key = 600;
+  lateRelease.chunkCount = 1;
+  lateRelease.sequence = (uint64_t{1} << 63) | 1;  // a release's, as releaseOnce numbers them
+  d.control(ps::ControlOp::kAck, lateRelease);
+  const std::vector<uint8_t> rows(8, 1);
+  auto uploading = std::async(std::launch::async, [&] {
+    return d.endpoint->upload(0, 600, rows, 4, /*planTag=*/0, Deadline::afterMs(1000));
+  });
+  auto first = d.recv(), second = d.recv();
+  ASSERT_TRUE(first.ok() && second.ok());
+  wire::Header ack = first->key == 601 ? *first : *second;
+  ASSERT_EQ(ack.key, 601u);
+  ack.type = wire::MessageType::kControl;
+  ack.opcode = static_cast<uint8_t>(ps::ControlOp::kAck);
+  d.conn->send(ack, nullptr, 0, [](const Status&) {});
+  const auto r = uploading.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("600"), std::string::npos) << r.status();
+}
+
 }  // namespace
 }  // namespace cofab::coded
