@@ -77,9 +77,11 @@ void AlgorithmBase::read(int thread, std::span<float> out) {
   // of another size than the model (or a read before start()) is a bug in the caller.
   COFAB_CHECK(thread >= 0 && thread < threads_) << "sync " << name_ << ": read() by thread "
                                                 << thread << " of " << threads_;
-  COFAB_CHECK(out.size() == total_ && total_ > 0)
-      << "sync " << name_ << ": read() into " << out.size() << " floats, the model has "
-      << total_ << (total_ == 0 ? " (start() has not succeeded)" : "");
+  // startedOk(), not a layout: a start() that set the layout up and then failed (connecting)
+  // left one, and read() quietly gave the initial or a previous run's model.
+  COFAB_CHECK(startedOk()) << "sync " << name_ << ": read() before start() succeeded";
+  COFAB_CHECK(out.size() == total_)
+      << "sync " << name_ << ": read() into " << out.size() << " floats, the model has " << total_;
   model_.read(out);
 }
 

@@ -493,5 +493,25 @@ TEST(SyncFailureTest, SspFailingToPublishItsSamplesIsStickyAndLosesNone) {
   server->shutdown("test done");
 }
 
+// read() after a start() that set the layout up and then failed to connect aborts, as the
+// header says for any read() before a successful start(): it quietly gave the initial model
+// (and after a retried start() with a bad layout, the previous run's).
+TEST(SyncFailureDeathTest, ReadAfterAStartThatFailedToConnectAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  HashStore store;
+  SyncEnv env;
+  env.store = &store;
+  env.client.serverAddresses = {"127.0.0.1:1"};  // nobody listens: connecting fails
+  env.client.connectTimeoutMs = 1000;
+  SyncOptions o;
+  o.algorithm = "sync";
+  auto algo = makeSyncAlgorithm(o, env);
+  ASSERT_TRUE(algo.ok()) << algo.status();
+  const std::vector<float> model(3, 0.0f);
+  ASSERT_FALSE((*algo)->start(model, {3}).ok());
+  std::vector<float> out(3);
+  EXPECT_DEATH((*algo)->read(0, out), "before start.. succeeded");
+}
+
 }  // namespace
 }  // namespace cofab::sync
