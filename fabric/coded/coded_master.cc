@@ -435,12 +435,14 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   COFAB_RETURN_IF_ERROR(checkLive("coded load"));
   ++s.load;
   for (int w = 0; w < n; ++w) {
+    const bool ackedPrevious = s.loaded[w];
     s.loaded[w] = false;
     if (!s.dead[w].empty()) continue;
     // Its previous block has not even left this host: the worker reads nothing (stopped,
     // stuck). Queuing this one too grew the process by a block per load for as long as that
-    // lasted. It gets no request until a later load reaches it (sentLoad).
-    if (s.unsentLoads[w] > 0) continue;
+    // lasted. It gets no request until a later load reaches it (sentLoad). A block the worker
+    // acknowledged has left, even if its send's completion has not come back yet.
+    if (s.unsentLoads[w] > 0 && !ackedPrevious) continue;
     LoadRecord rec{.rows = blockRows_,
                    .cols = a.cols,
                    .tasks = n,
@@ -472,19 +474,37 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
   auto enoughLoaded = [&] {
     return coveredGroups([&](int w) { return s.dead[w].empty() && s.loaded[w]; }) >= m;
   };
-  auto tooFewLive = [&] { return coveredGroups([&](int w) { return s.dead[w].empty(); }) < m; };
+  // Only workers sent this load's block can help (one passed over above cannot).
+  auto sent = [&](int w) { return s.dead[w].empty() && s.sentLoad[w] == s.load; };
+  auto tooFewLive = [&] { return coveredGroups(sent) < m; };
   auto notLoaded = [&] {
     std::vector<int> late;
     for (int w = 0; w < n; ++w) {
-      if (s.dead[w].empty() && !s.loaded[w]) late.push_back(w);
+      if (sent(w) && !s.loaded[w]) late.push_back(w);
     }
     return late;
+  };
+  auto passedOver = [&] {
+    std::vector<int> skipped;
+    for (int w = 0; w < n; ++w) {
+      if (s.dead[w].empty() && s.sentLoad[w] != s.load) skipped.push_back(w);
+    }
+    return skipped;
   };
   s.cv.wait_until(lock, deadline.when(), [&] { return enoughLoaded() || tooFewLive(); });
   if (!enoughLoaded()) {
     COFAB_RETURN_IF_ERROR(checkLive("coded load"));
+    const std::vector<int> skipped = passedOver();
+    const std::string why =
+        skipped.empty() ? ""
+                        : "; workers " + workerList(skipped) +
+                              " were not sent it: their previous block is still queued here (they "
+                              "read nothing)";
+    if (tooFewLive()) {
+      return Unavailable("coded load: too few workers could take the block" + why);
+    }
     return DeadlineExceeded("coded load: workers " + workerList(notLoaded()) +
-                            " did not acknowledge their block in time");
+                            " did not acknowledge their block in time" + why);
   }
   if (std::vector<int> late = notLoaded(); !late.empty()) {
     COFAB_LOG(kInfo, "coded") << "load " << s.load << ": workers " << workerList(late)
