@@ -60,15 +60,23 @@ class GossipSync final : public AlgorithmBase {
     if (p < 0) return OkStatus();
     model_.read(mine_);
     TensorView mine(mine_.data(), total_, DType::kF32), theirs(peer_.data(), total_, DType::kF32);
-    comm::CollectiveOptions o;
-    bound(o);
+    // Each wait its own timeoutMs, as a deadline (deadline(): Deadline::afterMs saturates, where
+    // a Duration in nanoseconds overflowed to a negative timeout, which the collectives read as
+    // unset: COFAB_COLLECTIVE_TIMEOUT_MS).
+    auto sendMine = [&] {
+      comm::CollectiveOptions o;
+      o.deadline = deadline();
+      return comm::send(*env_.comm, mine, p, o);
+    };
+    auto recvTheirs = [&] {
+      comm::CollectiveOptions o;
+      o.deadline = deadline();
+      return comm::recv(*env_.comm, theirs, p, o);
+    };
     // The lower rank sends first so that the pair never waits on each other.
     const bool sendFirst = env_.rank < p;
-    Status st =
-        sendFirst ? comm::send(*env_.comm, mine, p, o) : comm::recv(*env_.comm, theirs, p, o);
-    if (st.ok()) {
-      st = sendFirst ? comm::recv(*env_.comm, theirs, p, o) : comm::send(*env_.comm, mine, p, o);
-    }
+    Status st = sendFirst ? sendMine() : recvTheirs();
+    if (st.ok()) st = sendFirst ? recvTheirs() : sendMine();
     if (!st.ok()) {
       return st.withContext("sync gossip: step " + std::to_string(step) + ", round " +
                             std::to_string(round) + ": exchanging the model with rank " +
@@ -98,14 +106,8 @@ class GossipSync final : public AlgorithmBase {
   comm::AllreduceOptions collective(comm::ReduceOp op) const {
     comm::AllreduceOptions o;
     o.op = op;
-    bound(o);
+    o.deadline = deadline();  // see step()
     return o;
-  }
-  // timeoutMs from now, as a deadline: Deadline::afterMs saturates (INT64_MAX ms is never),
-  // where a Duration in nanoseconds overflowed to a negative timeout, which the collectives
-  // read as unset (COFAB_COLLECTIVE_TIMEOUT_MS).
-  void bound(comm::CollectiveOptions& o) const {
-    o.deadline = Deadline::afterMs(options_.timeoutMs);
   }
 
   std::vector<float> mine_, peer_;
