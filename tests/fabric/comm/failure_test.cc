@@ -593,9 +593,9 @@ TEST(CommSplit, SubCommunicatorsReduceWithinTheirColor) {
 // tensors are never touched before it (nothing is posted), so their addresses are made up:
 // disjoint, and far from any real mapping.
 TEST(CommResources, AScratchThatCannotBeAllocatedIsAnErrorNotAnAbort) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "ASan aborts on an allocation past its maximum size (allocator_may_return_null "
-                  "is off), before the library can see the failure";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer aborts on an allocation past its maximum size "
+                  "(allocator_may_return_null is off), before the library can see the failure";
 #endif
   auto g = makeGroup(3);
   ASSERT_TRUE(g);
