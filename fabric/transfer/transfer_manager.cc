@@ -186,6 +186,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
       queue.erase(earlier);
       earlier->info = lifted;
       queue.insert(earlier);
+      if (TransferRecord* r = record(earlier->recordId)) r->priority = lifted.priority;
     }
     rounds.emplace(u->iteration, u);
     queue.insert(std::move(u));
@@ -468,6 +469,7 @@ struct ManagerCore : std::enable_shared_from_this<ManagerCore> {
     if (TransferRecord* r = record(u->recordId)) {
       r->sendIndex = sends;
       r->sentNs = nowNs();
+      r->destination = liveDestinationLocked(*u);  // the backup once the client failed over
     }
     sends++;
     return u;

@@ -8,7 +8,8 @@
 //     acknowledged by their daemon, and at most maxOutstanding without their result, and
 //     whenever a slot frees picks the next queued unit with its OrderingPolicy (FIFO, priority
 //     by layer, earliest deadline): a more urgent update enqueued later overtakes at the next
-//     chunk boundary,
+//     chunk boundary (the units of one wire key still go in enqueue order: a more urgent one
+//     lends its urgency to the queued ones of its key instead),
 //   - hands each unit to ps::PushPullClient as one single-chunk push-pull (so the client's
 //     credits, placement, failover and in-order reduction apply unchanged) and scatters results,
 //   - records per unit queued / sent / acknowledged / done times for stats and a Chrome trace.

@@ -28,7 +28,7 @@ struct TransferRecord {
   bool fused = false;          // a bucket of small updates
   int priority = 0;
   uint64_t iteration = 0;  // model version of its (first) update
-  int destination = 0;     // daemon index (fabric/ps/placement.h)
+  int destination = 0;     // daemon index: by placement, where it went once sent
   uint64_t bytes = 0;
   uint64_t sendIndex = ~0ull;   // position in this manager's send order; ~0: never sent
   uint64_t sendsAtEnqueue = 0;  // units handed to the transport before this one was queued

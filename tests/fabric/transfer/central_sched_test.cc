@@ -206,6 +206,11 @@ TEST(CentralScheduler, AfterAFailoverGrantsAreBookedAgainstTheBackup) {
   const transfer::TransferStats after = (*mgr)->stats();
   EXPECT_EQ(after.destinations[0].unitsSent, before.destinations[0].unitsSent);
   EXPECT_EQ(after.destinations[1].unitsSent, before.destinations[1].unitsSent + 8);
+  const std::vector<transfer::TransferRecord> recs = (*mgr)->records();
+  ASSERT_EQ(recs.size(), 16u);
+  for (size_t i = 8; i < recs.size(); ++i) {
+    EXPECT_EQ(recs[i].destination, 1) << recs[i].name << ": its record names where it went";
+  }
   // The scheduler granted daemon 1 one grant per unit that went there, and no more to daemon 0.
   const uint64_t granted0 = before.destinations[0].unitsSent;
   const Deadline settle = Deadline::afterMs(10000);
