@@ -26,6 +26,15 @@ bool GradientGroups::groupCovered(std::span<const uint8_t> state, int rank) cons
   return false;
 }
 
+bool GradientGroups::groupMayBeCovered(std::span<const uint8_t> state, int rank,
+                                       const std::function<bool(int)>& gone) const {
+  const int first = groupOf(rank) * groupSize_;
+  for (int r = first; r < first + groupSize_; ++r) {
+    if (state[static_cast<size_t>(r)] != 0 || !gone(r)) return true;
+  }
+  return false;
+}
+
 bool GradientGroups::covered(std::span<const uint8_t> state) const {
   for (int g = 0; g < groups(); ++g) {
     if (!groupCovered(state, g * groupSize_)) return false;

@@ -13,6 +13,7 @@
 #include "coding/gradient/fractional_repetition.h"
 #include "fabric/coded/gradient_coding_client.h"
 #include "tests/aggregator/daemon_cluster.h"
+#include "tests/aggregator/raw_peer.h"
 
 namespace cofab::testing {
 namespace {
@@ -171,6 +172,38 @@ TEST(GradientCoding, DaemonRefusesGroupsThatDoNotFitTheWorkers) {
   DaemonCluster cluster(1, 4, {"--gradient-stragglers", "2"});  // 3 does not divide 4
   Status s = cluster.start(Deadline::afterMs(2000));
   EXPECT_FALSE(s.ok());
+}
+
+// A worker lost for good (here at once: --dead-worker-ms 0) is waited for no more when its group
+// is covered; nor when a live worker of its group may still cover it. The round used to fail at
+// the first tick after another group's push, before the lost worker's group-mate had pushed:
+// one crashed worker ended a job that gradient coding was there to carry on.
+TEST(GradientCoding, ALostWorkerDoesNotFailARoundItsGroupMateWillCover) {
+  DaemonCluster cluster(
+      1, 4,
+      {"--gradient-stragglers", "1", "--dead-worker-ms", "0", "--round-timeout-ms", "3600000"});
+  ASSERT_TRUE(cluster.start().ok());
+  {
+    auto gone = RawPeer::connect(cluster.address(0), "worker 1");
+    ASSERT_TRUE(gone.ok()) << gone.status();
+  }  // broken without a goodbye: lost
+  ASSERT_TRUE(cluster.waitMetric(0, "cofab_agg_workers_lost_total", 1).ok());
+  auto w2 = RawPeer::connect(cluster.address(0), "worker 2");
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  ASSERT_TRUE(w2.ok() && w0.ok());
+  ASSERT_TRUE(
+      (*w2)->sendValues(RawPeer::push(2, 5, 0, DType::kF32), std::vector<float>(4, 2.0f)).ok());
+  auto ack = (*w2)->recv();
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  ASSERT_TRUE(ack->isControl(ps::ControlOp::kAck)) << ack->header.describe() << " " << ack->text();
+  // Worker 2's round is open and worker 1 is gone; worker 0 (its group-mate) has not pushed yet.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, 5, 0, DType::kF32), std::vector<float>(4, 1.0f)).ok());
+  for (auto* w : {&*w0, &*w2}) {
+    auto result = (*w)->recvResult();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(*result, std::vector<float>(4, 3.0f)) << "one contribution per group: 1 + 2";
+  }
 }
 
 }  // namespace
