@@ -103,7 +103,11 @@ StatusOr<std::shared_ptr<transport::PipeEnd>> AggregatorServer::connectInProcess
       transport::makeInProcessPipe(ps::workerPeerId(workerRank), ps::aggregatorPeerId(options_.id),
                                    std::max<uint64_t>(2 * options_.maxChunkBytes, 1 << 20));
   {
+    // Checked with the push, under the lock shutdown() takes the ends with: draining_ alone
+    // let an end be added after shutdown() had taken them, never closed or joined (its pushes
+    // went to stopped engines, its callbacks outlived the server).
     std::lock_guard<std::mutex> lock(inProcessMu_);
+    if (inProcessClosed_) return FailedPrecondition("aggregator: shutting down");
     inProcess_.push_back(ends.b);
   }
   onAccepted(ends.b);
@@ -528,6 +532,7 @@ void AggregatorServer::shutdown(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(inProcessMu_);
     local.swap(inProcess_);
+    inProcessClosed_ = true;
   }
   for (auto& end : local) {
     end->close();

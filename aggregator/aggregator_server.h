@@ -113,6 +113,7 @@ class AggregatorServer {
   std::shared_ptr<PayloadPool> pool_;  // receive buffers for pushes (payload_pool.h)
   std::mutex inProcessMu_;
   std::vector<std::shared_ptr<transport::PipeEnd>> inProcess_;  // server ends, joined at shutdown
+  bool inProcessClosed_ = false;  // shutdown took inProcess_: no end may be added after it
   std::atomic<bool> draining_{false};
   // Sends to peers not completed yet (Peer::unsent): shutdown() waits for them, bounded.
   const std::shared_ptr<std::atomic<int64_t>> unsent_ = std::make_shared<std::atomic<int64_t>>(0);
