@@ -8,6 +8,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 epochs=${1:-3}
 workers=${2:-4}
 aggs=${3:-2}
+for n in "$epochs" "$workers" "$aggs"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "usage: demo.sh [epochs] [workers] [aggregators], each >= 1" >&2; exit 2; }
+done
+# The global batch (128 by default) is split evenly over the workers: round it down to a multiple.
+batch=$((128 / workers * workers))
+(( batch >= workers )) || { echo "demo.sh: at most 128 workers" >&2; exit 2; }
 echo "== demo: installing missing packages"
 bash "$root/scripts/setup.sh"
 echo "== demo: building"
@@ -19,6 +25,8 @@ echo "== demo: $workers ranks meet through a TcpStore and exchange 1 MiB each"
 "$build/fabric/bin/cofab-run" -n "$workers" -- "$build/examples/store_exchange/store_exchange" \
   --bytes 1048576
 echo "== demo: $workers workers train on Fashion-MNIST through $aggs aggregator daemon(s)"
-"$build/fabric/bin/cofab-run" -n "$workers" --role "aggd:$aggs:$build/aggregator/cofab-aggd" -- \
-  "$build/examples/train_mnist/train_mnist" --epochs "$epochs" --sync aggregator
+# The role command goes through /bin/sh: quote the path (spaces, shell characters).
+"$build/fabric/bin/cofab-run" -n "$workers" \
+  --role "aggd:$aggs:$(printf '%q' "$build/aggregator/cofab-aggd")" -- \
+  "$build/examples/train_mnist/train_mnist" --epochs "$epochs" --batch "$batch" --sync aggregator
 echo "== demo: done (single-process comparison: bash scripts/bench_train.sh)"

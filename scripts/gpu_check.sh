@@ -5,7 +5,7 @@
 #   bash scripts/gpu_check.sh pack        here, after scripts/build.sh: copies the GPU-relevant
 #                                         test and bench binaries, cofab's libraries and the
 #                                         Debian ones they need (not glibc, not CUDA's) into
-#                                         .devrun/ (stripped of debug info, about 55 MiB)
+#                                         .devrun/ (stripped of debug info, about 51-55 MiB)
 #   bash scripts/gpu_check.sh run [OUT]   there, with .devrun/ carried: GPU tests, the coded
 #                                         matmul and service tests, compute-sanitizer memcheck
 #                                         and racecheck on the kernel tests, gpu_ops_bench, and

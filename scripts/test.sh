@@ -7,7 +7,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitize=""
-if [[ "${1:-}" == "--sanitize" ]]; then
+if [[ "${1:-}" == --sanitize=* ]]; then
+  sanitize=${1#--sanitize=}
+  shift
+elif [[ "${1:-}" == "--sanitize" ]]; then
+  [[ $# -ge 2 ]] || { echo "usage: test.sh [--sanitize address,undefined|thread] [ctest args]" >&2; exit 2; }
   sanitize=$2
   shift 2
 fi

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/clock.h"
+#include "core/param.h"
 #include "fabric/rendezvous/bootstrap.h"
 
 namespace {
@@ -26,9 +27,10 @@ cofab::Bytes blockFor(int rank, size_t bytes) {
   return b;
 }
 
-int fail(const cofab::Status& s) {
+// Exit code 1 for a failed job, 2 for a usage error.
+int fail(const cofab::Status& s, int code = 1) {
   std::fprintf(stderr, "store_exchange: %s\n", s.toString().c_str());
-  return 1;
+  return code;
 }
 
 }  // namespace
@@ -38,16 +40,21 @@ int main(int argc, char** argv) {
   int64_t timeoutMs = 30000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    // Strict, with a range: strtoull read "abc" as 0, and the job reported OK having sent nothing.
     if (a == "--bytes" && i + 1 < argc) {
-      bytes = std::strtoull(argv[++i], nullptr, 10);
+      auto v = cofab::parseIntIn(argv[++i], "--bytes", 0,
+                                 static_cast<int64_t>(cofab::kMaxStoreValueBytes));
+      if (!v.ok()) return fail(v.status(), 2);
+      bytes = static_cast<size_t>(*v);
     } else if (a == "--timeout-ms" && i + 1 < argc) {
-      timeoutMs = std::strtoll(argv[++i], nullptr, 10);
+      auto v = cofab::parseIntIn(argv[++i], "--timeout-ms", 1, int64_t{24} * 3600 * 1000);
+      if (!v.ok()) return fail(v.status(), 2);
+      timeoutMs = *v;
     } else {
       std::fprintf(stderr, "usage: store_exchange [--bytes N] [--timeout-ms MS]\n");
       return 2;
     }
   }
-  if (bytes > cofab::kMaxStoreValueBytes) return fail(cofab::InvalidArgument("--bytes too large"));
   auto start = std::chrono::steady_clock::now();
   auto deadline = cofab::Deadline::afterMs(timeoutMs);
   auto boot = cofab::bootstrapFromEnv(deadline);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/param.h"
+#include "fabric/sync/sync_algorithm.h"
 
 namespace cofab::examples {
 
@@ -102,6 +103,34 @@ StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
       a.stalenessUnit = v;
     } else {
       return InvalidArgument("unknown option " + name);
+    }
+  }
+  // The options of the sync algorithms (o.algo) mean nothing to the gradient paths (--sync local,
+  // aggregator, ...): they were parsed and dropped, and `--sync aggregator --slow-rank 1` ran
+  // with no slow rank.
+  if (!sync::isSyncAlgorithm(o.sync)) {
+    static const char* const kAlgorithmOnly[] = {"--threads",
+                                                 "--sync-every",
+                                                 "--elastic-alpha",
+                                                 "--shadow-interval-ms",
+                                                 "--compression-block",
+                                                 "--slow-rank",
+                                                 "--slow-factor",
+                                                 "--device-ms",
+                                                 "--gradient-stragglers",
+                                                 "--gradcode-window",
+                                                 "--gossip-peers",
+                                                 "--shadow-mode",
+                                                 "--reply-feedback",
+                                                 "--nesterov",
+                                                 "--staleness-unit"};
+    for (size_t i = 0; i < args.size(); i += 2) {
+      for (const char* only : kAlgorithmOnly) {
+        if (args[i] == only) {
+          return InvalidArgument(args[i] + " applies to the sync algorithms (--sync " +
+                                 sync::syncAlgorithms() + "), not --sync " + o.sync);
+        }
+      }
     }
   }
   // Checked here too (not only against the loaded data) so that a bad pair fails before the

@@ -87,6 +87,21 @@ TEST(TrainOptions, UnknownOptionsAndMissingValuesAreErrors) {
       << missing.status();
 }
 
+// The sync algorithms' options with a gradient path (--sync local, aggregator): refused, naming
+// the option. They were parsed and dropped: --slow-rank 1 ran with no slow rank.
+TEST(TrainOptions, AlgorithmOptionsOutsideTheSyncAlgorithmsAreRefused) {
+  for (const char* sync : {"local", "aggregator"}) {
+    auto o = parseTrainOptions({"--sync", sync, "--slow-rank", "1"});
+    ASSERT_FALSE(o.ok()) << sync;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find("--slow-rank applies to the sync algorithms"),
+              std::string::npos)
+        << o.status();
+  }
+  EXPECT_FALSE(parseTrainOptions({"--threads", "2"}).ok()) << "the default --sync is local";
+  EXPECT_TRUE(parseTrainOptions({"--sync", "ssp", "--slow-rank", "1"}).ok());
+}
+
 TEST(TrainOptions, LimitBelowTheBatchIsRefused) {
   auto r = parseTrainOptions({"--limit", "100", "--batch", "128"});
   ASSERT_FALSE(r.ok());
