@@ -216,6 +216,7 @@ std::string Endpoint::describe() const {
 
 Status Endpoint::status() const {
   std::lock_guard<std::mutex> lock(statusMu_);
+  if (peerGoneFirst_) return peerGoneSeen_;
   if (!status_.ok()) return status_;
   if (!peerGoneSeen_.ok()) return peerGoneSeen_;  // the first error, also after close()
   if (appClosed_) return Cancelled(describe() + " was closed");
@@ -705,6 +706,12 @@ void Endpoint::doClose(Status why) {
   if (closed_ || finished_) return;
   const bool healthy = started_ && status_.ok() && peerClosed_.ok();
   closed_ = true;  // first: fail() must not end the side channel before the goodbye is out
+  {
+    // The peer's goodbye (seen, its data perhaps still read since) came before this close: it
+    // stays the first error, while the operations still pending fail with `why`.
+    std::lock_guard<std::mutex> lock(statusMu_);
+    if (status_.ok() && !peerGoneSeen_.ok()) peerGoneFirst_ = true;
+  }
   fail(why);
   if (!healthy) return teardown();
   // Orderly: a goodbye SEND after everything already posted; tear down once it completed (the

@@ -189,6 +189,9 @@ class Endpoint : public Pollable, public std::enable_shared_from_this<Endpoint> 
   // still see status_ OK to say its orderly goodbye).
   bool appClosed_ = false;  // under statusMu_
   Status peerGoneSeen_;     // under statusMu_: peerClosed_ for status(), from the moment it is set
+  // Under statusMu_: the peer was gone before the first sticky error (our close's Cancelled):
+  // status() goes on reporting the peer's going, the first error.
+  bool peerGoneFirst_ = false;
 };
 
 }  // namespace cofab::transport::rdma

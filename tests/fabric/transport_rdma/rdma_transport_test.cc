@@ -232,6 +232,32 @@ TEST_F(RdmaTransportTest, ThePeersGoodbyeIsInStatusInsideTheSendItFails) {
   EXPECT_FALSE(statusInCallback.ok()) << "status() was OK inside the failed send's callback";
 }
 
+// The peer said goodbye while a message of it was still unread: status() says so (RemoteError),
+// and keeps saying so after a local close() (the first error is sticky). close() used to make
+// Cancelled the sticky error, so a caller could no longer tell "the peer left" from "we closed".
+TEST_F(RdmaTransportTest, StatusStillNamesThePeersGoodbyeAfterALocalClose) {
+  start(/*slots=*/8, /*slotBytes=*/4096);
+  uint64_t out = 42;
+  Recorder sent;
+  p_.client->send(wire::Header{}, &out, sizeof(out), sent.sendCb(0));
+  ASSERT_TRUE(sent.wait(1));
+  ASSERT_TRUE(sent.statuses()[0].ok()) << sent.statuses()[0];
+  p_.client->close();
+  client_->join();  // its goodbye was acknowledged
+  Recorder back;
+  p_.server->send(wire::Header{}, &out, sizeof(out), back.sendCb(0));
+  ASSERT_TRUE(back.wait(1));
+  ASSERT_EQ(back.statuses()[0].code(), StatusCode::kRemoteError) << back.statuses()[0];
+  EXPECT_EQ(p_.server->status().code(), StatusCode::kRemoteError) << p_.server->status();
+  p_.server->close();
+  uint64_t in = 0;
+  Recorder after;  // runs on the worker after close(): the close has been carried out
+  p_.server->recv(&in, sizeof(in), after.recvCb(0));
+  ASSERT_TRUE(after.wait(1));
+  EXPECT_FALSE(after.statuses()[0].ok());
+  EXPECT_EQ(p_.server->status().code(), StatusCode::kRemoteError) << p_.server->status();
+}
+
 // The emulation's modifyQp, except that moving a QP to RTR fails with EINVAL (a wrong GID or
 // path on the accepting side).
 int modifyQpFailingRtr(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
