@@ -29,6 +29,38 @@ COFAB_PARAM_INT(kIbSlots, "COFAB_IB_SLOTS", 32, 2, 4096,
                 "rdma: receive slots per connection (the credit window)");
 COFAB_PARAM_INT(kIbSlotBytes, "COFAB_IB_SLOT_BYTES", 65536, 4096, 16 << 20,
                 "rdma: bytes per receive slot (largest RDMA WRITE; larger messages are chunked)");
+COFAB_PARAM_INT(kIbSetupTimeoutMs, "COFAB_IB_SETUP_TIMEOUT_MS", 10000, 1, 3600000,
+                "rdma: an accepted connection's set-up (the peer's QP information, then its "
+                "ready) must end within this, or its side channel is closed");
+
+// A set-up the accepting side waits for (the connector's QP information, then its ready):
+// polled by the worker, it closes the side channel at the deadline, which fails the pending
+// receive and releases what the set-up holds (a QP, a CQ, the pinned slots). A connector that
+// stalled (stopped, hung, or something else that spoke to the port) held them until the side
+// channel ended, possibly never.
+class SetUpDeadline final : public Pollable {
+ public:
+  SetUpDeadline(std::weak_ptr<Connection> conn, Deadline deadline)
+      : conn_(std::move(conn)), deadline_(deadline) {}
+  // Ends the wait; false when the deadline had ended it first (the side channel is closing).
+  bool claim() { return !over_.exchange(true); }
+  bool poll() override {
+    if (!deadline_.expired() || over_.exchange(true)) return false;
+    if (auto c = conn_.lock()) {
+      COFAB_LOG(kWarn, "rdma") << "set-up with '" << c->peerId() << "' (" << c->peerAddress()
+                               << ") did not end in time (COFAB_IB_SETUP_TIMEOUT_MS): closed";
+      c->close();
+    }
+    return true;
+  }
+  bool finished() const override { return over_.load(); }
+  void shutdown() override { over_.store(true); }
+
+ private:
+  std::weak_ptr<Connection> conn_;
+  Deadline deadline_;
+  std::atomic<bool> over_{false};
+};
 
 std::atomic<const VerbsApi*> gRegistryVerbs{nullptr};
 
@@ -66,11 +98,19 @@ class RdmaListener : public Listener {
     // Server side of the set-up, driven by the side channel's callbacks (tcp I/O thread).
     void setUp(std::shared_ptr<Connection> conn) {
       auto self = shared_from_this();
-      conn->recvOwned([self, conn](const Status& s, const wire::Header& h,
-                                   std::vector<uint8_t>&& bytes) {
-        if (!s.ok()) return conn->close();
-        Status st = self->answer(conn, h, bytes);
+      StatusOr<int64_t> ms = kIbSetupTimeoutMs.get();
+      auto deadline = std::make_shared<SetUpDeadline>(
+          conn, Deadline::afterMs(ms.ok() ? *ms : kIbSetupTimeoutMs.defaultValue()));
+      shared->worker->add(deadline);
+      conn->recvOwned([self, conn, deadline](const Status& s, const wire::Header& h,
+                                             std::vector<uint8_t>&& bytes) {
+        if (!s.ok()) {
+          deadline->claim();
+          return conn->close();
+        }
+        Status st = self->answer(conn, h, bytes, deadline);
         if (!st.ok()) {
+          deadline->claim();
           COFAB_LOG(kWarn, "rdma") << "set-up with '" << conn->peerId() << "' ("
                                   << conn->peerAddress() << ") failed: " << st;
           // The connecting side gets the reason (an ibv_* call that failed here), not only a
@@ -87,7 +127,8 @@ class RdmaListener : public Listener {
     }
 
     Status answer(const std::shared_ptr<Connection>& conn, const wire::Header& h,
-                  const std::vector<uint8_t>& bytes) {
+                  const std::vector<uint8_t>& bytes,
+                  const std::shared_ptr<SetUpDeadline>& deadline) {
       if (h.type != wire::MessageType::kControl || h.opcode != kOpcodeQpInfo) {
         return InvalidArgument("expected QP information, got " + h.describe());
       }
@@ -104,9 +145,10 @@ class RdmaListener : public Listener {
       conn->send(setupHeader(kOpcodeQpInfo), infoBytes->data(), infoBytes->size(),
                  [infoBytes](const Status&) {});
       auto self = shared_from_this();
-      conn->recvOwned([self, conn, ep](const Status& st, const wire::Header& rh,
-                                       std::vector<uint8_t>&&) {
-        if (!st.ok() || rh.type != wire::MessageType::kControl || rh.opcode != kOpcodeReady) {
+      conn->recvOwned([self, conn, ep, deadline](const Status& st, const wire::Header& rh,
+                                                 std::vector<uint8_t>&&) {
+        if (!deadline->claim() || !st.ok() || rh.type != wire::MessageType::kControl ||
+            rh.opcode != kOpcodeReady) {
           ep->abandon();
           conn->close();
           return;

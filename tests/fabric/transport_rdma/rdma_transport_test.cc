@@ -289,6 +289,41 @@ TEST(RdmaSetUp, AnAcceptingSideFailureReachesTheConnectorWithItsReason) {
   (*server)->join();
 }
 
+// A side channel that connects and then says nothing (a stopped connector, a stray client) is
+// closed at the set-up deadline: the accepting side waited for its QP information without one,
+// and a connector that stalled after sending it held a QP, a CQ and the pinned slots.
+TEST(RdmaSetUp, AConnectorThatNeverSetsUpIsDroppedAtTheSetUpDeadline) {
+  const char* before = std::getenv("COFAB_IB_SETUP_TIMEOUT_MS");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("COFAB_IB_SETUP_TIMEOUT_MS", "200", 1);
+  cofab::testing::setEmulatedDeviceCount(1);
+  auto server =
+      rdma::createContext({.localId = "server"}, {.verbs = &cofab::testing::emulatedVerbs()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto l = (*server)->listen({});
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto tcp = Registry::create("tcp", {.localId = "stalled"});
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  auto conn = (*tcp)->connect((*l)->address(), {.localId = "stalled"}, testDeadline());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  Recorder got;
+  (*conn)->recvOwned([&got](const Status& st, const wire::Header& h, std::vector<uint8_t>&&) {
+    got.record(st, h);
+  });
+  const bool closed = got.wait(1);  // the test's own bound: 30 s
+  if (before != nullptr) {
+    ::setenv("COFAB_IB_SETUP_TIMEOUT_MS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("COFAB_IB_SETUP_TIMEOUT_MS");
+  }
+  ASSERT_TRUE(closed) << "the accepting side still waits for the set-up";
+  EXPECT_EQ(got.statuses()[0].code(), StatusCode::kRemoteError) << got.statuses()[0];
+  (*tcp)->close();
+  (*tcp)->join();
+  l->reset();
+  (*server)->join();
+}
+
 // A connection one end fails (here a message larger than its posted receive) reaches the other
 // end with that reason. It ended the side channel without a word, and the other end reported
 // "went away without closing the connection", which docs/RDMA.md reads as the peer's death.
