@@ -102,14 +102,14 @@ StatusOr<std::shared_ptr<transport::PipeEnd>> AggregatorServer::connectInProcess
   transport::PipeEnds ends =
       transport::makeInProcessPipe(ps::workerPeerId(workerRank), ps::aggregatorPeerId(options_.id),
                                    std::max<uint64_t>(2 * options_.maxChunkBytes, 1 << 20));
-  {
-    // Checked with the push, under the lock shutdown() takes the ends with: draining_ alone
-    // let an end be added after shutdown() had taken them, never closed or joined (its pushes
-    // went to stopped engines, its callbacks outlived the server).
-    std::lock_guard<std::mutex> lock(inProcessMu_);
-    if (inProcessClosed_) return FailedPrecondition("aggregator: shutting down");
-    inProcess_.push_back(ends.b);
-  }
+  // Under the lock shutdown() takes the ends with, the check, the push and the start of the
+  // end's receives: with draining_ alone an end could be added after shutdown() had taken them
+  // (never closed or joined), and with the start outside, shutdown() could close and join it
+  // in between, after which its receives failed on the pipe's thread with `this` gone. (Pipe
+  // callbacks never run inline, and onAccepted takes only locks shutdown() does not hold here.)
+  std::lock_guard<std::mutex> lock(inProcessMu_);
+  if (inProcessClosed_) return FailedPrecondition("aggregator: shutting down");
+  inProcess_.push_back(ends.b);
   onAccepted(ends.b);
   return ends.a;
 }
