@@ -28,6 +28,8 @@ struct RdmaOptions {
   DeviceOptions device;
   int slots = 0;      // 0: COFAB_IB_SLOTS
   int slotBytes = 0;  // 0: COFAB_IB_SLOT_BYTES
+  // How long an accepted side channel may take to finish the set-up; 0: COFAB_IB_SETUP_TIMEOUT_MS.
+  int64_t setupTimeoutMs = 0;
 };
 
 // Unavailable with the reason when rdma-core or a device is missing.

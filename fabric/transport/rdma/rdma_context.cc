@@ -77,6 +77,7 @@ struct Shared {
   std::shared_ptr<Worker> worker;
   std::shared_ptr<Context> tcp;
   EndpointOptions endpoint;
+  int64_t setupTimeoutMs = 0;  // read once, at createContext (a malformed value fails it)
 };
 
 class RdmaListener : public Listener {
@@ -98,9 +99,8 @@ class RdmaListener : public Listener {
     // Server side of the set-up, driven by the side channel's callbacks (tcp I/O thread).
     void setUp(std::shared_ptr<Connection> conn) {
       auto self = shared_from_this();
-      StatusOr<int64_t> ms = kIbSetupTimeoutMs.get();
-      auto deadline = std::make_shared<SetUpDeadline>(
-          conn, Deadline::afterMs(ms.ok() ? *ms : kIbSetupTimeoutMs.defaultValue()));
+      auto deadline =
+          std::make_shared<SetUpDeadline>(conn, Deadline::afterMs(shared->setupTimeoutMs));
       shared->worker->add(deadline);
       conn->recvOwned([self, conn, deadline](const Status& s, const wire::Header& h,
                                              std::vector<uint8_t>&& bytes) {
@@ -329,6 +329,15 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
   int64_t slotBytes = rdma.slotBytes;
   if (slotBytes == 0) {
     COFAB_ASSIGN_OR_RETURN(slotBytes, kIbSlotBytes.get());
+  }
+  shared->setupTimeoutMs = rdma.setupTimeoutMs;
+  if (shared->setupTimeoutMs < 0) {
+    return InvalidArgument(
+        "rdma: setupTimeoutMs must be >= 0 (0: COFAB_IB_SETUP_TIMEOUT_MS), got " +
+        std::to_string(shared->setupTimeoutMs));
+  }
+  if (shared->setupTimeoutMs == 0) {
+    COFAB_ASSIGN_OR_RETURN(shared->setupTimeoutMs, kIbSetupTimeoutMs.get());
   }
   if (slots < 2 || slotBytes < 4096) {
     return InvalidArgument("rdma: need at least 2 slots of 4096 bytes (got " +
