@@ -19,22 +19,92 @@ Status requireOneStepPerEpoch(size_t samples, int batch) {
   return OkStatus();
 }
 
+namespace {
+
+// One option's name and value, and the strict parsers both option parsers use.
+struct OptionValue {
+  const std::string& name;
+  const std::string& value;
+  // parseIntIn / parseDoubleIn with the option's range.
+  StatusOr<int64_t> integer(int64_t min, int64_t max) const {
+    return parseIntIn(value, name, min, max);
+  }
+  StatusOr<double> number(double min, double max) const {
+    return parseDoubleIn(value, name, min, max);
+  }
+  StatusOr<bool> onOff() const {
+    if (value == "on") return true;
+    if (value == "off") return false;
+    return InvalidArgument(name + " expects on or off, got '" + value + "'");
+  }
+};
+
+// The options only the sync algorithms read (o.algo): true when `name` is one of them.
+StatusOr<bool> parseAlgorithmOption(const OptionValue& ov, SyncTrainConfig& a) {
+  const std::string& name = ov.name;
+  const std::string& v = ov.value;
+  auto integer = [&](int64_t min, int64_t max) { return ov.integer(min, max); };
+  auto number = [&](double min, double max) { return ov.number(min, max); };
+  auto onOff = [&]() { return ov.onOff(); };
+  if (name == "--threads") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 256));
+    a.threads = int(x);
+  } else if (name == "--sync-every") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1000000));
+    a.syncEvery = int(x);
+  } else if (name == "--elastic-alpha") {
+    COFAB_ASSIGN_OR_RETURN(double x, number(0, 1));
+    if (!(x < 1)) return InvalidArgument("--elastic-alpha must be below 1, got '" + v + "'");
+    a.elasticAlpha = float(x);
+  } else if (name == "--shadow-interval-ms") {
+    COFAB_ASSIGN_OR_RETURN(a.shadowIntervalMs, integer(0, 3600000));
+  } else if (name == "--compression-block") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1 << 30));
+    a.compressionBlock = size_t(x);
+  } else if (name == "--slow-rank") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(-1, 1 << 20));
+    a.slowRank = int(x);
+  } else if (name == "--slow-factor") {
+    COFAB_ASSIGN_OR_RETURN(a.slowFactor, number(1, 1000));
+  } else if (name == "--device-ms") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 60000));
+    a.deviceMs = int(x);
+  } else if (name == "--gradient-stragglers") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 65535));
+    a.gradientStragglers = int(x);
+  } else if (name == "--gradcode-window") {
+    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1 << 20));
+    a.gradcodeWindow = int(x);
+  } else if (name == "--gossip-peers") {
+    a.gossipPeers = v;
+  } else if (name == "--shadow-mode") {
+    a.shadowMode = v;
+  } else if (name == "--reply-feedback") {
+    COFAB_ASSIGN_OR_RETURN(a.replyFeedback, onOff());
+  } else if (name == "--nesterov") {
+    COFAB_ASSIGN_OR_RETURN(a.onebitNesterov, onOff());
+  } else if (name == "--staleness-unit") {
+    a.stalenessUnit = v;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
   TrainOptions o;
   SyncTrainConfig& a = o.algo;
+  std::string firstAlgorithmOption;
   for (size_t i = 0; i < args.size(); i += 2) {
     const std::string& name = args[i];
     if (i + 1 >= args.size()) return InvalidArgument(name + " needs a value");
     const std::string& v = args[i + 1];
     if (v.empty()) return InvalidArgument(name + " needs a value, got ''");
-    // Integer options: parseIntIn with the option's range.
-    auto integer = [&](int64_t min, int64_t max) { return parseIntIn(v, name, min, max); };
-    auto number = [&](double min, double max) { return parseDoubleIn(v, name, min, max); };
-    auto onOff = [&]() -> StatusOr<bool> {
-      if (v == "on") return true;
-      if (v == "off") return false;
-      return InvalidArgument(name + " expects on or off, got '" + v + "'");
-    };
+    const OptionValue ov{name, v};
+    auto integer = [&](int64_t min, int64_t max) { return ov.integer(min, max); };
+    auto number = [&](double min, double max) { return ov.number(min, max); };
     if (name == "--epochs") {
       COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1000000));
       o.epochs = int(x);
@@ -62,76 +132,18 @@ StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
       o.dataDir = v;
     } else if (name == "--sync") {
       o.sync = v;
-    } else if (name == "--threads") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 256));
-      a.threads = int(x);
-    } else if (name == "--sync-every") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1000000));
-      a.syncEvery = int(x);
-    } else if (name == "--elastic-alpha") {
-      COFAB_ASSIGN_OR_RETURN(double x, number(0, 1));
-      if (!(x < 1)) return InvalidArgument("--elastic-alpha must be below 1, got '" + v + "'");
-      a.elasticAlpha = float(x);
-    } else if (name == "--shadow-interval-ms") {
-      COFAB_ASSIGN_OR_RETURN(a.shadowIntervalMs, integer(0, 3600000));
-    } else if (name == "--compression-block") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1 << 30));
-      a.compressionBlock = size_t(x);
-    } else if (name == "--slow-rank") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(-1, 1 << 20));
-      a.slowRank = int(x);
-    } else if (name == "--slow-factor") {
-      COFAB_ASSIGN_OR_RETURN(a.slowFactor, number(1, 1000));
-    } else if (name == "--device-ms") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 60000));
-      a.deviceMs = int(x);
-    } else if (name == "--gradient-stragglers") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 65535));
-      a.gradientStragglers = int(x);
-    } else if (name == "--gradcode-window") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1 << 20));
-      a.gradcodeWindow = int(x);
-    } else if (name == "--gossip-peers") {
-      a.gossipPeers = v;
-    } else if (name == "--shadow-mode") {
-      a.shadowMode = v;
-    } else if (name == "--reply-feedback") {
-      COFAB_ASSIGN_OR_RETURN(a.replyFeedback, onOff());
-    } else if (name == "--nesterov") {
-      COFAB_ASSIGN_OR_RETURN(a.onebitNesterov, onOff());
-    } else if (name == "--staleness-unit") {
-      a.stalenessUnit = v;
     } else {
-      return InvalidArgument("unknown option " + name);
+      COFAB_ASSIGN_OR_RETURN(bool algorithmOnly, parseAlgorithmOption(ov, a));
+      if (!algorithmOnly) return InvalidArgument("unknown option " + name);
+      if (firstAlgorithmOption.empty()) firstAlgorithmOption = name;
     }
   }
   // The options of the sync algorithms (o.algo) mean nothing to the gradient paths (--sync local,
   // aggregator, ...): they were parsed and dropped, and `--sync aggregator --slow-rank 1` ran
   // with no slow rank.
-  if (!sync::isSyncAlgorithm(o.sync)) {
-    static const char* const kAlgorithmOnly[] = {"--threads",
-                                                 "--sync-every",
-                                                 "--elastic-alpha",
-                                                 "--shadow-interval-ms",
-                                                 "--compression-block",
-                                                 "--slow-rank",
-                                                 "--slow-factor",
-                                                 "--device-ms",
-                                                 "--gradient-stragglers",
-                                                 "--gradcode-window",
-                                                 "--gossip-peers",
-                                                 "--shadow-mode",
-                                                 "--reply-feedback",
-                                                 "--nesterov",
-                                                 "--staleness-unit"};
-    for (size_t i = 0; i < args.size(); i += 2) {
-      for (const char* only : kAlgorithmOnly) {
-        if (args[i] == only) {
-          return InvalidArgument(args[i] + " applies to the sync algorithms (--sync " +
-                                 sync::syncAlgorithms() + "), not --sync " + o.sync);
-        }
-      }
-    }
+  if (!firstAlgorithmOption.empty() && !sync::isSyncAlgorithm(o.sync)) {
+    return InvalidArgument(firstAlgorithmOption + " applies to the sync algorithms (--sync " +
+                           sync::syncAlgorithms() + "), not --sync " + o.sync);
   }
   // Checked here too (not only against the loaded data) so that a bad pair fails before the
   // dataset is read.
