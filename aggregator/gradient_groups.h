@@ -34,7 +34,7 @@ class GradientGroups {
 
   // state[r] == 2: worker r's contribution is durable (engine.cc's slot state).
   bool covered(std::span<const uint8_t> state) const;
-  // Whether worker r's group already has a durable contribution (then r is not waited for).
+  // Whether worker r's group already has a durable contribution.
   bool groupCovered(std::span<const uint8_t> state, int rank) const;
   // Whether worker r's group has, or may still get, a contribution: one is pushed (durable or
   // awaiting the backup's ack), or a member not `gone` may still push. A lost worker whose

@@ -17,7 +17,9 @@ trap 'rm -rf "$out"' EXIT
 echo "== bench_train: one process"
 "$build/examples/train_mnist/train_mnist" $args --sync local | tee "$out/local.txt"
 echo "== bench_train: $workers workers, $aggs aggregator daemon(s)"
-"$build/fabric/bin/cofab-run" -n "$workers" --role "aggd:$aggs:$(printf '%q' "$build/aggregator/cofab-aggd")" -- \
+# The daemon's path reaches the role's /bin/sh in a variable: no character of it is shell syntax.
+export COFAB_BENCH_AGGD=$build/aggregator/cofab-aggd
+"$build/fabric/bin/cofab-run" -n "$workers" --role "aggd:$aggs:\"\$COFAB_BENCH_AGGD\"" -- \
   "$build/examples/train_mnist/train_mnist" $args --sync aggregator | tee "$out/dist.txt"
 
 field() { grep -o "$1=[0-9.]*" "$2" | tail -1 | cut -d= -f2; }

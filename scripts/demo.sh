@@ -25,8 +25,9 @@ echo "== demo: $workers ranks meet through a TcpStore and exchange 1 MiB each"
 "$build/fabric/bin/cofab-run" -n "$workers" -- "$build/examples/store_exchange/store_exchange" \
   --bytes 1048576
 echo "== demo: $workers workers train on Fashion-MNIST through $aggs aggregator daemon(s)"
-# The role command goes through /bin/sh: quote the path (spaces, shell characters).
-"$build/fabric/bin/cofab-run" -n "$workers" \
-  --role "aggd:$aggs:$(printf '%q' "$build/aggregator/cofab-aggd")" -- \
+# The role command goes through /bin/sh: the daemon's path reaches it in a variable, so that no
+# character of it (spaces, quotes, parentheses) is read as shell syntax.
+export COFAB_DEMO_AGGD=$build/aggregator/cofab-aggd
+"$build/fabric/bin/cofab-run" -n "$workers" --role "aggd:$aggs:\"\$COFAB_DEMO_AGGD\"" -- \
   "$build/examples/train_mnist/train_mnist" --epochs "$epochs" --batch "$batch" --sync aggregator
 echo "== demo: done (single-process comparison: bash scripts/bench_train.sh)"

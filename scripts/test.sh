@@ -3,15 +3,18 @@
 #   bash scripts/test.sh                              the suite
 #   bash scripts/test.sh --sanitize address,undefined the suite under ASan+UBSan (build-asan/)
 #   bash scripts/test.sh --sanitize thread            the suite under TSan (build-tsan/)
+#   (--sanitize=VALUE works too)
 # Extra arguments after the options go to ctest (e.g. -L unit, -R Store).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitize=""
+usage="usage: test.sh [--sanitize[=] address,undefined|thread] [ctest args]"
 if [[ "${1:-}" == --sanitize=* ]]; then
   sanitize=${1#--sanitize=}
+  [[ -n "$sanitize" ]] || { echo "$usage" >&2; exit 2; }
   shift
 elif [[ "${1:-}" == "--sanitize" ]]; then
-  [[ $# -ge 2 ]] || { echo "usage: test.sh [--sanitize address,undefined|thread] [ctest args]" >&2; exit 2; }
+  [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
   sanitize=$2
   shift 2
 fi

@@ -75,7 +75,8 @@ struct CodedMaster::State {
   std::vector<CancelReport> cancels;
   // Compute requests (each holding its B) handed to a worker's connection and not yet sent.
   std::vector<int> unsentComputes;
-  // Blocks of A handed to a worker's connection and not yet sent (at most one: see load()),
+  // Blocks of A handed to a worker's connection and not yet sent (one that reads nothing holds at
+  // most one unacknowledged: see load()),
   // and the number of the last load whose block was handed over: requests go only to workers
   // that hold the running load's block (a request follows its block on the connection).
   std::vector<int> unsentLoads;

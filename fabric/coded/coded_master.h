@@ -121,7 +121,10 @@ class CodedMaster {
   // of them acknowledged for a request to complete from those alone (any k in coded mode, one
   // replica per block group, every worker uncoded): a straggler does not hold it up, and gets
   // its block ahead of any request on its connection. A worker that dies meanwhile is marked
-  // dead, not an error; DeadlineExceeded (setupTimeout) names the workers that did not ack.
+  // dead, not an error; DeadlineExceeded (setupTimeout) names the workers that did not ack. A
+  // worker whose previous block is still unsent here and unacknowledged (it reads nothing) is
+  // passed over and gets no request until a later load reaches it; Unavailable at once when
+  // those passed over leave too few workers to complete a request, naming them.
   Status load(coding::ConstMatrixView a);
 
   // c (A.rows x B.cols) = A x B. See the header comment for the errors.

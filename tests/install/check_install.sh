@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 # The installed programs start as they are, with no LD_LIBRARY_PATH (their RPATH).
-"$prefix/bin/cofab-run" --help > "$work/run-help.log" 2>&1 ||
+env -u LD_LIBRARY_PATH "$prefix/bin/cofab-run" --help > "$work/run-help.log" 2>&1 ||
   { echo "check_install: installed cofab-run does not start:"; cat "$work/run-help.log"; exit 1; }
 export LD_LIBRARY_PATH=$prefix/lib:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
