@@ -842,6 +842,60 @@ TEST(SyncAlgorithmTest, GlobalSamplesAfterFinishAreTheJobsTotal) {
   EXPECT_EQ(totals[1], 100u);
 }
 
+// Rank `rank` of a two-worker gossip job on `store` (communicator `name`, an exchange every
+// step), started on a 4-float model: the communicator outlives the algorithm.
+struct GossipRank {
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<SyncAlgorithm> algo;
+};
+StatusOr<GossipRank> startGossipRank(int rank, HashStore& store, const std::string& name,
+                                     int64_t timeoutMs) {
+  GossipRank g;
+  comm::CommOptions co;
+  co.name = name;
+  COFAB_ASSIGN_OR_RETURN(g.comm, comm::Communicator::create(rank, 2, &store, co));
+  SyncEnv env;
+  env.rank = rank;
+  env.worldSize = 2;
+  env.store = &store;
+  env.comm = g.comm.get();
+  SyncOptions o;
+  o.algorithm = "gossip";
+  o.syncEvery = 1;
+  o.timeoutMs = timeoutMs;
+  COFAB_ASSIGN_OR_RETURN(g.algo, makeSyncAlgorithm(o, env));
+  COFAB_RETURN_IF_ERROR(g.algo->start(std::vector<float>(4, float(rank)), {4}));
+  return g;
+}
+
+// Rank 0's first step, handed to rank 1, which comes to the exchange only after it (or after
+// its own bound).
+class Rank0Step {
+ public:
+  void set(const Status& st) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = st;
+      returned_ = true;
+    }
+    cv_.notify_all();
+  }
+  void waitAtMost(std::chrono::seconds bound) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, bound, [&] { return returned_; });
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool returned_ = false;
+  Status status_;
+};
+
 // timeoutMs is a count of milliseconds up to INT64_MAX (core/clock.h: saturating). gossip turned
 // it into a Duration in nanoseconds, which overflowed for the largest values to a negative
 // timeout, read as "use COFAB_COLLECTIVE_TIMEOUT_MS" (here 1 ms): start() and every exchange
@@ -851,51 +905,28 @@ TEST(SyncAlgorithmTest, GossipWithTheLargestTimeoutWaitsForItsPeer) {
   const std::string saved = before != nullptr ? before : "";
   ::setenv("COFAB_COLLECTIVE_TIMEOUT_MS", "1", 1);
   HashStore store;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool rank0Returned = false;
-  Status rank0Step;
+  Rank0Step rank0;
   auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
-    comm::CommOptions co;
-    co.name = "gossip-timeout";
-    COFAB_ASSIGN_OR_RETURN(auto comm, comm::Communicator::create(rank, 2, &store, co));
-    SyncEnv env;
-    env.rank = rank;
-    env.worldSize = 2;
-    env.store = &store;
-    env.comm = comm.get();
-    SyncOptions o;
-    o.algorithm = "gossip";
-    o.syncEvery = 1;
-    o.timeoutMs = std::numeric_limits<int64_t>::max();
-    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
-    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(4, float(rank)), {4}));
+    COFAB_ASSIGN_OR_RETURN(GossipRank g, startGossipRank(rank, store, "gossip-timeout",
+                                                         std::numeric_limits<int64_t>::max()));
     const std::vector<float> grad(4, 0.0f);
     if (rank == 0) {
-      Status st = algo->step(0, grad, 0, 1);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        rank0Step = st;
-        rank0Returned = true;
-      }
-      cv.notify_all();
+      const Status st = g.algo->step(0, grad, 0, 1);
+      rank0.set(st);
       COFAB_RETURN_IF_ERROR(st);
     } else {
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait_for(lock, std::chrono::seconds(2), [&] { return rank0Returned; });
-      }
-      COFAB_RETURN_IF_ERROR(algo->step(0, grad, 0, 1));
+      rank0.waitAtMost(std::chrono::seconds(2));
+      COFAB_RETURN_IF_ERROR(g.algo->step(0, grad, 0, 1));
     }
     std::vector<float> out(4);
-    return algo->finish(out);
+    return g.algo->finish(out);
   });
   if (before != nullptr) {
     ::setenv("COFAB_COLLECTIVE_TIMEOUT_MS", saved.c_str(), 1);
   } else {
     ::unsetenv("COFAB_COLLECTIVE_TIMEOUT_MS");
   }
-  EXPECT_TRUE(rank0Step.ok()) << rank0Step;
+  EXPECT_TRUE(rank0.status().ok()) << rank0.status();
   EXPECT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
 }
 
@@ -903,42 +934,22 @@ TEST(SyncAlgorithmTest, GossipWithTheLargestTimeoutWaitsForItsPeer) {
 // which round and which peer (the communicator's error alone named an anonymous send/recv).
 TEST(SyncAlgorithmTest, AGossipExchangeThatTimesOutNamesItsRoundAndPeer) {
   HashStore store;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool rank0Returned = false;
-  Status rank0Step;
+  Rank0Step rank0;
   auto results = testing::runThreadRanks(2, [&](int rank) -> Status {
-    comm::CommOptions co;
-    co.name = "gossip-late-peer";
-    COFAB_ASSIGN_OR_RETURN(auto comm, comm::Communicator::create(rank, 2, &store, co));
-    SyncEnv env;
-    env.rank = rank;
-    env.worldSize = 2;
-    env.store = &store;
-    env.comm = comm.get();
-    SyncOptions o;
-    o.algorithm = "gossip";
-    o.syncEvery = 1;
-    o.timeoutMs = 1000;  // start()'s averaging has both ranks at once; the step has one
-    COFAB_ASSIGN_OR_RETURN(auto algo, makeSyncAlgorithm(o, env));
-    COFAB_RETURN_IF_ERROR(algo->start(std::vector<float>(4, float(rank)), {4}));
+    // start()'s averaging has both ranks at once; the step has one.
+    COFAB_ASSIGN_OR_RETURN(GossipRank g, startGossipRank(rank, store, "gossip-late-peer", 1000));
     if (rank == 0) {
-      Status st = algo->step(0, std::vector<float>(4, 0.0f), 0, 1);
-      std::lock_guard<std::mutex> lock(mu);
-      rank0Step = st;
-      rank0Returned = true;
-      cv.notify_all();
+      rank0.set(g.algo->step(0, std::vector<float>(4, 0.0f), 0, 1));
     } else {  // never steps: waits until rank 0 gave up on it
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, std::chrono::seconds(20), [&] { return rank0Returned; });
+      rank0.waitAtMost(std::chrono::seconds(20));
     }
     return OkStatus();
   });
   ASSERT_TRUE(testing::allOk(results).ok()) << testing::allOk(results);
-  EXPECT_EQ(rank0Step.code(), StatusCode::kDeadlineExceeded) << rank0Step;
-  EXPECT_NE(rank0Step.message().find("sync gossip: step 0, round 0"), std::string::npos)
-      << rank0Step;
-  EXPECT_NE(rank0Step.message().find("with rank 1"), std::string::npos) << rank0Step;
+  const Status st = rank0.status();
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("sync gossip: step 0, round 0"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("with rank 1"), std::string::npos) << st;
 }
 
 }  // namespace

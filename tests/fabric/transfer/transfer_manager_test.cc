@@ -54,6 +54,32 @@ std::unique_ptr<TransferManager> makeManager(ps::PushPullClient& client, Transfe
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
+// One daemon (rounds released after `roundTimeoutMs`) and two workers, each with a client and a
+// manager of its options: what the cross-worker round tests start from. Destroyed managers first.
+struct TwoWorkers {
+  explicit TwoWorkers(int64_t roundTimeoutMs)
+      : cluster(1, 2, {"--round-timeout-ms", std::to_string(roundTimeoutMs)}) {}
+  DaemonCluster cluster;
+  std::unique_ptr<ps::PushPullClient> c0, c1;
+  std::unique_ptr<TransferManager> m0, m1;
+};
+// nullptr, with the failure recorded, when something cannot start.
+std::unique_ptr<TwoWorkers> startTwoWorkers(int64_t roundTimeoutMs, const TransferOptions& o0,
+                                            const TransferOptions& o1) {
+  auto w = std::make_unique<TwoWorkers>(roundTimeoutMs);
+  const Status started = w->cluster.start();
+  if (!started.ok()) {
+    ADD_FAILURE() << started;
+    return nullptr;
+  }
+  w->c0 = connectOrDie(w->cluster, 0);
+  w->c1 = connectOrDie(w->cluster, 1);
+  if (!w->c0 || !w->c1) return nullptr;
+  w->m0 = makeManager(*w->c0, o0);
+  w->m1 = makeManager(*w->c1, o1);
+  return w->m0 && w->m1 ? std::move(w) : nullptr;
+}
+
 // Integer-valued data: sums are exact in any order.
 std::vector<float> gradient(uint64_t key, int rank, size_t n) {
   std::vector<float> g(n);
@@ -527,18 +553,13 @@ TEST(TransferCancel, QueuedUpdateIsCancelledAndNeverSent) {
 // the contract breach (docs/TRANSFER.md: drop only what every worker drops) is loud, and no
 // round mixes two steps.
 TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
-  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "1000"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto c0 = connectOrDie(cluster, 0);
-  auto c1 = connectOrDie(cluster, 1);
-  ASSERT_TRUE(c0 && c1);
   TransferOptions o;
   o.fuseBelowBytes = 1;
   TransferOptions paused = o;
   paused.startPaused = true;
-  auto m0 = makeManager(*c0, paused);
-  auto m1 = makeManager(*c1, o);
-  ASSERT_TRUE(m0 && m1);
+  auto w = startTwoWorkers(1000, paused, o);
+  ASSERT_TRUE(w);
+  auto &m0 = w->m0, &m1 = w->m1;
   std::vector<float> dropped(1000, 1), first1(1000, 10), second0(1000, 100), second1(1000, 1000);
   TransferHandle hd = m0->enqueue(f32Update(7, dropped));
   ASSERT_TRUE(m0->cancel(hd).ok());
@@ -563,17 +584,12 @@ TEST(TransferCancel, AnUpdateOneWorkerDroppedDoesNotShiftItsLaterRounds) {
 // 1's first went to round 0: round 0 waited for worker 0 and failed at the round timeout. Now
 // a unit's round is its place among its key's units at enqueue, the same on every worker.
 TEST(TransferCancel, CancellingTheLaterOfTwoQueuedUpdatesKeepsTheEarlierInItsRound) {
-  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "1000"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto c0 = connectOrDie(cluster, 0);
-  auto c1 = connectOrDie(cluster, 1);
-  ASSERT_TRUE(c0 && c1);
   TransferOptions o;
   o.fuseBelowBytes = 1;
   o.startPaused = true;
-  auto m0 = makeManager(*c0, o);
-  auto m1 = makeManager(*c1, o);
-  ASSERT_TRUE(m0 && m1);
+  auto w = startTwoWorkers(1000, o, o);
+  ASSERT_TRUE(w);
+  auto &m0 = w->m0, &m1 = w->m1;
   std::vector<float> a0(1000, 1), b0(1000, 100), a1(1000, 10), b1(1000, 1000);
   TransferHandle hA0 = m0->enqueue(f32Update(7, a0));
   TransferHandle hB0 = m0->enqueue(f32Update(7, b0));
@@ -606,19 +622,14 @@ TEST(TransferCancel, CancellingTheLaterOfTwoQueuedUpdatesKeepsTheEarlierInItsRou
 // round 0, where worker 1's other update was: both were summed together, every handle OK
 // (110). A key's units now travel in their enqueue order; other keys still overtake.
 TEST(TransferOrdering, AnUrgentUpdateDoesNotOvertakeAnEarlierOneOfItsOwnKey) {
-  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "8000"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto c0 = connectOrDie(cluster, 0);
-  auto c1 = connectOrDie(cluster, 1);
-  ASSERT_TRUE(c0 && c1);
   TransferOptions o;
   o.policy = "priority";
   o.fuseBelowBytes = 1;
   TransferOptions paused = o;
   paused.startPaused = true;
-  auto m0 = makeManager(*c0, paused);
-  auto m1 = makeManager(*c1, o);
-  ASSERT_TRUE(m0 && m1);
+  auto w = startTwoWorkers(8000, paused, o);
+  ASSERT_TRUE(w);
+  auto &m0 = w->m0, &m1 = w->m1;
   std::vector<float> a0(1000, 1), b0(1000, 100), a1(1000, 10), b1(1000, 1000);
   GradientUpdate ga0 = f32Update(7, a0), gb0 = f32Update(7, b0);
   GradientUpdate ga1 = f32Update(7, a1), gb1 = f32Update(7, b1);
@@ -646,14 +657,9 @@ TEST(TransferOrdering, AnUrgentUpdateDoesNotOvertakeAnEarlierOneOfItsOwnKey) {
 // the daemon refuses while the earlier one is open (one round at a time per chunk): worker 0's
 // second update failed, and worker 1's later waited for worker 0 until the round timeout.
 TEST(TransferDeadline, AKeyQueuedAgainWhileItsPreviousRoundIsOpenWaitsForIt) {
-  DaemonCluster cluster(1, 2, {"--round-timeout-ms", "8000"});
-  ASSERT_TRUE(cluster.start().ok());
-  auto c0 = connectOrDie(cluster, 0);
-  auto c1 = connectOrDie(cluster, 1);
-  ASSERT_TRUE(c0 && c1);
-  auto m0 = makeManager(*c0, {});
-  auto m1 = makeManager(*c1, {});
-  ASSERT_TRUE(m0 && m1);
+  auto w = startTwoWorkers(8000, {}, {});
+  ASSERT_TRUE(w);
+  auto &m0 = w->m0, &m1 = w->m1;
   std::vector<float> a0(100, 1), b0(100, 100), a1(100, 10), b1(100, 1000);
   GradientUpdate late = f32Update(5, a0);  // small: fused
   late.deadline = Deadline::afterMs(200);
