@@ -202,16 +202,14 @@ auto FileStore::withLock(Fn&& fn, Deadline callerDeadline) -> decltype(fn()) {
 }
 
 Status FileStore::set(std::string_view key, const Bytes& value) {
-  COFAB_RETURN_IF_ERROR(validateStoreKey(key));
-  COFAB_RETURN_IF_ERROR(validateStoreValue(value));
-  // Under the lock like add() and compareSet(): their read-modify-write would otherwise write
-  // back over a set that landed between their read and their write, losing it.
-  return withLock([&]() -> Status { return writeKey(key, value); });
+  return setBy(key, value, Deadline::never());  // the lock's wait: the store call timeout only
 }
 
 Status FileStore::setBy(std::string_view key, const Bytes& value, Deadline deadline) {
   COFAB_RETURN_IF_ERROR(validateStoreKey(key));
   COFAB_RETURN_IF_ERROR(validateStoreValue(value));
+  // Under the lock like add() and compareSet(): their read-modify-write would otherwise write
+  // back over a set that landed between their read and their write, losing it.
   return withLock([&]() -> Status { return writeKey(key, value); }, deadline);
 }
 
