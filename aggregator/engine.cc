@@ -717,13 +717,13 @@ void Engine::tick() {
     }
     bool gone = false;
     int64_t goneFor = -1;
-    auto isGone = [&](int q) { return goneSinceNs_[static_cast<size_t>(q)] != 0; };
     for (size_t r = 0; r < s.state.size(); ++r) {
       // A lost worker whose group is covered, or may still be by a member that is not gone
       // (gradient coding), fails nothing: counting only covered groups failed the round at the
       // first tick after another group's push, before the group-mate had pushed.
       if (s.state[r] == 0 && goneSinceNs_[r] != 0 &&
-          !(groups_.enabled() && groups_.groupMayBeCovered(s.state, static_cast<int>(r), isGone))) {
+          !(groups_.enabled() &&
+            groups_.groupMayBeCovered(s.state, goneSinceNs_, static_cast<int>(r)))) {
         gone = true;
         goneFor = std::max(goneFor, (now - goneSinceNs_[r]) / 1000000);
       }

@@ -26,11 +26,12 @@ bool GradientGroups::groupCovered(std::span<const uint8_t> state, int rank) cons
   return false;
 }
 
-bool GradientGroups::groupMayBeCovered(std::span<const uint8_t> state, int rank,
-                                       const std::function<bool(int)>& gone) const {
+bool GradientGroups::groupMayBeCovered(std::span<const uint8_t> state,
+                                       std::span<const int64_t> goneSinceNs, int rank) const {
   const int first = groupOf(rank) * groupSize_;
   for (int r = first; r < first + groupSize_; ++r) {
-    if (state[static_cast<size_t>(r)] != 0 || !gone(r)) return true;
+    const auto q = static_cast<size_t>(r);
+    if (state[q] != 0 || goneSinceNs[q] == 0) return true;
   }
   return false;
 }

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -37,10 +36,10 @@ class GradientGroups {
   // Whether worker r's group already has a durable contribution.
   bool groupCovered(std::span<const uint8_t> state, int rank) const;
   // Whether worker r's group has, or may still get, a contribution: one is pushed (durable or
-  // awaiting the backup's ack), or a member not `gone` may still push. A lost worker whose
-  // group may be covered is not a reason to fail the round.
-  bool groupMayBeCovered(std::span<const uint8_t> state, int rank,
-                         const std::function<bool(int)>& gone) const;
+  // awaiting the backup's ack), or a member that is not gone (goneSinceNs[q] == 0) may still
+  // push. A lost worker whose group may be covered is not a reason to fail the round.
+  bool groupMayBeCovered(std::span<const uint8_t> state, std::span<const int64_t> goneSinceNs,
+                         int rank) const;
   // The ranks whose contributions are reduced, one per group in group order (covered() first).
   std::vector<int> chosen(std::span<const uint8_t> state) const;
 
