@@ -43,46 +43,43 @@ struct OptionValue {
 StatusOr<bool> parseAlgorithmOption(const OptionValue& ov, SyncTrainConfig& a) {
   const std::string& name = ov.name;
   const std::string& v = ov.value;
-  auto integer = [&](int64_t min, int64_t max) { return ov.integer(min, max); };
-  auto number = [&](double min, double max) { return ov.number(min, max); };
-  auto onOff = [&]() { return ov.onOff(); };
   if (name == "--threads") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 256));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(1, 256));
     a.threads = int(x);
   } else if (name == "--sync-every") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1000000));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, 1000000));
     a.syncEvery = int(x);
   } else if (name == "--elastic-alpha") {
-    COFAB_ASSIGN_OR_RETURN(double x, number(0, 1));
+    COFAB_ASSIGN_OR_RETURN(double x, ov.number(0, 1));
     if (!(x < 1)) return InvalidArgument("--elastic-alpha must be below 1, got '" + v + "'");
     a.elasticAlpha = float(x);
   } else if (name == "--shadow-interval-ms") {
-    COFAB_ASSIGN_OR_RETURN(a.shadowIntervalMs, integer(0, 3600000));
+    COFAB_ASSIGN_OR_RETURN(a.shadowIntervalMs, ov.integer(0, 3600000));
   } else if (name == "--compression-block") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1 << 30));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, 1 << 30));
     a.compressionBlock = size_t(x);
   } else if (name == "--slow-rank") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(-1, 1 << 20));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(-1, 1 << 20));
     a.slowRank = int(x);
   } else if (name == "--slow-factor") {
-    COFAB_ASSIGN_OR_RETURN(a.slowFactor, number(1, 1000));
+    COFAB_ASSIGN_OR_RETURN(a.slowFactor, ov.number(1, 1000));
   } else if (name == "--device-ms") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 60000));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, 60000));
     a.deviceMs = int(x);
   } else if (name == "--gradient-stragglers") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 65535));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, 65535));
     a.gradientStragglers = int(x);
   } else if (name == "--gradcode-window") {
-    COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1 << 20));
+    COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(1, 1 << 20));
     a.gradcodeWindow = int(x);
   } else if (name == "--gossip-peers") {
     a.gossipPeers = v;
   } else if (name == "--shadow-mode") {
     a.shadowMode = v;
   } else if (name == "--reply-feedback") {
-    COFAB_ASSIGN_OR_RETURN(a.replyFeedback, onOff());
+    COFAB_ASSIGN_OR_RETURN(a.replyFeedback, ov.onOff());
   } else if (name == "--nesterov") {
-    COFAB_ASSIGN_OR_RETURN(a.onebitNesterov, onOff());
+    COFAB_ASSIGN_OR_RETURN(a.onebitNesterov, ov.onOff());
   } else if (name == "--staleness-unit") {
     a.stalenessUnit = v;
   } else {
@@ -103,30 +100,28 @@ StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
     const std::string& v = args[i + 1];
     if (v.empty()) return InvalidArgument(name + " needs a value, got ''");
     const OptionValue ov{name, v};
-    auto integer = [&](int64_t min, int64_t max) { return ov.integer(min, max); };
-    auto number = [&](double min, double max) { return ov.number(min, max); };
     if (name == "--epochs") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1000000));
+      COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(1, 1000000));
       o.epochs = int(x);
     } else if (name == "--batch") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1 << 20));
+      COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(1, 1 << 20));
       o.batch = int(x);
     } else if (name == "--hidden") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(1, 1 << 16));
+      COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(1, 1 << 16));
       o.hidden = int(x);
     } else if (name == "--lr") {
-      COFAB_ASSIGN_OR_RETURN(double x, number(0, 1000));
+      COFAB_ASSIGN_OR_RETURN(double x, ov.number(0, 1000));
       if (!(x > 0)) return InvalidArgument("--lr must be > 0, got '" + v + "'");
       o.lr = float(x);
     } else if (name == "--momentum") {
-      COFAB_ASSIGN_OR_RETURN(double x, number(0, 1));
+      COFAB_ASSIGN_OR_RETURN(double x, ov.number(0, 1));
       if (!(x < 1)) return InvalidArgument("--momentum must be below 1, got '" + v + "'");
       o.momentum = float(x);
     } else if (name == "--seed") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, std::numeric_limits<int64_t>::max()));
+      COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, std::numeric_limits<int64_t>::max()));
       o.seed = uint64_t(x);
     } else if (name == "--limit") {
-      COFAB_ASSIGN_OR_RETURN(int64_t x, integer(0, 1000000000));
+      COFAB_ASSIGN_OR_RETURN(int64_t x, ov.integer(0, 1000000000));
       o.limit = size_t(x);
     } else if (name == "--data-dir") {
       o.dataDir = v;
