@@ -159,6 +159,21 @@ void sendTo(const std::shared_ptr<transport::Connection>& c, const wire::Header&
   const void* data = buf ? buf->data() : nullptr;
   c->send(hh, data, hh.payloadLength, [buf](const Status&) {});
 }
+
+// Sends `buf` to worker w, counted in (s->*unsent)[w] until the transport is done with it (a
+// worker that reads nothing keeps it counted: load() and multiply() stop queuing to it). The
+// caller holds s->mu.
+void sendCounted(const std::shared_ptr<CodedMaster::State>& s, int w,
+                 std::vector<int> CodedMaster::State::*unsent, wire::Header h,
+                 std::shared_ptr<const std::vector<uint8_t>> buf) {
+  ++((*s).*unsent)[static_cast<size_t>(w)];
+  h.payloadLength = buf->size();
+  s->conns[static_cast<size_t>(w)]->send(h, buf->data(), buf->size(),
+                                         [s, unsent, buf, w](const Status&) {
+                                           std::lock_guard<std::mutex> l(s->mu);
+                                           --((*s).*unsent)[static_cast<size_t>(w)];
+                                         });
+}
 }  // namespace
 
 CodedMaster::CodedMaster(const CodedServiceOptions& options)
@@ -458,14 +473,8 @@ Status CodedMaster::load(coding::ConstMatrixView a) {
     }
     auto buf = std::make_shared<const std::vector<uint8_t>>(packRecord(
         rec, std::span<const float>(blockOf[w], static_cast<size_t>(blockRows_ * a.cols))));
-    ++s.unsentLoads[w];
     s.sentLoad[w] = s.load;
-    wire::Header h = codedHeader(CodedOp::kLoad, 0, s.load);
-    h.payloadLength = buf->size();
-    s.conns[w]->send(h, buf->data(), buf->size(), [state = state_, buf, w](const Status&) {
-      std::lock_guard<std::mutex> l(state->mu);
-      --state->unsentLoads[w];
-    });
+    sendCounted(state_, w, &State::unsentLoads, codedHeader(CodedOp::kLoad, 0, s.load), buf);
   }
   const Deadline deadline = Deadline::after(options_.setupTimeout);
   // Enough workers hold their block for a request to complete from them alone (as multiply()
@@ -575,13 +584,8 @@ StatusOr<RequestReport> CodedMaster::multiply(coding::ConstMatrixView b, coding:
                        "worker reads nothing: stopped or stuck)";
       continue;
     }
-    ++s.unsentComputes[w];
-    wire::Header h = codedHeader(CodedOp::kCompute, 0, report.request);
-    h.payloadLength = buf->size();
-    s.conns[w]->send(h, buf->data(), buf->size(), [state = state_, buf, w](const Status&) {
-      std::lock_guard<std::mutex> l(state->mu);
-      --state->unsentComputes[w];
-    });
+    sendCounted(state_, w, &State::unsentComputes,
+                codedHeader(CodedOp::kCompute, 0, report.request), buf);
   }
   const Deadline deadline = Deadline::after(options_.requestTimeout);
 
