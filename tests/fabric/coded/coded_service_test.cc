@@ -370,6 +370,21 @@ size_t residentBytes() {
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
+// How much this process's resident size grew over `times` calls of `op`, each of which must
+// succeed (a failure is recorded, naming the call, and ends the loop).
+size_t residentGrowthOver(int times, const std::function<Status()>& op) {
+  const size_t before = residentBytes();
+  for (int i = 0; i < times; ++i) {
+    const Status st = op();
+    if (!st.ok()) {
+      ADD_FAILURE() << "call " << i << ": " << st;
+      break;
+    }
+  }
+  const size_t after = residentBytes();
+  return after - std::min(before, after);
+}
+
 // A stopped worker reads nothing, and every request queued another copy of B for it on the
 // master's connection (the kernel's buffers full): the master grew by one B per request for as
 // long as the worker stayed stopped (30 requests of an 8 MiB B: ~240 MiB). A worker with
@@ -390,12 +405,9 @@ TEST(CodedService, AStoppedWorkerDoesNotMakeTheMasterHoldACopyOfBPerRequest) {
   std::vector<float> c(rows * bCols);
   auto first = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
   ASSERT_TRUE(first.ok()) << first.status();
-  const size_t before = residentBytes();
-  for (int i = 0; i < 30; ++i) {
-    auto r = svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0});
-    ASSERT_TRUE(r.ok()) << "request " << i << ": " << r.status();
-  }
-  const size_t grown = residentBytes() - std::min(before, residentBytes());
+  const size_t grown = residentGrowthOver(30, [&] {
+    return svc.master().multiply({b.data(), cols, bCols, 0}, {c.data(), rows, bCols, 0}).status();
+  });
   EXPECT_LT(grown, size_t{100} << 20) << "the master grew by " << (grown >> 20) << " MiB";
   svc.procs().signal(stopped, SIGCONT);
 }
@@ -418,12 +430,9 @@ TEST(CodedService, AStoppedWorkerDoesNotMakeTheMasterHoldACopyOfAPerLoad) {
   const int stopped = 2;
   ASSERT_TRUE(stopAndWait(svc.procs(), stopped));
   ASSERT_TRUE(svc.master().load({a.data(), rows, cols, 0}).ok());
-  const size_t before = residentBytes();
-  for (int i = 0; i < 20; ++i) {
-    const Status st = svc.master().load({a.data(), rows, cols, 0});
-    ASSERT_TRUE(st.ok()) << "load " << i << ": " << st;
-  }
-  const size_t grown = residentBytes() - std::min(before, residentBytes());
+  const size_t grown = residentGrowthOver(20, [&] {
+    return svc.master().load({a.data(), rows, cols, 0});
+  });
   EXPECT_LT(grown, size_t{100} << 20) << "the master grew by " << (grown >> 20) << " MiB";
   // The others still answer; the stopped one, woken, gets the next load before any request.
   std::vector<float> c(rows * bCols);
