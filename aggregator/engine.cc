@@ -8,7 +8,6 @@
 #include "aggregator/reducer.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "fabric/ps/placement.h"
 
 namespace cofab::aggregator {
 
@@ -66,9 +65,6 @@ namespace {
 // every worker dropped, several in a row when a key's updates keep missing their deadlines.
 // Further ahead is beyond the window, as a push for a round after an open one always is.
 constexpr uint64_t kMaxSkippedRounds = 8;
-uint64_t slotId(uint64_t key, uint32_t chunk) {
-  return ps::mix64(key) ^ (static_cast<uint64_t>(chunk) * 0x9e3779b97f4a7c15ull);
-}
 std::string roundName(uint64_t key, uint32_t chunk, uint64_t iteration) {
   return "key=" + std::to_string(key) + " chunk=" + std::to_string(chunk) +
          " iteration=" + std::to_string(iteration);
@@ -194,7 +190,7 @@ std::unique_ptr<Engine::Slot> Engine::newSlot(const wire::Header& h) const {
 }
 
 Engine::Slot& Engine::slotFor(const wire::Header& h, bool* created) {
-  auto& ptr = slots_[slotId(h.key, h.chunkIndex)];
+  auto& ptr = slots_[ChunkId{h.key, h.chunkIndex}];
   *created = ptr == nullptr;
   if (!ptr) {
     ptr = newSlot(h);
@@ -235,7 +231,7 @@ void Engine::onPush(Event& e) {
   }
   // A refused push leaves no state behind: it is checked against the slot (or a new one, not
   // yet kept), and creates the slot or defines its shape only once it is stored (define below).
-  const uint64_t id = slotId(h.key, h.chunkIndex);
+  const ChunkId id{h.key, h.chunkIndex};
   auto found = slots_.find(id);
   std::unique_ptr<Slot> fresh = found == slots_.end() ? newSlot(h) : nullptr;
   Slot& s = fresh ? *fresh : *found->second;
@@ -256,11 +252,6 @@ void Engine::onPush(Event& e) {
     s.block = encoded.block;
     s.replyFeedback = replyFeedback;
   };
-  if (s.key != h.key || s.chunk != h.chunkIndex) {
-    // Two (key, chunk) pairs with one slot id: astronomically unlikely; refuse rather than mix.
-    e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
-    return;
-  }
   // Draining: the contribution a round already open waits for (or a resend of the round just
   // finished) is still taken, so that round completes; anything that would open a round is not.
   const bool intoOpenRound = !fresh && s.present > 0 && h.iteration == s.cur;
@@ -449,7 +440,7 @@ void Engine::markDurable(Slot& s, int rank) {
 
 void Engine::onForwardAck(const Event& e) {
   const wire::Header& h = e.header;
-  auto it = slots_.find(slotId(h.key, h.chunkIndex));
+  auto it = slots_.find(ChunkId{h.key, h.chunkIndex});
   if (it == slots_.end()) return;
   Slot& s = *it->second;
   if (h.iteration != s.cur || h.senderRank >= static_cast<uint32_t>(options_.numWorkers)) return;
@@ -550,7 +541,7 @@ void Engine::resetRound(Slot& s) {
 
 void Engine::onPull(Event& e) {
   const wire::Header& h = e.header;
-  const bool known = slots_.count(slotId(h.key, h.chunkIndex)) != 0;
+  const bool known = slots_.count(ChunkId{h.key, h.chunkIndex}) != 0;
   // Draining: a pull may wait for a round that contributions already opened (it may still
   // complete), or take the result of the one just finished; it does not open a round of its
   // own, which no push could complete now (they are refused) and the drain would wait for
@@ -619,11 +610,11 @@ void Engine::onRelease(const Event& e) {
   for (size_t i = 0; i < 8; ++i) count |= static_cast<uint64_t>((*e.payload)[i]) << (8 * i);
   const uint64_t first = e.header.key;
   for (uint64_t k = first; k < first + count; ++k) {
-    auto it = slots_.find(slotId(k, 0));
+    auto it = slots_.find(ChunkId{k, 0});
     if (it == slots_.end()) continue;  // another engine's, or never uploaded
     const Slot& s = *it->second;
     // Only finished fan-out rounds: a reduction's slot, or one with pullers waiting, stays.
-    if (!s.fanOut || s.key != k || s.open()) continue;
+    if (!s.fanOut || s.open()) continue;
     slots_.erase(it);
     metrics_.slots.fetch_sub(1, std::memory_order_relaxed);
     metrics_.fanOutReleased.fetch_add(1, std::memory_order_relaxed);

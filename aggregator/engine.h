@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/chunk_id.h"
 #include "aggregator/gradient_groups.h"
 #include "aggregator/metrics.h"
 #include "aggregator/peer.h"
@@ -163,7 +164,7 @@ class Engine {
   std::thread thread_;
 
   // Engine-thread state.
-  std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;  // by slotId(key, chunk)
+  ChunkMap<std::unique_ptr<Slot>> slots_;
   size_t pulledOnly_ = 0;             // slots created by a pull that no push has reached yet
   std::vector<int64_t> goneSinceNs_;  // 0: connected
   std::vector<std::string> goneReason_;

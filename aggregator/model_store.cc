@@ -7,7 +7,6 @@
 
 #include "core/clock.h"
 #include "core/log.h"
-#include "fabric/ps/placement.h"
 
 namespace cofab::aggregator {
 
@@ -40,10 +39,6 @@ namespace {
 
 // Updates of one worker a chunk holds unapplied at most (ModelStore::onApply).
 constexpr std::ptrdiff_t kMaxHeldPerWorker = 16;
-
-uint64_t slotId(uint64_t key, uint32_t chunk) {
-  return ps::mix64(key) ^ (static_cast<uint64_t>(chunk) * 0x9e3779b97f4a7c15ull);
-}
 
 std::string where(uint64_t key, uint32_t chunk) {
   return "key=" + std::to_string(key) + " chunk=" + std::to_string(chunk);
@@ -137,7 +132,7 @@ void ModelStore::onMessage(Event& e) {
 
 void ModelStore::onInit(Event& e) {
   const wire::Header& h = e.header;
-  auto& ptr = slots_[slotId(h.key, h.chunkIndex)];
+  auto& ptr = slots_[ChunkId{h.key, h.chunkIndex}];
   const size_t count = e.payload->size() / sizeof(float);
   if (!ptr) {
     ptr = std::make_unique<Slot>();
@@ -148,9 +143,6 @@ void ModelStore::onInit(Event& e) {
     std::memcpy(ptr->value.data(), e.payload->data(), e.payload->size());
     ptr->last.assign(static_cast<size_t>(options_.numWorkers), -1);
     metrics_.sync.modelInits.fetch_add(1, std::memory_order_relaxed);
-  } else if (ptr->key != h.key || ptr->chunk != h.chunkIndex) {
-    e.peer->reject(metrics_, RejectReason::kMalformed, h, "slot id collision; use another key");
-    return;
   } else if (ptr->value.size() != count || ptr->chunkCount != h.chunkCount) {
     e.peer->reject(metrics_, RejectReason::kWrongSize, h,
                    "model " + where(h.key, h.chunkIndex) + " was initialised with " +
@@ -164,8 +156,8 @@ void ModelStore::onInit(Event& e) {
 
 ModelStore::Slot* ModelStore::find(Event& e, bool needValue) {
   const wire::Header& h = e.header;
-  auto it = slots_.find(slotId(h.key, h.chunkIndex));
-  if (it == slots_.end() || it->second->key != h.key || it->second->chunk != h.chunkIndex) {
+  auto it = slots_.find(ChunkId{h.key, h.chunkIndex});
+  if (it == slots_.end()) {
     e.peer->reject(metrics_, RejectReason::kUninitialized, h,
                    "model " + where(h.key, h.chunkIndex) +
                        " has not been initialised on this daemon (call init first)");

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/chunk_id.h"
 #include "aggregator/engine.h"
 #include "aggregator/metrics.h"
 
@@ -78,7 +79,7 @@ class ModelStore {
 
   const ModelStoreOptions options_;
   Metrics& metrics_;
-  std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;
+  ChunkMap<std::unique_ptr<Slot>> slots_;
   std::vector<int64_t> goneSinceNs_;  // 0: connected
   std::vector<bool> left_;
   std::vector<std::string> goneReason_;

@@ -8,6 +8,7 @@
 
 #include "fabric/ps/aggregator_collectives.h"
 #include "fabric/ps/model_client.h"
+#include "fabric/ps/placement.h"
 #include "fabric/ps/push_pull.h"
 #include "tests/aggregator/daemon_cluster.h"
 #include "tests/aggregator/raw_peer.h"
@@ -301,6 +302,74 @@ TEST(AggregatorDaemon, SigtermDeliversTheResultsAlreadyQueued) {
 
 namespace cofab::testing {
 namespace {
+
+// The inverse of ps::mix64 (SplitMix64's finalizer): a key whose mix equals a given value.
+uint64_t unmix64(uint64_t x) {
+  const auto inverse = [](uint64_t odd) {  // Newton's iteration modulo 2^64
+    uint64_t v = odd;
+    for (int i = 0; i < 6; ++i) v *= 2 - odd * v;
+    return v;
+  };
+  const auto unxorshift = [](uint64_t y, int shift) {
+    uint64_t v = y;
+    for (int i = 0; i * shift < 64; ++i) v = y ^ (v >> shift);
+    return v;
+  };
+  x = unxorshift(x, 31);
+  x *= inverse(0x94d049bb133111ebull);
+  x = unxorshift(x, 27);
+  x *= inverse(0xbf58476d1ce4e5b9ull);
+  x = unxorshift(x, 30);
+  return x - 0x9e3779b97f4a7c15ull;
+}
+
+// Two chunks that the daemon's old 64-bit slot id, mix64(key) ^ chunk * 0x9e3779b97f4a7c15,
+// mapped to one slot (chunk 0 of one key, chunk 1 of another: a key anyone can compute) are
+// two rounds. The daemon refused every push to the second one ("slot id collision"), and a pull
+// of it waited on the first one's round and got its result.
+TEST(AggregatorDaemon, ChunksWhoseHashedIdsCollideAreKeptApart) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  const uint64_t second = 5;
+  const uint64_t first = unmix64(ps::mix64(second) ^ kGolden);
+  ASSERT_EQ(ps::mix64(first), ps::mix64(second) ^ kGolden) << "not a collision of the old id";
+  DaemonCluster cluster(1, 2, {"--engines", "1"});
+  ASSERT_TRUE(cluster.start().ok());
+  auto w0 = RawPeer::connect(cluster.address(0), "worker 0");
+  auto w1 = RawPeer::connect(cluster.address(0), "worker 1");
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  // Round 0 of chunk 0 of `first` is open (worker 1 has not pushed) while worker 1 pulls
+  // chunk 1 of `second`.
+  ASSERT_TRUE(
+      (*w0)->sendValues(RawPeer::push(0, first, 0, DType::kF32), std::vector<float>{1, 2}).ok());
+  ASSERT_TRUE((*w0)->recv().ok());  // the ack
+  wire::Header chunk1 = RawPeer::push(1, second, 0, DType::kF32, 2);
+  chunk1.chunkIndex = 1;
+  wire::Header pull = chunk1;
+  pull.type = wire::MessageType::kPull;
+  pull.opcode = 0;
+  ASSERT_TRUE((*w1)->send(pull, {}).ok());
+  ASSERT_TRUE(
+      (*w1)->sendValues(RawPeer::push(1, first, 0, DType::kF32), std::vector<float>{10, 20}).ok());
+  for (auto* w : {&*w0, &*w1}) {
+    auto sum = (*w)->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<float>{11, 22}));
+  }
+  // The pull still waits for its own round, which both workers now complete.
+  for (uint32_t rank : {0u, 1u}) {
+    wire::Header push = chunk1;
+    push.senderRank = rank;
+    RawPeer& w = rank == 0 ? **w0 : **w1;
+    ASSERT_TRUE(
+        w.sendValues(push, rank == 0 ? std::vector<float>{3, 4} : std::vector<float>{30, 40}).ok());
+  }
+  for (RawPeer* w : {&**w0, &**w1, &**w1}) {  // worker 1: its pull's answer and its push's
+    auto sum = w->recvResult();
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(sum->size(), 2u);
+    EXPECT_EQ(*sum, (std::vector<float>{33, 44}));
+  }
+}
 
 TEST(AggregatorCollectives, AllreduceThroughDaemonsMatchesTheDefinition) {
   const int kWorkers = 3;
