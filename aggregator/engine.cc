@@ -708,7 +708,10 @@ void Engine::tick() {
     }
     bool gone = false;
     int64_t goneFor = -1;
-    for (size_t r = 0; r < s.state.size(); ++r) {
+    // Before any contribution (only pulls waiting) the round does not yet say whom it waits
+    // for: a fan-out round needs its one uploader, not every worker. A lost worker releases it
+    // from its first contribution on; until then only the round timeout does.
+    for (size_t r = 0; r < s.state.size() && s.present > 0; ++r) {
       // A lost worker whose group is covered, or may still be by a member that is not gone
       // (gradient coding), fails nothing: counting only covered groups failed the round at the
       // first tick after another group's push, before the group-mate had pushed.
