@@ -281,8 +281,10 @@ void TcpStoreServer::Loop::onReadable(Conn& c) {
       c.in.insert(c.in.end(), buf, buf + n);
       // Never hold more than one maximal frame (plus one read) per connection.
       if (c.in.size() > store_proto::kMaxBodyBytes + store_proto::kFrameHeaderBytes + sizeof(buf)) {
-        std::lock_guard<std::mutex> lock(statsMu_);
-        ++stats_.protocolErrors;
+        {
+          std::lock_guard<std::mutex> lock(statsMu_);  // closeConn takes it too
+          ++stats_.protocolErrors;
+        }
         closeConn(c.fd, "input beyond one frame while a request is pending");
         return;
       }

@@ -204,6 +204,32 @@ TEST_F(TcpStoreRobustnessTest, UnreadAnswersDoNotPileUpInTheServer) {
   expectDrained(*server_, 1);
 }
 
+// A client that keeps sending while its get waits (parked) is cut off once it has sent more than
+// one frame can hold, and the server goes on serving. The server thread locked its stats mutex
+// twice on that path and hung: every client's calls timed out and stop() never returned.
+TEST_F(TcpStoreRobustnessTest, ASenderFloodingWhileItsGetWaitsIsCutOff) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(store_proto::Op::kGet));
+  w.str("nobody-sets-this");
+  w.u32(60000);
+  const Bytes get = w.frame(store_proto::kRequestMagic);
+  int fd = rawConnect(server_->port());
+  ASSERT_EQ(::send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+  const uint64_t before = server_->stats().protocolErrors;
+  const std::vector<uint8_t> junk(1 << 20, 0x42);
+  const size_t limit = store_proto::kMaxBodyBytes + store_proto::kFrameHeaderBytes + (1 << 17);
+  for (size_t sent = 0; sent < limit;) {
+    ssize_t n = ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server closed it: the point of the test
+    sent += static_cast<size_t>(n);
+  }
+  EXPECT_TRUE(closedByServer(fd));
+  ::close(fd);
+  expectStillServing();
+  EXPECT_EQ(server_->stats().protocolErrors, before + 1);
+  expectDrained(*server_, 1);
+}
+
 // A set that a client pipelined behind a get that had to wait is served when that get
 // completes, and it wakes the other clients waiting for its key then, not at their deadlines.
 TEST_F(TcpStoreRobustnessTest, APipelinedSetWakesWaitersAtOnce) {
