@@ -220,6 +220,7 @@ StatusOr<Bytes> FileStore::get(std::string_view key, Deadline deadline) {
     bool found = false;
     COFAB_ASSIGN_OR_RETURN(Bytes value, readKey(key, &found));
     if (found) return value;
+    COFAB_RETURN_IF_ERROR(checkDirectory());  // a key of a vanished directory never comes
     if (deadline.expired()) return storeWaitTimeout(describe(), {std::string(key)});
     std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));

@@ -364,6 +364,9 @@ TEST(FileStoreTest, AStoreDirectoryThatIsGoneIsAnErrorNotMissingKeys) {
   Status gone = (*store)->wait({"k"}, Deadline::afterMs(60000));
   EXPECT_EQ(gone.code(), StatusCode::kIoError) << gone;
   EXPECT_EQ((*store)->check({"k"}).status().code(), StatusCode::kIoError);
+  // get() too: it waited out its deadline and blamed the key.
+  auto got = (*store)->get("k", Deadline::afterMs(20000));
+  EXPECT_EQ(got.status().code(), StatusCode::kIoError) << got.status();
 }
 
 // set() and remove() take the directory lock like add() and compareSet(). Outside it, a set or
