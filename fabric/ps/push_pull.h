@@ -122,8 +122,11 @@ struct ClientOptions {
   // forwards to before acknowledging; on the primary's death the client fails over to it.
   // -1: COFAB_PS_REPLICATION (default off). Must match the daemons' --replication.
   int replication = -1;
-  // A daemon with operations outstanding that has sent nothing for this long is pinged; one that
-  // stays silent for failoverMs (or whose connection breaks) is declared dead. 0: the params
+  // A daemon with operations outstanding that has sent nothing for this long is pinged. One whose
+  // connection breaks is declared dead; with replication, so is one that stays silent for
+  // failoverMs (at least 2 x heartbeatMs, else InvalidArgument), and its chunks fail over.
+  // Without replication a silent daemon fails nothing by itself: the handles' waits end at
+  // their deadlines, naming the chunks and aggregators still missing. 0: the params
   // COFAB_PS_HEARTBEAT_MS (default 500) and COFAB_PS_FAILOVER_MS (default 3000).
   int64_t heartbeatMs = 0;
   int64_t failoverMs = 0;

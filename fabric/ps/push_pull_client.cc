@@ -1032,6 +1032,14 @@ StatusOr<std::unique_ptr<PushPullClient::Impl>> makeImpl(int rank, int worldSize
   } else {
     COFAB_ASSIGN_OR_RETURN(impl->failoverMs_, kPsFailoverMs.get());
   }
+  // A ping goes out after heartbeatMs of silence (checked every heartbeatMs / 2): a shorter
+  // failover deadline fails a live primary over before it could answer one.
+  if (impl->replication_ && impl->failoverMs_ < 2 * impl->heartbeatMs_) {
+    return InvalidArgument("PushPullClient: failoverMs (COFAB_PS_FAILOVER_MS) is " +
+                           std::to_string(impl->failoverMs_) +
+                           " ms, below twice heartbeatMs (COFAB_PS_HEARTBEAT_MS), " +
+                           std::to_string(impl->heartbeatMs_) + " ms");
+  }
   return impl;
 }
 

@@ -33,6 +33,23 @@ TEST(PushPullClient, StaticAddressWithNobodyListeningFails) {
   EXPECT_NE(c.status().message().find("aggregator 0"), std::string::npos) << c.status();
 }
 
+// With replication, a failover deadline within two heartbeat periods would fail a live, busy
+// primary over before its answer to the ping could arrive (or before a ping went out at all):
+// refused at connect, naming both settings.
+TEST(PushPullClient, AFailoverDeadlineWithinTwoHeartbeatsIsRefusedWithReplication) {
+  ClientOptions o;
+  o.serverAddresses = {"127.0.0.1:1"};
+  o.connectTimeoutMs = 300;
+  o.replication = 1;
+  o.heartbeatMs = 500;
+  o.failoverMs = 200;
+  auto c = PushPullClient::connect(0, 1, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("COFAB_PS_FAILOVER_MS"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("COFAB_PS_HEARTBEAT_MS"), std::string::npos) << c.status();
+}
+
 TEST(PushPullClient, WithoutAStoreTheAddressesAreRequired) {
   auto c = PushPullClient::connect(0, 1, ClientOptions{});
   ASSERT_FALSE(c.ok());
