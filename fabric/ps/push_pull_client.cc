@@ -274,18 +274,21 @@ class PushPullClient::Impl {
     if (credits_) {
       // Wait for every grant so the first chunks already respect the windows.
       std::unique_lock<std::mutex> lock(mu_);
-      for (size_t s = 0; s < servers_.size(); ++s) {
-        // A daemon lost meanwhile grants nothing: its backup serves its chunks (replication),
-        // or everything failed (sticky_); either wakes this wait.
-        while (!servers_[s].granted && !servers_[s].dead && sticky_.ok()) {
-          if (stopCv_.wait_until(lock, deadline.when()) == std::cv_status::timeout &&
-              !servers_[s].granted) {
-            return DeadlineExceeded("worker " + std::to_string(rank_) + ": " +
-                                    serverName(static_cast<int>(s)) +
-                                    " sent no credit grant (COFAB_PS_CREDITS is on: run "
-                                    "cofab-aggd with --credit-bytes > 0, or turn it off)");
-          }
+      // A daemon lost meanwhile grants nothing: its backup serves its chunks (replication), or
+      // everything failed (sticky_); either wakes this wait.
+      const auto waitingFor = [&] {
+        std::string names;
+        for (size_t s = 0; s < servers_.size(); ++s) {
+          if (servers_[s].granted || servers_[s].dead) continue;
+          names += (names.empty() ? "" : ", ") + serverName(static_cast<int>(s));
         }
+        return names;
+      };
+      if (!stopCv_.wait_until(lock, deadline.when(),
+                              [&] { return !sticky_.ok() || waitingFor().empty(); })) {
+        return DeadlineExceeded("worker " + std::to_string(rank_) + ": " + waitingFor() +
+                                " sent no credit grant (COFAB_PS_CREDITS is on: run "
+                                "cofab-aggd with --credit-bytes > 0, or turn it off)");
       }
       if (!sticky_.ok()) return sticky_;
     }

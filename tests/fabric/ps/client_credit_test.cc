@@ -66,6 +66,25 @@ TEST(PushPullClientCredit, ADaemonLostBeforeItsGrantFailsConnectAtOnce) {
   EXPECT_NE(s.message().find("aggregator 0"), std::string::npos) << s;
 }
 
+// Every daemon that sent no grant by connect's deadline is named, not only the first one the
+// wait was on (the others, granted or not, went unmentioned).
+TEST(PushPullClientCredit, TheGrantTimeoutNamesEveryDaemonThatSentNone) {
+  ClientOptions o;
+  o.chunkBytes = kChunkBytes;
+  o.credits = 1;
+  o.connectTimeoutMs = 1000;
+  testing::HandDaemons hand;
+  const Status s = hand.start(3, o, [](testing::HandDaemons& h) {
+    std::vector<uint8_t> window(8, 0);
+    window[1] = kChunkBytes >> 8;
+    sendControl(*h.daemons[1], ControlOp::kCredit, wire::Header{}, window);
+  });
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("aggregator 0"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("aggregator 2"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("aggregator 1"), std::string::npos) << s;
+}
+
 TEST(PushPullClientCredit, ChunksOfAFailedOperationLeaveTheCreditQueue) {
   ClientOptions o;
   o.chunkBytes = kChunkBytes;
