@@ -31,6 +31,13 @@ COFAB_PARAM_INT(kAllgatherSmallBytes, "COFAB_ALLGATHER_SMALL_BYTES", 64 << 10, 0
                 int64_t{wire::kDefaultMaxPayload},
                 "allgathers whose output is up to this many bytes use a direct exchange");
 
+StatusOr<Deadline> collectiveDeadline(const CollectiveOptions& o) {
+  if (o.deadline) return *o.deadline;
+  if (o.timeout > Duration::zero()) return Deadline::after(o.timeout);
+  COFAB_ASSIGN_OR_RETURN(int64_t ms, kTimeoutMs.get());
+  return Deadline::afterMs(ms);
+}
+
 namespace {
 
 int64_t intParam(const IntParam& p, Status* error) {
@@ -43,9 +50,10 @@ int64_t intParam(const IntParam& p, Status* error) {
 }
 
 Deadline deadlineOf(const CollectiveOptions& o, Status* error) {
-  if (o.deadline) return *o.deadline;
-  if (o.timeout > Duration::zero()) return Deadline::after(o.timeout);
-  return Deadline::afterMs(intParam(kTimeoutMs, error));
+  auto d = collectiveDeadline(o);
+  if (d.ok()) return *d;
+  if (error->ok()) *error = d.status();
+  return Deadline::afterMs(kTimeoutMs.defaultValue());
 }
 
 Status checkTensor(const TensorView& t, const char* what) {

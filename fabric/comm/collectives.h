@@ -43,6 +43,11 @@ enum class AllreduceAlgorithm : uint8_t {
   kDirect,  // one exchange with every peer (latency-optimal; each rank reduces in rank order)
 };
 
+// The deadline `options` give an operation starting now: `deadline`, else `timeout`, else
+// COFAB_COLLECTIVE_TIMEOUT_MS (InvalidArgument when that is malformed). Every collective path
+// uses it, the aggregators' too.
+StatusOr<Deadline> collectiveDeadline(const CollectiveOptions& options);
+
 struct AllreduceOptions : CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;

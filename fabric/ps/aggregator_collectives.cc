@@ -151,12 +151,7 @@ Status AggregatorCollectives::allreduce(const TensorView& in, const TensorView& 
     return failed_.withContext(
         "allreduce through the aggregators: an earlier allreduce failed for good");
   }
-  Deadline deadline = Deadline::afterMs(300000);
-  if (options.deadline) {
-    deadline = *options.deadline;
-  } else if (options.timeout.count() > 0) {
-    deadline = Deadline::after(options.timeout);
-  }
+  COFAB_ASSIGN_OR_RETURN(const Deadline deadline, comm::collectiveDeadline(options));
   // Not handle.wait(): after its DeadlineExceeded the push-pull would go on reading `in` and
   // writing `out`, which the caller takes back with our error. waitEveryHandle closes the
   // client instead, so the error returned means nothing touches them any more.

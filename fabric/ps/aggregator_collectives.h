@@ -45,7 +45,8 @@ class AggregatorCollectives {
       : client_(client), keyBase_(keyBase) {}
 
   // out = sum (kSum) or average (kAvg) over all workers of in; kMin/kMax are Unimplemented.
-  // The deadline is options.deadline, else options.timeout, else 300 s.
+  // The deadline is comm::collectiveDeadline(options): options.deadline, else options.timeout,
+  // else COFAB_COLLECTIVE_TIMEOUT_MS (default 300 s).
   Status allreduce(const TensorView& in, const TensorView& out,
                    const comm::AllreduceOptions& options = {});
   Status allreduce(const TensorView& inout, const comm::AllreduceOptions& options = {}) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/param.h"
 #include "fabric/comm/collectives.h"
 #include "fabric/ps/aggregator_collectives.h"
 #include "fabric/rendezvous/hash_store.h"
@@ -159,6 +160,25 @@ TEST(AggregatorCollectives, ATimedOutAllreduceNeverWritesOutAfterwardsAndFailsFo
   EXPECT_NE(later.message().find("failed for good"), std::string::npos) << later;
   EXPECT_EQ(out2, std::vector<float>(kCount, -3.0f));
   (*client1)->close();
+}
+
+// With neither options.timeout nor options.deadline, COFAB_COLLECTIVE_TIMEOUT_MS bounds the
+// allreduce, as for every collective (comm::CollectiveOptions). It waited a fixed 300 s.
+TEST(AggregatorCollectives, TheCollectiveTimeoutVariableBoundsAnAllreduceWithoutOne) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  auto client0 = cluster.connect(0);
+  ASSERT_TRUE(client0.ok()) << client0.status();
+  ps::AggregatorCollectives coll0(**client0);
+  std::vector<float> in(1000, 1.0f), out(1000, -7.0f);
+  {
+    ScopedParamOverride garbage("COFAB_COLLECTIVE_TIMEOUT_MS", "soon");
+    EXPECT_EQ(coll0.allreduce(f32(in), f32(out)).code(), StatusCode::kInvalidArgument);
+  }
+  ScopedParamOverride timeout("COFAB_COLLECTIVE_TIMEOUT_MS", "500");
+  const Status st = coll0.allreduce(f32(in), f32(out));  // rank 1 never joins
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_EQ(out, std::vector<float>(1000, -7.0f));
 }
 
 // The same through a Communicator's aggregator path: comm::allreduce waits with no deadline of
