@@ -65,6 +65,13 @@ Status checkTensor(const TensorView& t, const char* what) {
   return OkStatus();
 }
 
+// Whether `whole` elements are exactly `ranks` blocks of `block`. Divided, not multiplied: a
+// block count near the validate() limit times the ranks wraps, and then matched an empty tensor.
+bool holdsBlocks(size_t whole, size_t block, int ranks) {
+  const auto n = static_cast<size_t>(ranks);
+  return whole % n == 0 && whole / n == block;
+}
+
 // allgather / reduce_scatter: `small` is exactly this rank's block of `large` (in place) or
 // apart from it. Any other overlap is refused: chunked sends read their input late, so a peer
 // would get bytes a result had already overwritten.
@@ -188,7 +195,7 @@ CollectiveHandle reduceScatterAsync(Communicator& comm, const TensorView& in,
       !(error = checkReducible(in.dtype, options.op)).ok()) {
     return CollectiveHandle::failed(error);
   }
-  if (in.dtype != out.dtype || in.count != out.count * static_cast<size_t>(comm.size())) {
+  if (in.dtype != out.dtype || !holdsBlocks(in.count, out.count, comm.size())) {
     return CollectiveHandle::failed(InvalidArgument(
         "reduce_scatter: the input must hold size() = " + std::to_string(comm.size()) +
         " blocks of the output (" + out.toString() + "), got " + in.toString()));
@@ -222,7 +229,7 @@ CollectiveHandle allgatherAsync(Communicator& comm, const TensorView& in, const 
       !(error = checkTensor(out, "allgather output")).ok()) {
     return CollectiveHandle::failed(error);
   }
-  if (in.dtype != out.dtype || out.count != in.count * static_cast<size_t>(comm.size())) {
+  if (in.dtype != out.dtype || !holdsBlocks(out.count, in.count, comm.size())) {
     return CollectiveHandle::failed(InvalidArgument(
         "allgather: the output must hold size() = " + std::to_string(comm.size()) +
         " blocks of the input (" + in.toString() + "), got " + out.toString()));

@@ -496,6 +496,25 @@ TEST(CommSetup, RejectsBadArguments) {
             StatusCode::kInvalidArgument);
 }
 
+// The block check of reduce_scatter and allgather cannot wrap: with 9 ranks, 9 blocks of
+// 2049638230412172402 bytes (under validate()'s bound) "made" 2 bytes, the call was taken and
+// ran on absurd sizes. Refused before anything is sent.
+TEST(CommSetup, BlockCountsThatWouldWrapAreRefused) {
+  auto g = makeGroup(9);
+  ASSERT_TRUE(g);
+  Communicator& c1 = *g->comms[1];
+  constexpr size_t kBlock = 2049638230412172402u;  // ceil(2^64 / 9)
+  static_assert(kBlock * 9 == 2);
+  uint8_t bytes[4] = {};  // `huge` only starts past `two`: the buffers must not overlap
+  const TensorView huge(bytes + 2, kBlock, DType::kU8), two(bytes, 2, DType::kU8);
+  ReduceScatterOptions o;
+  o.timeout = Millis(2000);
+  const Status rs = reduceScatter(c1, two, huge, o);
+  EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs;
+  const Status ag = allgather(c1, huge, two, o);
+  EXPECT_EQ(ag.code(), StatusCode::kInvalidArgument) << ag;
+}
+
 // Buffers that overlap without being the documented in-place form (allreduce: the same view;
 // allgather / reduce_scatter: the small buffer is the rank's block of the large one) are refused
 // before anything is sent: chunked sends read the input late, so a peer would receive bytes
