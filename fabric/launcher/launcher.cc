@@ -27,6 +27,12 @@ namespace {
 int gSignalPipe[2] = {-1, -1};
 // SIGPIPE's disposition before cofab-run ignored it, for the ranks (run()).
 sighandler_t gInheritedPipe = SIG_DFL;
+// The forwarded signals, and whether cofab-run was started with each ignored (nohup's SIGHUP, a
+// background job's SIGINT in a script): those stay ignored, in cofab-run and in its ranks, as a
+// shell's other children would have them. Catching them forwarded a hang-up nohup meant to keep
+// away, and a Ctrl-C meant for the script's foreground command, to every rank.
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+bool gInheritedIgnored[std::size(kForwardedSignals)] = {};
 
 void onSignal(int sig) {
   int saved = errno;
@@ -160,9 +166,9 @@ StatusOr<pid_t> spawn(Child& c, const std::vector<std::string>& argv,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      signal(kForwardedSignals[i], gInheritedIgnored[i] ? SIG_IGN : SIG_DFL);
+    }
     signal(SIGCHLD, SIG_DFL);
     // Ignored by cofab-run, and an ignored signal survives exec: the ranks get what cofab-run
     // itself inherited (the default, or SIG_IGN under systemd's IgnoreSIGPIPE=yes).
@@ -198,7 +204,8 @@ std::string launchUsage() {
          "  COFAB_ROLE_SIZE and COFAB_STORE set. When a process fails, or dies of another\n"
          "  signal than the one that stopped it, the others get SIGTERM, then SIGKILL after\n"
          "  --grace-ms.\n"
-         "  SIGINT, SIGTERM and SIGHUP are forwarded to every process; if cofab-run itself is\n"
+         "  SIGINT, SIGTERM and SIGHUP are forwarded to every process (one ignored when\n"
+         "  cofab-run started, as under nohup, stays ignored); if cofab-run itself is\n"
          "  killed, its processes are killed with it (their children and the rest of their\n"
          "  process groups too).\n";
 }
@@ -293,8 +300,7 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  struct sigaction oldInt {
-  }, oldTerm{}, oldHup{}, oldChld{}, oldPipe{};
+  struct sigaction oldForwarded[std::size(kForwardedSignals)] = {}, oldChld{}, oldPipe{};
   // Output closed under it (`cofab-run ... | tee log`, tee killed by the same Ctrl-C) must not
   // kill cofab-run with SIGPIPE: the ranks would die by PDEATHSIG in the middle of their
   // shutdown. Writes to a closed pipe fail with EPIPE instead, and the output is dropped.
@@ -303,9 +309,11 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, &oldPipe);
   gInheritedPipe = oldPipe.sa_handler;
-  sigaction(SIGINT, &sa, &oldInt);
-  sigaction(SIGTERM, &sa, &oldTerm);
-  sigaction(SIGHUP, &sa, &oldHup);
+  for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+    sigaction(kForwardedSignals[i], nullptr, &oldForwarded[i]);
+    gInheritedIgnored[i] = oldForwarded[i].sa_handler == SIG_IGN;
+    if (!gInheritedIgnored[i]) sigaction(kForwardedSignals[i], &sa, nullptr);
+  }
   sigaction(SIGCHLD, &sa, &oldChld);
 
   std::vector<Child> children;
@@ -531,9 +539,9 @@ StatusOr<int> runLaunch(const LaunchOptions& options) {
   }
 
   watchdog.release();
-  sigaction(SIGINT, &oldInt, nullptr);
-  sigaction(SIGTERM, &oldTerm, nullptr);
-  sigaction(SIGHUP, &oldHup, nullptr);
+  for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+    sigaction(kForwardedSignals[i], &oldForwarded[i], nullptr);
+  }
   sigaction(SIGCHLD, &oldChld, nullptr);
   sigaction(SIGPIPE, &oldPipe, nullptr);
   ::close(gSignalPipe[0]);

@@ -114,18 +114,24 @@ TEST(LauncherTest, ARoleThatCrashesWhileStoppingFailsTheJob) {
 
 // Starts 2 ranks that trap `sig` (by default: say so and exit 0; with `survive`: do nothing and
 // keep waiting), sends it to cofab-run once both are ready, and returns cofab-run's wait status
-// and output.
-RunResult forwardSignal(const std::string& sig, bool survive = false,
-                        const std::string& flags = "") {
+// and output. cofab-run starts with `sig` at its default action (`env --default-signal`: the
+// shell ignores SIGINT for a background command) unless `startIgnored`.
+RunResult forwardSignal(const std::string& sig, bool survive = false, const std::string& flags = "",
+                        bool startIgnored = false) {
   testing::TempDir dir;
   const std::string action = survive ? "true" : "echo got-" + sig + "; exit 0";
-  const std::string body = survive ? "while :; do sleep 30 & wait; done" : "sleep 30 & wait";
+  // Started ignored, the signal cannot be trapped (the rank's shell inherits it ignored): the
+  // ranks end on their own, 2 s after they are ready, unless something kills them.
+  const std::string body = survive        ? "while :; do sleep 30 & wait; done"
+                           : startIgnored ? "sleep 2"
+                                          : "sleep 30 & wait";
   // Each rank says it is ready only after its trap is installed, so the signal below can never
   // arrive before the rank can report it, however slow the machine.
   auto script = writeScript(dir, "trap '" + action + "' " + sig + "\ntouch " + dir.path() +
                                      "/ready.$COFAB_RANK\n" + body + "\n");
-  std::string cmd = std::string(COFAB_RUN_BINARY) + " -n 2 " + flags + " " + script + " > " +
-                    dir.path() +
+  const std::string env =
+      std::string("env --") + (startIgnored ? "ignore" : "default") + "-signal=" + sig + " ";
+  std::string cmd = env + COFAB_RUN_BINARY + " -n 2 " + flags + " " + script + " > " + dir.path() +
                     "/out 2>&1 & pid=$!; i=0; while [ $i -lt 600 ] && ! { [ -e " + dir.path() +
                     "/ready.0 ] && [ -e " + dir.path() + "/ready.1 ]; }; do sleep 0.1; " +
                     "i=$((i+1)); done; kill -" + sig + " $pid; wait $pid";
@@ -152,6 +158,17 @@ TEST(LauncherTest, SighupIsForwardedAndReported) {
   EXPECT_EQ(r.exitCode, 128 + SIGHUP) << r.out;
   EXPECT_NE(r.out.find("[rank 0] got-HUP"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 1] got-HUP"), std::string::npos) << r.out;
+}
+
+// A signal cofab-run was started with ignored (nohup's SIGHUP; a background command's SIGINT in a
+// script) stays ignored, by cofab-run and by its ranks: the job finishes. cofab-run caught and
+// forwarded it, and every rank died of it.
+TEST(LauncherTest, ASignalIgnoredWhenCofabRunStartedStaysIgnored) {
+  for (const char* sig : {"HUP", "INT"}) {
+    auto r = forwardSignal(sig, /*survive=*/false, "", /*startIgnored=*/true);
+    EXPECT_EQ(r.exitCode, 0) << sig << ": " << r.out;
+    EXPECT_EQ(r.out.find("forwarding"), std::string::npos) << sig << ": " << r.out;
+  }
 }
 
 // Ranks that ignore the forwarded signal get SIGKILL after the grace, and cofab-run names the
