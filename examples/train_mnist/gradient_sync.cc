@@ -74,6 +74,8 @@ class AggregatorSync final : public GradientSync {
 
 std::string syncModes() { return "local, aggregator, " + sync::syncAlgorithms(); }
 
+bool isGradientSyncMode(const std::string& mode) { return mode == "local" || mode == "aggregator"; }
+
 StatusOr<std::unique_ptr<GradientSync>> makeGradientSync(const std::string& mode) {
   if (mode == "local") return std::unique_ptr<GradientSync>(new LocalSync());
   if (mode == "aggregator") return AggregatorSync::create();

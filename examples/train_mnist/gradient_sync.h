@@ -26,6 +26,9 @@ class GradientSync {
 
 // "local", or a distributed mode listed by syncModes().
 StatusOr<std::unique_ptr<GradientSync>> makeGradientSync(const std::string& mode);
+// Every --sync value: the gradient paths makeGradientSync takes, then the sync algorithms.
 std::string syncModes();
+// Whether makeGradientSync takes `mode` (the sync algorithms run elsewhere: sync_training.h).
+bool isGradientSyncMode(const std::string& mode);
 
 }  // namespace cofab::examples

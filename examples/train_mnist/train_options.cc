@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/param.h"
+#include "examples/train_mnist/gradient_sync.h"
 #include "fabric/sync/sync_algorithm.h"
 
 namespace cofab::examples {
@@ -132,6 +133,9 @@ StatusOr<TrainOptions> parseTrainOptions(const std::vector<std::string>& args) {
       if (!algorithmOnly) return InvalidArgument("unknown option " + name);
       if (firstAlgorithmOption.empty()) firstAlgorithmOption = name;
     }
+  }
+  if (!isGradientSyncMode(o.sync) && !sync::isSyncAlgorithm(o.sync)) {
+    return InvalidArgument("--sync '" + o.sync + "' is not one of: " + syncModes());
   }
   // The options of the sync algorithms (o.algo) mean nothing to the gradient paths (--sync local,
   // aggregator, ...): they were parsed and dropped, and `--sync aggregator --slow-rank 1` ran

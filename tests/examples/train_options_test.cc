@@ -102,6 +102,20 @@ TEST(TrainOptions, AlgorithmOptionsOutsideTheSyncAlgorithmsAreRefused) {
   EXPECT_TRUE(parseTrainOptions({"--sync", "ssp", "--slow-rank", "1"}).ok());
 }
 
+// A misspelt --sync is named as such, also next to an algorithm's option: with one, the error
+// said the option did not apply to "--sync easgb", and without one parsing passed and the run
+// failed later.
+TEST(TrainOptions, AnUnknownSyncModeIsNamed) {
+  for (auto args : {std::vector<std::string>{"--sync", "easgb", "--elastic-alpha", "0.2"},
+                    std::vector<std::string>{"--sync", "easgb"}}) {
+    auto o = parseTrainOptions(args);
+    ASSERT_FALSE(o.ok()) << args.size();
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find("--sync 'easgb' is not one of"), std::string::npos)
+        << o.status();
+  }
+}
+
 TEST(TrainOptions, LimitBelowTheBatchIsRefused) {
   auto r = parseTrainOptions({"--limit", "100", "--batch", "128"});
   ASSERT_FALSE(r.ok());
