@@ -295,11 +295,19 @@ Status Communicator::connectMesh(const CommOptions& options, Deadline deadline) 
 }
 
 Communicator::~Communicator() {
+  // An op that completed may still be in running_ or posted_: completion wakes its waiter
+  // before the op leaves the communicator (opFinished), and a caller that returned from a
+  // blocking call and destroyed the communicator at once is not leaving operations pending.
   bool busy = false;
+  std::vector<std::shared_ptr<CollectiveOp>> started;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    busy = !idle();
+    busy = !queue_.empty();
+    if (running_) started.push_back(running_);
+    for (const auto& [raw, op] : posted_) started.push_back(op);
   }
+  for (const auto& op : started) busy = busy || !op->done();  // op locks outside mu_
+  started.clear();
   if (busy) reportFailure(nullptr, Aborted("communicator '" + name_ + "' destroyed while "
                                            "operations were pending"), -1);
   {

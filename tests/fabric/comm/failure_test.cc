@@ -496,6 +496,33 @@ TEST(CommSetup, RejectsBadArguments) {
             StatusCode::kInvalidArgument);
 }
 
+// A rank that destroys its communicator right after a blocking collective returned is not
+// "destroyed while operations were pending": the op's completion wakes the caller before the
+// op leaves the communicator, and a destructor that ran in that gap published a failure (and
+// waited out the diagnostic grace), which a slower peer then reported as its cause.
+TEST(CommLifecycle, DestroyingRightAfterABlockingCallReportsNoFailure) {
+  for (int i = 0; i < 200; ++i) {
+    HashStore store;
+    const std::string name = "quick-" + std::to_string(i);
+    auto comms = testing::makeComms(2, &store, "tcp", name);
+    ASSERT_TRUE(comms.ok()) << comms.status();
+    auto st = runThreadRanks(2, [&](int r) -> Status {
+      float x = 1.0f;
+      Status s = allreduce(*(*comms)[r], TensorView(&x, 1, DType::kF32), quick());
+      (*comms)[r].reset();
+      return s;
+    });
+    ASSERT_TRUE(cofab::testing::allOk(st).ok()) << describe(st);
+    for (int r = 0; r < 2; ++r) {
+      const std::string key = name + "/1/fail/" + std::to_string(r);
+      auto published = store.check({key});
+      ASSERT_TRUE(published.ok()) << published.status();
+      ASSERT_FALSE(*published) << "iteration " << i << ": rank " << r << " published "
+                               << toString(*store.get(key, Deadline::afterMs(0)));
+    }
+  }
+}
+
 // The block check of reduce_scatter and allgather cannot wrap: with 9 ranks, 9 blocks of
 // 2049638230412172402 bytes (under validate()'s bound) "made" 2 bytes, the call was taken and
 // ran on absurd sizes. Refused before anything is sent.
