@@ -351,7 +351,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key, 
 
 Status Communicator::asyncError() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  return failing_ && error_.ok() ? failingWith_ : error_;
 }
 
 void Communicator::abort() {
@@ -481,6 +481,7 @@ void Communicator::reportFailure(CollectiveOp* op, const Status& status, int pee
   std::lock_guard<std::mutex> lock(mu_);
   if (failing_ || !error_.ok()) return;
   failing_ = true;
+  failingWith_ = status;
   std::shared_ptr<CollectiveOp> target = failureTarget(op);
   failThread_ = std::thread([this, target, status, peer] {
     handleFailure(target.get(), status, peer, false);
@@ -498,6 +499,8 @@ void Communicator::reportTimeout(CollectiveOp* op) {
       std::any_of(queue_.begin(), queue_.end(), [op](const auto& p) { return p.get() == op; });
   if (!pending) return;
   failing_ = true;
+  failingWith_ = DeadlineExceeded("communicator '" + name_ + "' rank " + std::to_string(rank_) +
+                                  ": an operation timed out (finding out who is missing)");
   std::shared_ptr<CollectiveOp> target = failureTarget(op);
   if (op != nullptr && target != nullptr && op != target.get() && !target->deadline().expired()) {
     // A queued op's deadline passed while an earlier one still runs within its own. The other

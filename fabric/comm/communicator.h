@@ -82,7 +82,10 @@ class Communicator {
   // host with a kernel-chosen port ("h:p" -> "h:0").
   StatusOr<std::unique_ptr<Communicator>> split(int color, int key, Duration timeout = Duration{0});
 
-  // OK while healthy, else the sticky error that failed (or will fail) every operation.
+  // OK while healthy, else the sticky error that failed (or will fail) every operation. From
+  // the first failure (abort() included) on, never OK: while the failure procedure still runs
+  // (up to COFAB_COMM_DIAG_GRACE_MS), the failure it started from; a peer's published cause may
+  // then replace it.
   Status asyncError() const;
 
   // Fails every pending and later operation with Aborted, here and (through closed
@@ -172,6 +175,9 @@ class Communicator {
   std::unordered_map<CollectiveOp*, std::shared_ptr<CollectiveOp>> posted_;
   Status error_;            // sticky, set once the failure procedure has finished
   bool failing_ = false;    // the failure procedure has started
+  // What the failure procedure started from, for asyncError() until error_ is set (the store
+  // write and the wait for a peer's published cause can take the diagnostic grace).
+  Status failingWith_;
   std::thread failThread_;  // runs handleFailure() (joined by the destructor)
   uint64_t splits_ = 0;
 };

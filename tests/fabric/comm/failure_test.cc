@@ -4,6 +4,8 @@
 // everyone, setup names the ranks that never showed up; plus split and 1-rank communicators.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -521,6 +523,38 @@ TEST(CommLifecycle, DestroyingRightAfterABlockingCallReportsNoFailure) {
                                << toString(*store.get(key, Deadline::afterMs(0)));
     }
   }
+}
+
+// A store whose writes of failure reports wait until the test lets them through.
+class HeldFailureReports final : public cofab::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Status set(std::string_view k, const Bytes& v) override {
+    if (k.find("/fail/") != std::string_view::npos) {
+      (void)released_.wait_for(std::chrono::seconds(20));
+    }
+    return to_->set(k, v);
+  }
+  void release() { release_.set_value(); }
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+// asyncError() is not OK from abort() on. It stayed OK until the failure procedure had
+// written its report to the store and closed the connections (up to the diagnostic grace),
+// though the communicator had already failed.
+TEST(CommLifecycle, AsyncErrorIsTheFailureFromAbortOn) {
+  HashStore store;
+  HeldFailureReports held(&store);
+  auto comms = testing::makeComms(2, &held, "tcp", "held");
+  ASSERT_TRUE(comms.ok()) << comms.status();
+  (*comms)[0]->abort();
+  const Status early = (*comms)[0]->asyncError();
+  held.release();
+  EXPECT_EQ(early.code(), StatusCode::kAborted) << early;
+  EXPECT_NE(early.message().find("aborted by the application"), std::string::npos) << early;
 }
 
 // The block check of reduce_scatter and allgather cannot wrap: with 9 ranks, 9 blocks of
