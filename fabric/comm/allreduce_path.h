@@ -8,7 +8,9 @@
 // Contract for implementations: every rank of the communicator calls start() for the same
 // allreduces in the same order (the collective API's rule), from the thread that issued the
 // collective; start() returns at once and the returned PendingOp completes exactly once; the
-// caller lends `in` and `out` until it has. A path is shared by one communicator's rank only
+// caller lends `in` and `out` until it has. The communicator tracks the ops: its failure
+// (abort() included) and its destruction cancel() those still running, and it refuses to start
+// new ones once failed. A path is shared by one communicator's rank only
 // (not by its split() sub-communicators, which use their peers). A path's allreduce starts when
 // issued, outside the communicator's queue: it does not wait for earlier async operations, nor
 // later ones for it (docs/AGGREGATOR.md §8).
@@ -33,6 +35,10 @@ class PendingOp {
   virtual bool test() const = 0;
   // The final Status once test() is true.
   virtual Status status() const = 0;
+  // Ends the operation early (its communicator failed or is being destroyed): on return nothing
+  // touches `in` or `out` any more and test() is true; status() is `why`, or the op's own if it
+  // had completed. The path may be unusable afterwards.
+  virtual void cancel(const Status& why) = 0;
 };
 
 class AllreducePath {

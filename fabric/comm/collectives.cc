@@ -143,7 +143,11 @@ CollectiveHandle allreduceAsync(Communicator& comm, const TensorView& in, const 
   const Deadline deadline = deadlineOf(options, &error);
   if (AllreducePath* path = comm.allreducePath(); path && path->serves(options.op, in.dtype)) {
     if (!error.ok()) return CollectiveHandle::failed(error);
-    return CollectiveHandle(path->start(in, out, options.op, deadline));
+    // Sticky like every operation's failure: a failed (or aborted) communicator starts nothing.
+    if (Status failed = comm.asyncError(); !failed.ok()) return CollectiveHandle::failed(failed);
+    std::shared_ptr<PendingOp> op = path->start(in, out, options.op, deadline);
+    comm.notePathOp(op);
+    return CollectiveHandle(std::move(op));
   }
   AllreduceAlgorithm algo = options.algorithm;
   if (algo == AllreduceAlgorithm::kAuto) {

@@ -308,6 +308,9 @@ Communicator::~Communicator() {
   }
   for (const auto& op : started) busy = busy || !op->done();  // op locks outside mu_
   started.clear();
+  // An allreduce on the path still running reads `in` and writes `out` after we are gone:
+  // failing the communicator cancels it (handleFailure), and the join below waits for that.
+  for (const auto& op : livePathOps()) busy = busy || !op->test();
   if (busy) reportFailure(nullptr, Aborted("communicator '" + name_ + "' destroyed while "
                                            "operations were pending"), -1);
   {
@@ -420,6 +423,29 @@ void Communicator::launch(std::shared_ptr<CollectiveOp> op) {
     next->start();
   }
   pending = nullptr;
+}
+
+void Communicator::notePathOp(const std::shared_ptr<PendingOp>& op) {
+  Status failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(pathOps_, [](const std::weak_ptr<PendingOp>& w) { return w.expired(); });
+    if (!failing_ && error_.ok()) {
+      pathOps_.push_back(op);
+      return;
+    }
+    failed = error_.ok() ? failingWith_ : error_;
+  }
+  op->cancel(failed);  // started after the failure: handleFailure did not see it
+}
+
+std::vector<std::shared_ptr<PendingOp>> Communicator::livePathOps() const {
+  std::vector<std::shared_ptr<PendingOp>> live;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : pathOps_) {
+    if (auto op = w.lock()) live.push_back(std::move(op));
+  }
+  return live;
 }
 
 void Communicator::opFinished(CollectiveOp* op) {
@@ -690,6 +716,8 @@ void Communicator::handleFailure(CollectiveOp* op, Status status, int peer, bool
   for (auto& q : queued) q->completeUnstarted(status);
   if (running) running->failureHandled(status);
   for (auto& p : posted) p->failureHandled(status);
+  // Allreduces on the path (outside the queue), after error_: notePathOp cancels later ones.
+  for (const auto& p : livePathOps()) p->cancel(status);
 }
 
 }  // namespace cofab::comm

@@ -107,6 +107,10 @@ class Communicator {
   void submit(const std::shared_ptr<CollectiveOp>& op);
   // Called by the running op when it completed (any thread, no op lock held).
   void opFinished(CollectiveOp* op);
+  // An allreduce started on the CommOptions::allreducePath, outside the queue: tracked so that
+  // the communicator's failure (abort() included) and its destruction cancel it while it runs.
+  // Cancelled at once when the communicator has failed already.
+  void notePathOp(const std::shared_ptr<PendingOp>& op);
   // A point-to-point op has posted all its messages: it leaves the queue (its transfers go on,
   // tracked until opFinished) and the next op starts. A send completes only once its bytes are
   // out, and over tcp they go out only as the peer posts the matching receive: held in the
@@ -126,6 +130,8 @@ class Communicator {
   Duration diagnosticGrace() const;
 
  private:
+  // The path's allreduces not yet destroyed (notePathOp), done or not.
+  std::vector<std::shared_ptr<PendingOp>> livePathOps() const;
   Communicator(int rank, int size, Store* store, std::string name, std::string prefix,
                std::shared_ptr<transport::Context> context);
   Status connectMesh(const CommOptions& options, Deadline deadline);
@@ -178,6 +184,7 @@ class Communicator {
   // What the failure procedure started from, for asyncError() until error_ is set (the store
   // write and the wait for a peer's published cause can take the diagnostic grace).
   Status failingWith_;
+  std::vector<std::weak_ptr<PendingOp>> pathOps_;  // notePathOp; expired ones pruned there
   std::thread failThread_;  // runs handleFailure() (joined by the destructor)
   uint64_t splits_ = 0;
 };

@@ -45,6 +45,7 @@ class FailedPending final : public comm::PendingOp {
   Status wait(Deadline) override { return status_; }
   bool test() const override { return true; }
   Status status() const override { return status_; }
+  void cancel(const Status&) override {}
 
  private:
   Status status_;
@@ -62,14 +63,17 @@ class PushPullPending final : public comm::PendingOp {
       : state_(std::move(state)), handle_(std::move(handle)), opDeadline_(opDeadline) {}
   Status wait(Deadline deadline) override {
     if (Status e = expired(); !e.ok()) return e;
+    Status st;
     if (deadline.when() < opDeadline_.when()) {
-      Status st = handle_.wait(deadline);
+      st = handle_.wait(deadline);
       if (handle_.test()) state_->noteEnd(st);
-      return st;
+    } else {
+      const std::span<const PushPullHandle> one(&handle_, 1);
+      st = waitEveryHandle(state_->client(), one, opDeadline_);
+      state_->noteEnd(st);
     }
-    const std::span<const PushPullHandle> one(&handle_, 1);
-    Status st = waitEveryHandle(state_->client(), one, opDeadline_);
-    state_->noteEnd(st);
+    // Ended by cancel() meanwhile: its reason, not the Cancelled the closed client gave.
+    if (Status e = expired(); !e.ok()) return e;
     return st;
   }
   bool test() const override {
@@ -89,6 +93,17 @@ class PushPullPending final : public comm::PendingOp {
   Status status() const override {
     if (Status e = expired(); !e.ok()) return e;
     return handle_.status();
+  }
+  void cancel(const Status& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!expired_.ok() || handle_.test()) return;
+    // Set first: a waiter that the close below wakes returns `why` (it reads it under mu_,
+    // once the close is done).
+    expired_ = why;
+    // Closing the client is the only way to stop a push-pull: the path fails for good.
+    const std::span<const PushPullHandle> one(&handle_, 1);
+    (void)waitEveryHandle(state_->client(), one, Deadline::afterMs(0));
+    state_->noteEnd(why);
   }
 
  private:

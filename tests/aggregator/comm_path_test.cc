@@ -243,6 +243,45 @@ TEST(CommAllreducePath, TheCollectiveTimeoutCancelsThePushPullAndFailsThePathFor
   EXPECT_TRUE(peersError.ok()) << "asyncError() covers the peers only: " << peersError;
 }
 
+// abort() cancels an allreduce running on the aggregator path (it runs outside the queue, and
+// ran on until the daemons' round timeout): the handle fails with the abort, `out` is left
+// alone, and the path's client is closed.
+TEST(CommAllreducePath, AbortCancelsAnAllreduceRunningOnThePath) {
+  DaemonCluster cluster(1, 2);
+  ASSERT_TRUE(cluster.start().ok());
+  HashStore commStore;
+  const size_t kCount = 1000;
+  std::vector<float> in(kCount, 1.0f), out(kCount, -7.0f);
+  Status waited;
+  bool clientClosed = false;
+  std::promise<void> rank0Done;
+  std::shared_future<void> done = rank0Done.get_future().share();
+  auto statuses = runThreadRanks(2, [&](int rank) -> Status {
+    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
+    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
+    comm::CommOptions o;
+    o.name = "comm-path-abort";
+    o.allreducePath = ps::aggregatorAllreducePath(shared);
+    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    if (rank == 1) {  // never joins the allreduce
+      (void)done.wait_for(std::chrono::seconds(30));
+      return OkStatus();
+    }
+    comm::AllreduceOptions a;
+    a.timeout = Millis(60000);
+    comm::CollectiveHandle h = comm::allreduceAsync(*c, f32(in), f32(out), a);
+    c->abort();
+    waited = h.wait(Deadline::afterMs(15000));
+    clientClosed = !shared->status().ok();
+    rank0Done.set_value();
+    return OkStatus();
+  });
+  ASSERT_TRUE(allOk(statuses).ok()) << allOk(statuses);
+  EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited;
+  EXPECT_EQ(out, std::vector<float>(kCount, -7.0f));
+  EXPECT_TRUE(clientClosed);
+}
+
 // Polling test() enforces the collective's deadline as waiting does (docs/COLLECTIVES.md): a
 // caller that overlaps compute with `while (!h.test())` gets DeadlineExceeded once the timeout
 // has passed. On the aggregator path test() only asked the push-pull, which runs until the

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -555,6 +557,84 @@ TEST(CommLifecycle, AsyncErrorIsTheFailureFromAbortOn) {
   held.release();
   EXPECT_EQ(early.code(), StatusCode::kAborted) << early;
   EXPECT_NE(early.message().find("aborted by the application"), std::string::npos) << early;
+}
+
+// An allreduce path whose operations run until cancelled (aggregators that never answer).
+class StuckPath final : public AllreducePath {
+ public:
+  class Op final : public PendingOp {
+   public:
+    Status wait(Deadline deadline) override {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_until(lock, deadline.when(), [&] { return cancelled_; })) {
+        return DeadlineExceeded("still running on the stuck path");
+      }
+      return why_;
+    }
+    bool test() const override {
+      std::lock_guard<std::mutex> lock(mu_);
+      return cancelled_;
+    }
+    Status status() const override {
+      std::lock_guard<std::mutex> lock(mu_);
+      return why_;
+    }
+    void cancel(const Status& why) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return;
+      cancelled_ = true;
+      why_ = why;
+      cv_.notify_all();
+    }
+
+   private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool cancelled_ = false;
+    Status why_;
+  };
+  std::string name() const override { return "stuck"; }
+  bool serves(ReduceOp, DType) const override { return true; }
+  std::shared_ptr<PendingOp> start(const TensorView&, const TensorView&, ReduceOp,
+                                   Deadline) override {
+    started.push_back(std::make_shared<Op>());
+    return started.back();
+  }
+  std::vector<std::shared_ptr<Op>> started;
+};
+
+// Allreduces handed to CommOptions::allreducePath run outside the communicator's queue, and
+// abort() and the destructor did not know them: after abort() they ran on (and a new one still
+// started), and a communicator destroyed under one left it reading `in` and writing `out`
+// after the caller had taken them back. Both now cancel them; a failed communicator starts none.
+TEST(CommLifecycle, AllreducesOnThePathAreCancelledByAbortAndByDestruction) {
+  HashStore store;
+  auto path = std::make_shared<StuckPath>();
+  CommOptions o;
+  o.name = "aborted";
+  o.allreducePath = path;
+  auto aborted = Communicator::create(0, 1, &store, o);
+  ASSERT_TRUE(aborted.ok()) << aborted.status();
+  float x = 1.0f;
+  const TensorView one(&x, 1, DType::kF32);
+  AllreduceOptions a;
+  a.timeout = Millis(60000);
+  CollectiveHandle running = allreduceAsync(**aborted, one, one, a);
+  (*aborted)->abort();
+  const Status cancelled = running.wait(Deadline::afterMs(5000));
+  EXPECT_EQ(cancelled.code(), StatusCode::kAborted) << cancelled;
+  const Status later = allreduceAsync(**aborted, one, one, a).wait(Deadline::afterMs(5000));
+  EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
+  EXPECT_EQ(path->started.size(), 1u) << "an aborted communicator started an allreduce";
+
+  o.name = "destroyed";
+  auto destroyed = Communicator::create(0, 1, &store, o);
+  ASSERT_TRUE(destroyed.ok()) << destroyed.status();
+  CollectiveHandle orphan = allreduceAsync(**destroyed, one, one, a);
+  ASSERT_EQ(path->started.size(), 2u);
+  destroyed->reset();
+  EXPECT_TRUE(path->started[1]->test()) << "destroyed with its allreduce running on the path";
+  EXPECT_EQ(orphan.wait(Deadline::afterMs(0)).code(), StatusCode::kAborted);
 }
 
 // The block check of reduce_scatter and allgather cannot wrap: with 9 ranks, 9 blocks of
