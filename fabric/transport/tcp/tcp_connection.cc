@@ -305,6 +305,7 @@ void TcpConnectionImpl::close() {
     std::lock_guard<std::mutex> lock(submitMu_);
     if (closed_) return;
     closed_ = true;
+    closing_.store(true, std::memory_order_relaxed);
     // Now, not when the loop gets to it: status() right after close() must not say OK.
     if (error_.ok()) error_ = Cancelled(describe() + " was closed locally");
     closeRequested_ = true;
@@ -418,7 +419,8 @@ void TcpConnectionImpl::flushWrites(bool nowWritable) {
     std::lock_guard<std::mutex> w(writeMu_);
     if (nowWritable) writable_ = true;
     if (!sendFailure_.ok()) failQueuedSendsLocked();
-    while (writeReady_ && writable_ && sendHead_ < sendQueue_.size()) {
+    while (writeReady_ && writable_ && sendHead_ < sendQueue_.size() &&
+           !closing_.load(std::memory_order_relaxed)) {
       // Ops that failed validation complete in their turn, without touching the socket.
       if (!sendQueue_[sendHead_]->error.ok()) {
         doneSends_.push_back(std::move(sendQueue_[sendHead_++]));
@@ -508,7 +510,8 @@ void TcpConnectionImpl::dropConsumed(std::vector<std::unique_ptr<Op>>& queue, si
 }
 
 void TcpConnectionImpl::pumpReads() {
-  while (!failed_ && readable_ && recvHead_ < recvQueue_.size()) {
+  while (!failed_ && readable_ && recvHead_ < recvQueue_.size() &&
+         !closing_.load(std::memory_order_relaxed)) {
     RecvOp& op = *recvQueue_[recvHead_];
     if (!op.error.ok() && !inPayload_ && headerGot_ == 0) {
       auto o = std::move(recvQueue_[recvHead_++]);

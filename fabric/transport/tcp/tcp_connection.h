@@ -138,6 +138,9 @@ class TcpConnectionImpl final : public EpollHandler,
   bool scheduled_ = false;
   bool closeRequested_ = false;
   bool closed_ = false;  // close() called: later ops fail with FailedPrecondition
+  // closed_ for the loop's read and write loops, without submitMu_: a close() from a callback
+  // stops them before the next message instead of at the next scheduling round.
+  std::atomic<bool> closing_{false};
   Status error_;         // sticky error, readable from any thread (under submitMu_)
   // The loop has taken sends out of submittedSends_ but not yet queued them for writing: an
   // inline write now would overtake them.

@@ -611,6 +611,43 @@ TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
   EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
 }
 
+// close() from a receive's callback ends the connection there: a receive posted behind it fails
+// with Cancelled even when its message is already in the same read. The read loop went on and
+// completed it OK after close() had returned (status() already said Cancelled).
+TEST(TcpTest, CloseFromACallbackCancelsTheReceivesBehindIt) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  auto l = (*s)->listen({});
+  ASSERT_TRUE(l.ok());
+  const int fd = rawConnect(**l);
+  ASSERT_GE(fd, 0);
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  const auto b = wire::encodeHeader(hello);
+  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
+  auto a = (*l)->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::shared_ptr<Connection> conn = std::move(*a);
+  uint8_t first[8], second[8];
+  Recorder rec;
+  conn->recv(first, sizeof(first), [&rec, conn](const Status& st, const wire::Header& h) {
+    conn->close();
+    rec.record(st, h, 0);
+  });
+  conn->recv(second, sizeof(second), rec.recvCb(1));
+  std::vector<uint8_t> both;  // two whole messages in one write: one read takes both
+  for (uint64_t key : {1, 2}) {
+    const auto h = wire::encodeHeader(wire::Header{.key = key, .payloadLength = 8});
+    both.insert(both.end(), h.begin(), h.end());
+    both.insert(both.end(), 8, static_cast<uint8_t>(key));
+  }
+  ASSERT_EQ(::write(fd, both.data(), both.size()), static_cast<ssize_t>(both.size()));
+  ASSERT_TRUE(rec.wait(2));
+  EXPECT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
+  EXPECT_EQ(rec.statuses()[1].code(), StatusCode::kCancelled) << rec.statuses()[1];
+  ::close(fd);
+}
+
 // The same, with a send posted after the reset and before the receives: the send fails with
 // the connection's sticky error, and the message that arrived before the reset is still
 // received. The failing write used to close the socket with the message unread and fail the
