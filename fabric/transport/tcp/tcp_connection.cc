@@ -716,6 +716,10 @@ void TcpConnectionImpl::fail(const Status& status, bool linger) {
   if (failed_) return;
   failed_ = true;
   markFailed(status);
+  // Pending operations get the connection's first error, which status() reports too (an error
+  // kept while queued input was still read, say a reset, beats what the read then met), except
+  // at a local close: Cancelled, as connection.h promises.
+  const Status reported = status.code() == StatusCode::kCancelled ? status : this->status();
   std::vector<std::unique_ptr<SendOp>> sends;
   std::vector<std::unique_ptr<SendOp>> written;
   size_t sendHead = 0;
@@ -744,7 +748,7 @@ void TcpConnectionImpl::fail(const Status& status, bool linger) {
     completeSend(std::move(op), s);
   }
   for (size_t i = sendHead; i < sends.size(); ++i) {
-    const Status s = sends[i]->error.ok() ? status : sends[i]->error;
+    const Status s = sends[i]->error.ok() ? reported : sends[i]->error;
     completeSend(std::move(sends[i]), s);
   }
   auto recvs = std::move(recvQueue_);
@@ -753,7 +757,7 @@ void TcpConnectionImpl::fail(const Status& status, bool linger) {
   recvHead_ = 0;
   for (size_t i = recvHead; i < recvs.size(); ++i) {
     const wire::Header h = (i == recvHead && inPayload_) ? header_ : wire::Header{};
-    const Status s = recvs[i]->error.ok() ? status : recvs[i]->error;
+    const Status s = recvs[i]->error.ok() ? reported : recvs[i]->error;
     completeRecv(std::move(recvs[i]), s, h);
   }
   inPayload_ = false;
