@@ -35,6 +35,14 @@ std::string SockAddr::toString() const {
   return "<family " + std::to_string(family()) + ">";
 }
 
+uint16_t SockAddr::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (family() == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  }
+  return 0;
+}
+
 StatusOr<SockAddr> parseAddress(std::string_view text) {
   COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> all, resolveAddresses(text));
   return all.front();
@@ -75,10 +83,12 @@ StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text) {
                              "' is not a host name or IP address");
     }
   }
+  // Digits only: strtol alone took " 80" and "+80".
   char* end = nullptr;
   errno = 0;
   const long p = std::strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end != '\0' || errno != 0 || p < 0 || p > 65535) {
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos || *end != '\0' ||
+      errno != 0 || p < 0 || p > 65535) {
     return InvalidArgument("tcp address '" + std::string(text) + "': port '" + port +
                            "' is not a number in [0, 65535]");
   }

@@ -51,6 +51,8 @@ struct SockAddr {
   int family() const { return storage.ss_family; }
   // "127.0.0.1:5000" or "[::1]:5000".
   std::string toString() const;
+  // The port in host order (0: none given, or another family).
+  uint16_t port() const;
 };
 
 // Parses "host:port", "[v6]:port" or "host" (port 0). Host names are resolved (getaddrinfo);

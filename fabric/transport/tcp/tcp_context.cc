@@ -244,6 +244,12 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
     parsed = resolveAddresses(address);
   }
   COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> addr, std::move(parsed));
+  // Port 0 (none given) is refused by every host: retried as "connection refused" until the
+  // deadline, it looked like a listener that was not up yet.
+  if (addr.front().port() == 0) {
+    return InvalidArgument("tcp connect to '" + address +
+                           "': no port (expected host:port, port 1..65535)");
+  }
   const int n = state_->socketsPerPeer;
   if (n == 1) return connectSocket(addr, address, options, StripeGroup{}, deadline);
   // The token only has to tell this connection's sockets apart from other groups in flight at

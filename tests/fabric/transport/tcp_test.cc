@@ -117,9 +117,23 @@ TEST(TcpTest, AddressParsing) {
   EXPECT_EQ(tcp::parseAddress("::1:80").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tcp::parseAddress("").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tcp::parseAddress("[::1").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("127.0.0.1:+80").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tcp::parseAddress("127.0.0.1: 80").status().code(), StatusCode::kInvalidArgument);
   auto a = tcp::parseAddress("127.0.0.1:5000");
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->toString(), "127.0.0.1:5000");
+}
+
+// A connect without a port (or to port 0) is a caller's mistake, said at once. Port 0 is
+// refused like a listener not up yet, and the connect retried until its deadline.
+TEST(TcpTest, AConnectWithoutAPortIsRefusedAtOnce) {
+  auto ctx = tcp::createContext({});
+  ASSERT_TRUE(ctx.ok());
+  for (const char* address : {"127.0.0.1", "127.0.0.1:0", "[::1]:0"}) {
+    auto c = (*ctx)->connect(address, {}, Deadline::afterMs(20000));
+    ASSERT_FALSE(c.ok()) << address;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << address << ": " << c.status();
+  }
 }
 
 // The listening side's id travels in every HelloAck: one past the handshake bound made every
