@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -77,13 +78,14 @@ IntParam::IntParam(const char* name, int64_t def, int64_t min, int64_t max, cons
       min_(min),
       max_(max) {}
 
-// Decimal, whole string, within [min, max].
+// Decimal, whole string, within [min, max]. from_chars, not strtoll: that skipped leading
+// whitespace and took a '+' (" 5000" and "+5000" passed while "5000 " did not).
 static bool parseIntInRange(const std::string& v, int64_t min, int64_t max, int64_t* out) {
-  errno = 0;
-  char* end = nullptr;
-  long long parsed = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) return false;
-  *out = static_cast<int64_t>(parsed);
+  int64_t parsed = 0;
+  const char* end = v.data() + v.size();
+  const auto [ptr, ec] = std::from_chars(v.data(), end, parsed, 10);
+  if (v.empty() || ec != std::errc() || ptr != end || parsed < min || parsed > max) return false;
+  *out = parsed;
   return true;
 }
 
@@ -110,12 +112,13 @@ static std::string doubleRange(double min, double max) {
   return text;
 }
 
-// Decimal, whole string, within [min, max] (so never nan or inf).
+// Decimal, whole string, within [min, max] (so never nan or inf). from_chars in the general
+// format: no leading whitespace, '+' or hex floats, which strtod took.
 static bool parseDoubleInRange(const std::string& v, double min, double max, double* out) {
-  errno = 0;
-  char* end = nullptr;
-  const double parsed = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE || !(parsed >= min && parsed <= max)) {
+  double parsed = 0;
+  const char* end = v.data() + v.size();
+  const auto [ptr, ec] = std::from_chars(v.data(), end, parsed, std::chars_format::general);
+  if (v.empty() || ec != std::errc() || ptr != end || !(parsed >= min && parsed <= max)) {
     return false;
   }
   *out = parsed;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/param.h"
 #include "core/stop_signals.h"
 #include "fabric/rendezvous/tcp_store_server.h"
 
@@ -20,14 +21,12 @@ int main(int argc, char** argv) {
       if (a == "--bind") {
         options.bindAddress = v;
       } else {
-        char* end = nullptr;
-        errno = 0;
-        long p = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || p < 0 || p > 65535) {
+        auto p = cofab::parseIntIn(v, "--port", 0, 65535);
+        if (!p.ok()) {
           std::fprintf(stderr, "cofab-store: --port expects 0..65535, got '%s'\n", v.c_str());
           return 2;
         }
-        options.port = static_cast<uint16_t>(p);
+        options.port = static_cast<uint16_t>(*p);
       }
     } else {
       std::fprintf(stderr,

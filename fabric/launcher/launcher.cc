@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/clock.h"
+#include "core/param.h"
 #include "fabric/launcher/group_watchdog.h"
 #include "fabric/launcher/line_prefixer.h"
 #include "fabric/rendezvous/bootstrap.h"
@@ -214,13 +215,11 @@ StatusOr<LaunchOptions> parseLaunchArgs(const std::vector<std::string>& args) {
   LaunchOptions o;
   auto bad = [](const std::string& why) { return InvalidArgument(why + "\n" + launchUsage()); };
   auto intArg = [&](const std::string& flag, const std::string& v, int min) -> StatusOr<int> {
-    char* end = nullptr;
-    errno = 0;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno == ERANGE || x < min || x > 1'000'000) {
+    auto x = parseIntIn(v, flag, min, 1'000'000);  // whole decimal: no ' 2' or '+2'
+    if (!x.ok()) {
       return bad(flag + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
     }
-    return static_cast<int>(x);
+    return static_cast<int>(*x);
   };
   size_t i = 0;
   for (; i < args.size(); ++i) {

@@ -45,13 +45,9 @@ constexpr Source kSources[] = {
 };
 
 StatusOr<int> parseInt(const std::string& name, const std::string& value) {
-  errno = 0;
-  char* end = nullptr;
-  long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > (1 << 24)) {
-    return InvalidArgument(name + "='" + value + "' is not a non-negative integer");
-  }
-  return static_cast<int>(v);
+  auto v = parseIntIn(value, name, 0, 1 << 24);  // whole decimal: no ' 3' or '+3'
+  if (!v.ok()) return InvalidArgument(name + "='" + value + "' is not a non-negative integer");
+  return static_cast<int>(*v);
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ TEST(ParamTest, EnvironmentIsReadAndOverrideWins) {
 }
 
 TEST(ParamTest, MalformedValuesNameTheVariableAndTheAcceptedForm) {
-  for (const char* bad : {"", "abc", "12x", "0", "101", "99999999999999999999999"}) {
+  for (const char* bad :
+       {"", "abc", "12x", "0", "101", "99999999999999999999999", " 5", "+5", "\t5", "\n5", "5 "}) {
     ScopedParamOverride o("COFAB_TEST_INT", bad);
     auto v = kTestInt.get();
     ASSERT_FALSE(v.ok()) << bad;
@@ -60,9 +61,13 @@ TEST(ParamTest, MalformedValuesNameTheVariableAndTheAcceptedForm) {
     ScopedParamOverride o("COFAB_TEST_DOUBLE", "1.5");
     EXPECT_FALSE(kTestDouble.get().ok());
   }
+  for (const char* bad : {"nan", " 0.5", "+0.5", "0x1p-1", "0.5 "}) {
+    ScopedParamOverride o("COFAB_TEST_DOUBLE", bad);
+    EXPECT_FALSE(kTestDouble.get().ok()) << bad;
+  }
   {
-    ScopedParamOverride o("COFAB_TEST_DOUBLE", "nan");
-    EXPECT_FALSE(kTestDouble.get().ok());
+    ScopedParamOverride o("COFAB_TEST_DOUBLE", "2.5e-1");
+    EXPECT_DOUBLE_EQ(*kTestDouble.get(), 0.25);
   }
   {
     ScopedParamOverride o("COFAB_TEST_ENUM", "mesh");

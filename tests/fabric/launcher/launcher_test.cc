@@ -490,6 +490,9 @@ TEST(LauncherArgsTest, BadArgumentsAreExplained) {
   EXPECT_NE(noN.status().message().find("-n N is required"), std::string::npos);
   EXPECT_NE(parseLaunchArgs({"-n", "0", "prog"}).status().message().find("integer >= 1"),
             std::string::npos);
+  for (const char* lenient : {" 2", "+2", "2 "}) {  // strtol took the first two
+    EXPECT_FALSE(parseLaunchArgs({"-n", lenient, "prog"}).ok()) << "'" << lenient << "'";
+  }
   EXPECT_NE(parseLaunchArgs({"-n", "2", "--role", "bad", "prog"})
                 .status()
                 .message()

@@ -144,12 +144,16 @@ TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
       {{{"COFAB_RANK", "0"}, {"COFAB_STORE", "tcp://a:1"}}, "sets only one of"},
       {{{"COFAB_RANK", "x"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK='x'"},
       {{{"COFAB_RANK", "-1"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK='-1'"},
+      // Whole decimal numbers only (strtol took leading whitespace and a '+').
+      {{{"COFAB_RANK", " 1"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK=' 1'"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "+2"}}, "COFAB_WORLD_SIZE='+2'"},
       {{{"COFAB_RANK", "2"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", "tcp://a:1"}},
        "rank 2 is outside a world of 2"},
       {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "0"}, {"COFAB_STORE", "tcp://a:1"}},
        "at least 1"},
       {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "2"}}, "no store"},
-      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", ""}}, "COFAB_STORE is empty"},
+      {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", ""}},
+       "COFAB_STORE is empty"},
   };
   for (const auto& c : cases) {
     auto info = readBootstrapEnv(fakeEnv(c.env));
