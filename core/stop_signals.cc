@@ -31,11 +31,19 @@ void onStopSignal(int sig) {
   errno = saved;
 }
 
+// Stop signals the process was started with ignored (a shell's background command gets SIGINT
+// ignored, nohup's children SIGHUP): set by install(), before any thread reads it.
+bool gIgnored[2] = {false, false};
+constexpr int kStopSignals[2] = {SIGTERM, SIGINT};
+
+// The stop signals this process takes: an ignored one stays ignored, and out of the set (a
+// blocked signal is queued even when ignored, and pending() would then take it as a stop).
 sigset_t stopSet() {
   sigset_t s;
   sigemptyset(&s);
-  sigaddset(&s, SIGTERM);
-  sigaddset(&s, SIGINT);
+  for (int i = 0; i < 2; ++i) {
+    if (!gIgnored[i]) sigaddset(&s, kStopSignals[i]);
+  }
   return s;
 }
 
@@ -124,8 +132,12 @@ void StopSignals::install() {
     sa.sa_handler = onStopSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
+    for (int i = 0; i < 2; ++i) {
+      struct sigaction old {};
+      sigaction(kStopSignals[i], nullptr, &old);
+      gIgnored[i] = old.sa_handler == SIG_IGN;
+      if (!gIgnored[i]) sigaction(kStopSignals[i], &sa, nullptr);
+    }
     const sigset_t set = stopSet();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     maskInEveryThread();

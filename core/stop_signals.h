@@ -21,6 +21,8 @@ namespace cofab {
 
 class StopSignals {
  public:
+  // A stop signal the process was started with ignored stays ignored (and is never reported):
+  // `cofab-store &` in a script survives a Ctrl-C meant for the script's foreground command.
   // Blocks SIGTERM and SIGINT in the calling thread (threads it starts later inherit that, so
   // their system calls are not interrupted) and in every thread already running (best effort,
   // at most 1 s: uses SIGRTMIN+5 unless something else handles it, and its handler stays

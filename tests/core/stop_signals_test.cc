@@ -67,6 +67,23 @@ TEST(StopSignals, PendingSeesASignalSentWhileEveryThreadBlocksIt) {
   EXPECT_EQ(WEXITSTATUS(status), SIGINT);
 }
 
+// A stop signal the process was started with ignored stays ignored: a daemon started in the
+// background of a script (where the shell ignores SIGINT for it) is not stopped by a Ctrl-C
+// meant for the script's foreground command. install() replaced the disposition and the
+// daemon stopped.
+TEST(StopSignals, ASignalIgnoredAtStartStaysIgnored) {
+  const int status = inChild([] {
+    ::signal(SIGINT, SIG_IGN);
+    StopSignals::install();
+    ::kill(::getpid(), SIGINT);
+    if (StopSignals::pending() != 0) return 101;  // taken as a stop
+    ::kill(::getpid(), SIGTERM);                  // the other one still stops
+    return StopSignals::pending();
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "the process died by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), SIGTERM);
+}
+
 // Whether thread `tid` of this process blocks `sig` (/proc/self/task/<tid>/status, SigBlk).
 bool threadBlocks(pid_t tid, int sig) {
   std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/status");
