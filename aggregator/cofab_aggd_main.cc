@@ -126,9 +126,9 @@ int run(const std::vector<std::string>& args) {
   };
   std::unique_ptr<Store> store;
   if (c.peers.empty()) {
-    auto s =
-        untilStopped<std::unique_ptr<Store>>([&](Deadline d) { return openStore(c.storeUrl, d); },
-                                             Deadline::afterMs(c.connectTimeoutMs), &stopped);
+    auto s = untilStopped<std::unique_ptr<Store>>(
+        [&](Deadline d) { return openStore(c.storeUrl, d); }, Deadline::afterMs(c.connectTimeoutMs),
+        &stopped, kStoreConnectSliceMs);
     if (stopped != 0) return stoppedBeforeServing();
     if (!s.ok()) {
       std::cerr << "cofab-aggd: " << s.status().toString() << "\n";

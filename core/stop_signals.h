@@ -44,6 +44,13 @@ class StopSignals {
 // stopped while starting exits before it advertises itself. An attempt that must finish within
 // one slice (a connect: a slice's end abandons its handshake) needs a slice much longer than
 // one attempt takes.
+// The slice for a startup wait whose attempt opens a store connection: a TCP store's connect
+// gives each resolved address up to 2 s (fabric/rendezvous/tcp_socket.cc), so the default 200 ms
+// slice cut every attempt short of a store whose first address drops SYNs (a firewalled IPv6
+// record) or whose round trip is 200 ms or more, and the daemon gave up on a store the workers
+// reached. A stop request during it waits at most this long.
+inline constexpr int64_t kStoreConnectSliceMs = 5000;
+
 template <typename T>
 StatusOr<T> untilStopped(const std::function<StatusOr<T>(Deadline)>& attempt, Deadline deadline,
                          int* stopped, int64_t sliceMs = 200) {

@@ -111,8 +111,9 @@ int run(const std::vector<std::string>& args) {
   // workers would read a dead scheduler's address. So every startup wait is sliced, and a
   // pending stop ends the process before it publishes anything.
   int sig = 0;
-  auto store = untilStopped<std::unique_ptr<Store>>(
-      [&](Deadline d) { return openStore(storeUrl, d); }, Deadline::afterMs(60000), &sig);
+  auto store =
+      untilStopped<std::unique_ptr<Store>>([&](Deadline d) { return openStore(storeUrl, d); },
+                                           Deadline::afterMs(60000), &sig, kStoreConnectSliceMs);
   if (sig != 0) return stoppedBeforeServing(sig);
   if (!store.ok()) return fail(store.status().toString());
   if (o.numDestinations == 0) {
