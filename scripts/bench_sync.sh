@@ -81,9 +81,9 @@ for slow in $slows; do
     acc=$(grep -o "RESULT train_run .*test_acc=[0-9.]*" "$log" | grep -o "test_acc=[0-9.]*" | cut -d= -f2 || true)
     rate=$(grep -o "RESULT train_run .*samples_per_s=[0-9.]*" "$log" | grep -o "samples_per_s=[0-9.]*" | cut -d= -f2 || true)
     bytes=$(grep -o "RESULT sync_worker .*bytes_sent=[0-9]*" "$log" | grep -o "bytes_sent=[0-9]*" |
-            cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}')
+            cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}' || true)
     skipped=$(grep -o "RESULT sync_worker .*skipped=[0-9]*" "$log" | grep -o "skipped=[0-9]*" |
-              cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}')
+              cut -d= -f2 | awk '{s+=$1} END {printf "%.0f", s}' || true)
     reach=$(awk '$4 >= 0.85 { print $3, $5; exit }' "$out/$algo.$slow.curve")
     secs85=${reach% *}; ep85=${reach#* }
     [[ -z $reach ]] && secs85=none && ep85=none

@@ -21,9 +21,15 @@ fi
 
 bash "$root/scripts/setup.sh"
 if [[ -n "$sanitize" ]]; then
-  export BUILD_DIR=${BUILD_DIR:-$root/build-${sanitize%%,*}}
-  [[ "$sanitize" == address* ]] && export BUILD_DIR=$root/build-asan
-  [[ "$sanitize" == thread ]] && export BUILD_DIR=$root/build-tsan
+  # A BUILD_DIR given wins; else one directory per sanitizer, never the plain build's.
+  if [[ -z "${BUILD_DIR:-}" ]]; then
+    case "$sanitize" in
+      address*) BUILD_DIR=$root/build-asan ;;
+      thread) BUILD_DIR=$root/build-tsan ;;
+      *) BUILD_DIR=$root/build-${sanitize%%,*} ;;
+    esac
+  fi
+  export BUILD_DIR
   # Sanitized builds skip benchmarks: their numbers would mean nothing. They compile at -O1 with
   # line tables only (-g1), what the sanitizers' docs suggest and all their reports need: an ASan
   # build at -O2 -g took 569 s on the 2-core CI machine, and this halves it (one test file: 13.7 s

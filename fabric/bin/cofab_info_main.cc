@@ -8,7 +8,12 @@
 #include "fabric/bin/backend_probe.h"
 
 int main(int argc, char** argv) {
-  bool paramsOnly = argc > 1 && std::string(argv[1]) == "--params";
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (argc == 2 && (arg == "-h" || arg == "--help")) {
+    std::printf("usage: cofab-info [--params]\n");
+    return 0;
+  }
+  const bool paramsOnly = argc == 2 && arg == "--params";
   if (argc > 1 && !paramsOnly) {
     std::fprintf(stderr, "usage: cofab-info [--params]\n");
     return 2;
