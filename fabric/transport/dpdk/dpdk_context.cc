@@ -183,9 +183,13 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
     COFAB_ASSIGN_OR_RETURN(seed, kDropSeed.get());
   }
   e.dropSeed = static_cast<uint64_t>(seed);
+  // Options given in code take the ranges their variables have (a 5 ms peer timeout passed).
   int64_t timeout = dpdk.peerTimeoutMs;
   if (timeout <= 0) {
     COFAB_ASSIGN_OR_RETURN(timeout, kPeerTimeoutMs.get());
+  } else {
+    COFAB_ASSIGN_OR_RETURN(
+        timeout, kPeerTimeoutMs.parse(std::to_string(timeout), "DpdkOptions::peerTimeoutMs"));
   }
   e.peerTimeoutNs = static_cast<uint64_t>(timeout) * 1'000'000;
   int64_t spin = dpdk.idleSpinUs;
@@ -196,8 +200,13 @@ StatusOr<std::shared_ptr<Context>> createContext(const ContextOptions& options,
   int64_t nap = dpdk.idleNapUs;
   if (nap <= 0) {
     COFAB_ASSIGN_OR_RETURN(nap, kIdleNapUs.get());
+  } else {
+    COFAB_ASSIGN_OR_RETURN(nap, kIdleNapUs.parse(std::to_string(nap), "DpdkOptions::idleNapUs"));
   }
-  e.idleNapNs = static_cast<uint64_t>(nap) * 1000;
+  // A napping poller sends nothing, keepalives included (every peer timeout / 4 at most): a nap
+  // of up to 100 ms against a 50 ms peer timeout made idle peers fail each other. At most an
+  // eighth of the peer timeout, so two keepalives always fit.
+  e.idleNapNs = std::min<uint64_t>(static_cast<uint64_t>(nap) * 1000, e.peerTimeoutNs / 8);
   int64_t pipe = dpdk.pipeFrames;
   if (pipe == 0) {
     COFAB_ASSIGN_OR_RETURN(pipe, kPipeFrames.get());

@@ -184,7 +184,10 @@ StatusOr<Port*> Eal::acquirePort(const std::string& wanted) {
     names += (names.empty() ? "" : ", ") + p->name();
     if (!p->inUse.exchange(true)) return p.get();
   }
-  if (!ringMode_) {
+  // A port asked for by name is that port or an error, in ring mode too: a fresh ring port in
+  // its place connected nowhere (COFAB_DPDK_PORT=net_memif0 with the vdev missing from EAL's
+  // arguments), and connect later failed with "no answer".
+  if (!ringMode_ || !wanted.empty()) {
     if (names.empty()) {
       return InvalidArgument("no DPDK port named '" + wanted + "' (check COFAB_DPDK_VDEV)");
     }

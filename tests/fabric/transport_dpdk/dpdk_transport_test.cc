@@ -271,6 +271,30 @@ TEST(DpdkTransportOptions, ACorruptRateOutsideItsRangeIsRefused) {
   }
 }
 
+// A port asked for by name that this process does not have is an error, also where contexts
+// otherwise get in-process ring ports: one was made in its place, connected to nothing, and
+// the connect failed much later with no answer.
+TEST(DpdkTransportOptions, AnUnknownPortNameIsRefusedInRingModeToo) {
+  auto c = dpdk::createContext({.localId = "x"}, {.port = "net_memif7"});
+  if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("net_memif7"), std::string::npos) << c.status();
+}
+
+// Options given in code have their variables' ranges: a 5 ms peer timeout (the variable's
+// floor is 50) and a 1 s nap (its ceiling is 100 ms) passed unchecked.
+TEST(DpdkTransportOptions, APeerTimeoutOrNapOutsideTheVariablesRangesIsRefused) {
+  auto shortTimeout = dpdk::createContext({.localId = "x"}, {.peerTimeoutMs = 5});
+  if (shortTimeout.status().code() == StatusCode::kUnavailable)
+    GTEST_SKIP() << shortTimeout.status();
+  EXPECT_EQ(shortTimeout.status().code(), StatusCode::kInvalidArgument) << shortTimeout.status();
+  EXPECT_NE(shortTimeout.status().message().find("peerTimeoutMs"), std::string::npos)
+      << shortTimeout.status();
+  auto longNap = dpdk::createContext({.localId = "x"}, {.idleNapUs = 1'000'000});
+  EXPECT_EQ(longNap.status().code(), StatusCode::kInvalidArgument) << longNap.status();
+  EXPECT_NE(longNap.status().message().find("idleNapUs"), std::string::npos) << longNap.status();
+}
+
 TEST_F(DpdkTransportTest, ATinyPipeStallsTheSenderButLosesNothingUnderLoss) {
   // Four frames past the newest acknowledged one: the sender waits on acks all the time, and
   // holes below the pipe are still resent and filled.
