@@ -88,10 +88,7 @@ void Conn::send(const wire::Header& header, std::vector<ConstSlice> payload, Sen
     bad = FailedPrecondition("send on " + describe() + ": the connection is closed");
   }
   if (bad.ok() && !error_.ok()) bad = error_;
-  if (bad.ok() && peerGone_) {
-    bad = RemoteError("send on " + describe() +
-                      ": the peer closed the connection and is gone (nothing reaches it)");
-  }
+  if (bad.ok() && peerGone_) bad = goneWhy_;  // what status() says (nothing reaches the peer)
   if (!bad.ok()) {
     if (sends_.empty()) {
       if (done) done(bad);
@@ -269,6 +266,7 @@ void Conn::releaseSent() {
 
 void Conn::peerWentAway(const Status& why) {
   peerGone_ = true;
+  goneWhy_ = why;
   ackPending_ = false;
   releaseSent();
   {
@@ -828,6 +826,8 @@ void Conn::deliver() {
       if (inPayload_ || hdrGot_ > 0) {
         fail(RemoteError(describe() + ": the peer closed the connection in the middle of a "
                                       "message"));
+      } else if (peerGone_) {
+        fail(goneWhy_);  // the receives meet the error status() has said since it went away
       } else {
         fail(RemoteError(describe() + ": the peer closed the connection"));
       }

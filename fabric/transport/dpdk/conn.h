@@ -217,6 +217,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   uint32_t finSeq_ = 0;
   bool peerFinished() const { return finHeld_ && seqLess(finSeq_, rcvNxt_); }
   bool peerGone_ = false;  // ...and it answers no more: nothing is sent to it
+  Status goneWhy_;         // why (peerWentAway): the sticky Status, for later sends and the Fin
   // Reassembly of the current message.
   std::array<uint8_t, wire::kHeaderSize> hdrBuf_{};
   size_t hdrGot_ = 0;

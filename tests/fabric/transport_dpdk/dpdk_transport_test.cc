@@ -384,6 +384,11 @@ void expectDataThenClose(ConnPair& pair, const std::vector<uint8_t>& src) {
   pair.server->send(wire::Header{}, src.data(), 10, sent.sendCb());
   ASSERT_TRUE(sent.wait(1));
   EXPECT_FALSE(sent.statuses()[0].ok());
+  // One sticky Status (connection.h): the receive after the Fin and the later send fail with
+  // what status() says. They each said something else ("closed the connection", "is gone").
+  const Status sticky = pair.server->status();
+  EXPECT_EQ(got.statuses()[1].message(), sticky.message());
+  EXPECT_EQ(sent.statuses()[0].message(), sticky.message());
 }
 
 TEST_F(DpdkTransportTest, DataOfAPeerThatClosedAndResetStaysReadable) {
