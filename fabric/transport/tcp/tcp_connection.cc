@@ -35,11 +35,19 @@ ssize_t writeIov(int fd, iovec* iov, size_t count) {
 
 template <typename Slice>
 Status checkSlices(std::span<const Slice> slices, const char* what) {
+  size_t total = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     if (slices[i].data == nullptr && slices[i].size > 0) {
       return InvalidArgument(std::string(what) + ": slice " + std::to_string(i) +
                              " has a null pointer and " + std::to_string(slices[i].size) +
                              " bytes");
+    }
+    // The total must not wrap (a small payloadLength over huge iovecs: readv/sendmsg then fail
+    // the whole connection) nor pass what one readv/sendmsg can report.
+    if (__builtin_add_overflow(total, slices[i].size, &total) ||
+        total > static_cast<size_t>(SSIZE_MAX)) {
+      return InvalidArgument(std::string(what) + ": the slices add up to more than " +
+                             std::to_string(SSIZE_MAX) + " bytes");
     }
   }
   return OkStatus();

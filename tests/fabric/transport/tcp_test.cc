@@ -126,6 +126,36 @@ TEST(TcpTest, AddressParsing) {
 
 // A connect without a port (or to port 0) is a caller's mistake, said at once. Port 0 is
 // refused like a listener not up yet, and the connect retried until its deadline.
+// Slices whose sizes add up past 2^64 (or past what one readv/sendmsg reports) are the caller's
+// error, for that operation only. The sum wrapped to a small payload length that passed the
+// checks, and the syscall's EINVAL/EFAULT then failed the whole connection.
+TEST(TcpTest, SlicesThatAddUpPastTheLimitAreRefusedAndTheConnectionLives) {
+  TcpPair p;
+  ASSERT_NO_FATAL_FAILURE(connectTcpPair(&p));
+  uint8_t buf[8] = {};
+  const size_t half = size_t{1} << 63;
+  const ConstSlice wrapping[] = {{buf, half}, {buf, half}, {buf, 8}};  // "8 bytes"
+  Recorder sent;
+  p.conn.client->send(wire::Header{}, ConstSlices(wrapping), sent.sendCb());
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_EQ(sent.statuses()[0].code(), StatusCode::kInvalidArgument) << sent.statuses()[0];
+  const MutableSlice huge[] = {{buf, half}, {buf, half}, {buf, 8}};
+  Recorder got;
+  p.conn.server->recv(MutableSlices(huge), got.recvCb());
+  ASSERT_TRUE(got.wait(1));
+  EXPECT_EQ(got.statuses()[0].code(), StatusCode::kInvalidArgument) << got.statuses()[0];
+  EXPECT_TRUE(p.conn.client->status().ok()) << p.conn.client->status();
+  EXPECT_TRUE(p.conn.server->status().ok()) << p.conn.server->status();
+  const std::vector<uint8_t> message(100, 3);
+  std::vector<uint8_t> back(100);
+  Recorder after;
+  p.conn.server->recv(back.data(), back.size(), after.recvCb());
+  p.conn.client->send(wire::Header{}, message.data(), message.size(), after.sendCb());
+  ASSERT_TRUE(after.wait(2));
+  EXPECT_TRUE(after.statuses()[0].ok() && after.statuses()[1].ok());
+  EXPECT_EQ(back, message);
+}
+
 TEST(TcpTest, AConnectWithoutAPortIsRefusedAtOnce) {
   auto ctx = tcp::createContext({});
   ASSERT_TRUE(ctx.ok());
