@@ -72,7 +72,10 @@ bool CollectiveOp::test() {
     timeoutRequested_ = true;
     lock.unlock();
     comm_.reportTimeout(this);
+    return false;
   }
+  lock.unlock();
+  comm_.enforcePendingDeadlines(this);  // an earlier op's shorter deadline (docs/COLLECTIVES.md)
   return false;
 }
 
@@ -85,7 +88,14 @@ Status CollectiveOp::status() const {
 Status CollectiveOp::wait(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!done_) {
-    const Deadline wake = timeoutRequested_ ? deadline : deadline.min(deadline_);
+    // The ops this one waits behind (running, or posted point-to-point) may end sooner: their
+    // deadlines are enforced by whoever waits, on any handle. Asked without our lock (the
+    // communicator's lock is never taken inside an op's).
+    lock.unlock();
+    const Deadline others = comm_.pendingDeadline(this);
+    lock.lock();
+    if (done_) break;
+    const Deadline wake = (timeoutRequested_ ? deadline : deadline.min(deadline_)).min(others);
     if (wake.isNever()) {
       cv_.wait(lock);
     } else {
@@ -98,6 +108,12 @@ Status CollectiveOp::wait(Deadline deadline) {
       timeoutRequested_ = true;
       lock.unlock();
       comm_.reportTimeout(this);
+      lock.lock();
+      continue;
+    }
+    if (others.expired()) {
+      lock.unlock();
+      comm_.enforcePendingDeadlines(this);
       lock.lock();
       continue;
     }

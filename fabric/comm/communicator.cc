@@ -425,6 +425,32 @@ void Communicator::launch(std::shared_ptr<CollectiveOp> op) {
   pending = nullptr;
 }
 
+Deadline Communicator::pendingDeadline(const CollectiveOp* self) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Deadline earliest = Deadline::never();
+  if (failing_ || !error_.ok()) return earliest;
+  if (running_ && running_.get() != self) earliest = earliest.min(running_->deadline());
+  for (const auto& [raw, op] : posted_) {
+    if (raw != self) earliest = earliest.min(op->deadline());
+  }
+  return earliest;
+}
+
+void Communicator::enforcePendingDeadlines(const CollectiveOp* self) {
+  std::shared_ptr<CollectiveOp> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failing_ || !error_.ok()) return;
+    if (running_ && running_.get() != self && running_->deadline().expired()) {
+      expired = running_;
+    }
+    for (const auto& [raw, op] : posted_) {
+      if (!expired && raw != self && op->deadline().expired()) expired = op;
+    }
+  }
+  if (expired) reportTimeout(expired.get());  // re-checked there under the lock
+}
+
 void Communicator::notePathOp(const std::shared_ptr<PendingOp>& op) {
   Status failed;
   {

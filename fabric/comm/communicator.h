@@ -107,6 +107,12 @@ class Communicator {
   void submit(const std::shared_ptr<CollectiveOp>& op);
   // Called by the running op when it completed (any thread, no op lock held).
   void opFinished(CollectiveOp* op);
+  // The earliest deadline of the running op and the posted point-to-point ones other than
+  // `self` (never while the communicator is failing: the failure ends them all).
+  Deadline pendingDeadline(const CollectiveOp* self) const;
+  // Reports the timeout of such an op whose deadline has passed: a caller waiting on (or
+  // polling) a later op enforces it, as the op's own waiter would.
+  void enforcePendingDeadlines(const CollectiveOp* self);
   // An allreduce started on the CommOptions::allreducePath, outside the queue: tracked so that
   // the communicator's failure (abort() included) and its destruction cancel it while it runs.
   // Cancelled at once when the communicator has failed already.

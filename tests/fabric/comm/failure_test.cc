@@ -295,6 +295,28 @@ TEST(CommDeadline, WaitingOnALaterOpStillNamesWhoTheRunningOneMissed) {
   EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
 }
 
+// Waiting on a later op enforces the shorter deadline of the op it waits behind: the running
+// allreduce's 300 ms pass, and the barrier queued behind it (no deadline of its own) fails with
+// the report naming the rank that did not arrive. The wait slept to its own deadline (or for
+// ever) instead.
+TEST(CommDeadline, WaitingOnALaterOpEnforcesTheRunningOnesShorterDeadline) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "100");
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(1000, 1.0f);
+  AllreduceOptions o;
+  o.timeout = Millis(300);
+  auto first = allreduceAsync(*g->comms[0], TensorView(a.data(), a.size(), DType::kF32),
+                              TensorView(a.data(), a.size(), DType::kF32), o);
+  CollectiveOptions forever;
+  forever.deadline = Deadline::never();
+  auto behind = barrierAsync(*g->comms[0], forever);
+  const Status s = behind.wait(Deadline::afterMs(30000));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("rank(s) 1 did not arrive"), std::string::npos) << s;
+  EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
   auto g = makeGroup(3);
   ASSERT_TRUE(g);
