@@ -147,7 +147,8 @@ StatusOr<BootstrapInfo> readBootstrapEnv(const EnvLookup& env) {
           chosen->source + " set COFAB_STORE=tcp://host:port (cofab-store) or file:///dir");
     }
     COFAB_ASSIGN_OR_RETURN(int p, parseInt("MASTER_PORT", port));
-    if (p + 1 > 65535) return fail("MASTER_PORT too large");
+    // Port 0 is no rendezvous port (the store would go to port 1).
+    if (p < 1 || p + 1 > 65535) return fail("MASTER_PORT must be in 1..65534, got " + port);
     chosen->storeUrl = "tcp://" + addr + ":" + std::to_string(p + 1);
   } else {
     return fail("no store: set COFAB_STORE=tcp://host:port or file:///dir");

@@ -147,6 +147,9 @@ TEST(BootstrapEnvTest, MissingAndMalformedValuesListWhatWasSeen) {
       // Whole decimal numbers only (strtol took leading whitespace and a '+').
       {{{"COFAB_RANK", " 1"}, {"COFAB_WORLD_SIZE", "2"}}, "COFAB_RANK=' 1'"},
       {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "+2"}}, "COFAB_WORLD_SIZE='+2'"},
+      // torchrun's port 0 put the store on port 1.
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "0"}},
+       "MASTER_PORT must be in 1..65534"},
       {{{"COFAB_RANK", "2"}, {"COFAB_WORLD_SIZE", "2"}, {"COFAB_STORE", "tcp://a:1"}},
        "rank 2 is outside a world of 2"},
       {{{"COFAB_RANK", "0"}, {"COFAB_WORLD_SIZE", "0"}, {"COFAB_STORE", "tcp://a:1"}},
