@@ -76,7 +76,9 @@ int run(const std::vector<std::string>& args) {
     const std::string& v = args[++i];
     // Byte counts and rates: parseIntIn, so "-1" is an error (strtoull wrapped it to 2^64-1).
     auto integer = [&](int64_t min, int64_t max) { return parseIntIn(v, a, min, max); };
-    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    // The flags take their variables' ranges (COFAB_SCHED_DEST_BYTES / COFAB_SCHED_RATE end at
+    // 2^40): --rate 2000000000000 passed where the same value in the variable was refused.
+    constexpr int64_t kMax = int64_t{1} << 40;
     if (a == "--store") {
       storeUrl = v;
     } else if (a == "--store-prefix") {

@@ -44,6 +44,9 @@ TEST(CofabSchedCli, NegativeOrMalformedSizesExit1NamingTheOption) {
       {"--dest-bytes 0", "--dest-bytes expects an integer"},
       {"--dest-bytes 12x", "--dest-bytes expects an integer"},
       {"--rate 18446744073709551616", "--rate expects an integer"},
+      // The variables' ranges (2^40): the flags took up to 2^63 - 1.
+      {"--rate 2000000000000", "--rate expects an integer"},
+      {"--dest-bytes 2000000000000", "--dest-bytes expects an integer"},
       {"--destinations 4097", "--destinations expects an integer"},
       {"--dest-bytes 4096 --bogus 1", "unknown option --bogus"},
   };
