@@ -654,6 +654,14 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
       std::vector<int> named;
       for (int r : missing) (at(r) < breakAt ? done : named).push_back(r);
       missing = named;
+      // Seen and silent: those before the rank just ahead of the first waiting one returned
+      // too (the root, and whoever forwarded everything); that rank, seen but silent, is where
+      // the chain stopped. They were all named "stopped or stuck".
+      std::vector<int> stillSilent;
+      for (int r : silent) (at(r) < firstWaiting - 1 ? done : stillSilent).push_back(r);
+      silent = stillSilent;
+      std::sort(done.begin(), done.end());
+      done.erase(std::unique(done.begin(), done.end()), done.end());  // unseen ones are silent too
     }
   }
   std::string msg = sig.describe() + " on communicator '" + name_ + "' did not complete by its "
@@ -675,6 +683,10 @@ Status Communicator::timeoutStatus(CollectiveOp* op) {
                               diagnosticGrace())
                               .count()) +
            " ms (stopped or stuck, or waiting with a later deadline)";
+    if (!done.empty()) {
+      msg += "; rank(s) " + rankList(done) +
+             ", early in the broadcast's chain, did their part and returned";
+    }
   } else if (missing.empty()) {
     msg += ": every rank arrived but the operation did not finish (a peer is stuck, or the "
            "timeout is too short for this size)";
