@@ -309,11 +309,22 @@ void Engine::shutdownAll() {
   for (auto& c : all) c->fail(Cancelled("the dpdk context was closed"));
   flushTx(true);
   reapDone();
-  {
-    std::lock_guard<std::mutex> lock(postMu_);
-    stopped_ = true;
+  // What was posted before stopped_ runs here, against closed connections, before stopped_ is
+  // set: once it is, posts fail and their callbacks run on the off-loop thread, which must not
+  // overlap (or overtake) a callback of an earlier op of the same connection still run here.
+  // Bounded: a callback that posts again on every failure would keep the ring busy for ever.
+  for (int round = 0;; ++round) {
+    {
+      std::lock_guard<std::mutex> lock(postMu_);
+      if (round == 64 || (rte_ring_empty(commands_) != 0 && overflow_.empty())) {
+        stopped_ = true;
+        break;
+      }
+    }
+    drainCommands();
+    reapDone();
   }
-  drainCommands();  // what was posted before stopped_: runs against closed connections
+  drainCommands();  // only after 64 rounds of callbacks that kept posting
   reapDone();
   void* batch[32];
   unsigned n;
