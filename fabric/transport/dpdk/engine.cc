@@ -559,6 +559,14 @@ void Engine::handleSynAck(const ParsedFrame& f) {
   auto it = connecting_.find(f.header.dstConn);
   if (it == connecting_.end()) return;  // a duplicate: the connection is up already
   Connecting& c = *it->second;
+  if (c.deadline.expired()) {
+    // Received first (pollRx runs before timers) after the deadline: connect() has returned
+    // DeadlineExceeded, or will; a connection set up now would be owned by nobody, its
+    // keepalives holding the peer's accepted end open until this context is joined.
+    expireConnect(c);
+    connecting_.erase(it);
+    return;
+  }
   c.conn->setEstablished(f.src, f.header.srcConn, setUpPeerId(f));
   c.conn->lastHeardNs_ = monoNs();
   finishConnect(c, OkStatus());
@@ -574,6 +582,14 @@ void Engine::sendSyn(Connecting& c, uint64_t now) {
   c.intervalNs =
       c.intervalNs == 0 ? kSynFirstIntervalNs : std::min(c.intervalNs * 2, kSynMaxIntervalNs);
   c.nextSynNs = now + c.intervalNs;
+}
+
+void Engine::expireConnect(Connecting& c) {
+  const Status s = DeadlineExceeded(
+      "connect to " + c.conn->peerAddressText() + ": no connection before the deadline after " +
+      std::to_string(c.attempts) + " attempt(s); last: " + c.lastProblem);
+  finishConnect(c, s);
+  c.conn->fail(s);
 }
 
 void Engine::finishConnect(Connecting& c, const Status& s) {
@@ -625,11 +641,7 @@ void Engine::timers(uint64_t now) {
   for (auto it = connecting_.begin(); it != connecting_.end();) {
     Connecting& c = *it->second;
     if (c.deadline.expired()) {
-      const Status s = DeadlineExceeded(
-          "connect to " + c.conn->peerAddressText() + ": no connection before the deadline after " +
-          std::to_string(c.attempts) + " attempt(s); last: " + c.lastProblem);
-      finishConnect(c, s);
-      c.conn->fail(s);
+      expireConnect(c);
       it = connecting_.erase(it);
       continue;
     }

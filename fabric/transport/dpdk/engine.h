@@ -170,6 +170,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The peer's id in a set-up frame whose block setUpAddressesMatch() accepted.
   static std::string setUpPeerId(const ParsedFrame& f);
   void finishConnect(Connecting& c, const Status& s);
+  // The connect's deadline passed (timers, or a SynAck that came too late): it fails.
+  void expireConnect(Connecting& c);
   void timers(uint64_t now);
   void pumpAll(uint64_t now);
   // Whether some connection waits for acks of frames it sent (Conn::awaitingAck).
