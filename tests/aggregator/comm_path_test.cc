@@ -34,6 +34,24 @@ double roundsCompleted(DaemonCluster& cluster) {
   return total;
 }
 
+// Rank `rank`'s communicator whose allreduces go through the daemons, and the push-pull client
+// its aggregator path shares.
+struct PathComm {
+  std::shared_ptr<ps::PushPullClient> client;
+  std::unique_ptr<comm::Communicator> comm;
+};
+StatusOr<PathComm> pathComm(DaemonCluster& cluster, Store* store, int rank, int size,
+                            const std::string& name, const ps::ClientOptions& co = {}) {
+  PathComm pc;
+  COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
+  pc.client = std::move(client);
+  comm::CommOptions o;
+  o.name = name;
+  o.allreducePath = ps::aggregatorAllreducePath(pc.client);
+  COFAB_ASSIGN_OR_RETURN(pc.comm, comm::Communicator::create(rank, size, store, o));
+  return pc;
+}
+
 TEST(CommAllreducePath, SumAndAverageGoThroughTheDaemonsBitExact) {
   DaemonCluster cluster(2, kWorkers);
   ASSERT_TRUE(cluster.start().ok());
@@ -43,12 +61,10 @@ TEST(CommAllreducePath, SumAndAverageGoThroughTheDaemonsBitExact) {
   auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
     ps::ClientOptions co;
     co.chunkBytes = 4096;
-    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank, co));
-    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
-    comm::CommOptions o;
-    o.name = "comm-path";
-    o.allreducePath = ps::aggregatorAllreducePath(shared);
-    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, kWorkers, &commStore, o));
+    COFAB_ASSIGN_OR_RETURN(PathComm pc,
+                           pathComm(cluster, &commStore, rank, kWorkers, "comm-path", co));
+    std::shared_ptr<ps::PushPullClient> shared = pc.client;
+    std::unique_ptr<comm::Communicator> c = std::move(pc.comm);
     if (c->allreducePath() == nullptr || c->allreducePath()->name() != "aggregators") {
       return Internal("communicator does not report its aggregator path");
     }
@@ -90,12 +106,10 @@ TEST(CommAllreducePath, MinMaxAndIntegersStayOnThePeers) {
   ASSERT_TRUE(cluster.start().ok());
   HashStore commStore;
   auto statuses = runThreadRanks(kWorkers, [&](int rank) -> Status {
-    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
-    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
-    comm::CommOptions o;
-    o.name = "comm-path-peers";
-    o.allreducePath = ps::aggregatorAllreducePath(shared);
-    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, kWorkers, &commStore, o));
+    COFAB_ASSIGN_OR_RETURN(PathComm pc,
+                           pathComm(cluster, &commStore, rank, kWorkers, "comm-path-peers"));
+    std::shared_ptr<ps::PushPullClient> shared = pc.client;
+    std::unique_ptr<comm::Communicator> c = std::move(pc.comm);
     std::vector<float> x(100, static_cast<float>(rank));
     comm::AllreduceOptions mx;
     mx.op = comm::ReduceOp::kMax;
@@ -198,12 +212,10 @@ TEST(CommAllreducePath, TheCollectiveTimeoutCancelsThePushPullAndFailsThePathFor
   std::shared_future<void> gaveUp = rank0GaveUp.get_future().share();
   std::shared_future<void> done = rank1Done.get_future().share();
   auto statuses = runThreadRanks(2, [&](int rank) -> Status {
-    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
-    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
-    comm::CommOptions o;
-    o.name = "comm-path-timeout";
-    o.allreducePath = ps::aggregatorAllreducePath(shared);
-    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    COFAB_ASSIGN_OR_RETURN(PathComm pc,
+                           pathComm(cluster, &commStore, rank, 2, "comm-path-timeout"));
+    std::shared_ptr<ps::PushPullClient> shared = pc.client;
+    std::unique_ptr<comm::Communicator> c = std::move(pc.comm);
     std::vector<float> in(kCount, 1.0f);
     if (rank == 0) {
       comm::AllreduceOptions a;
@@ -257,12 +269,9 @@ TEST(CommAllreducePath, AbortCancelsAnAllreduceRunningOnThePath) {
   std::promise<void> rank0Done;
   std::shared_future<void> done = rank0Done.get_future().share();
   auto statuses = runThreadRanks(2, [&](int rank) -> Status {
-    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
-    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
-    comm::CommOptions o;
-    o.name = "comm-path-abort";
-    o.allreducePath = ps::aggregatorAllreducePath(shared);
-    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    COFAB_ASSIGN_OR_RETURN(PathComm pc, pathComm(cluster, &commStore, rank, 2, "comm-path-abort"));
+    std::shared_ptr<ps::PushPullClient> shared = pc.client;
+    std::unique_ptr<comm::Communicator> c = std::move(pc.comm);
     if (rank == 1) {  // never joins the allreduce
       (void)done.wait_for(std::chrono::seconds(30));
       return OkStatus();
@@ -297,12 +306,9 @@ TEST(CommAllreducePath, PollingTestEnforcesTheCollectiveTimeout) {
   std::promise<void> rank0Done;
   std::shared_future<void> done = rank0Done.get_future().share();
   auto statuses = runThreadRanks(2, [&](int rank) -> Status {
-    COFAB_ASSIGN_OR_RETURN(auto client, cluster.connect(rank));
-    std::shared_ptr<ps::PushPullClient> shared(std::move(client));
-    comm::CommOptions o;
-    o.name = "comm-path-poll";
-    o.allreducePath = ps::aggregatorAllreducePath(shared);
-    COFAB_ASSIGN_OR_RETURN(auto c, comm::Communicator::create(rank, 2, &commStore, o));
+    COFAB_ASSIGN_OR_RETURN(PathComm pc, pathComm(cluster, &commStore, rank, 2, "comm-path-poll"));
+    std::shared_ptr<ps::PushPullClient> shared = pc.client;
+    std::unique_ptr<comm::Communicator> c = std::move(pc.comm);
     if (rank == 1) {  // never joins the allreduce
       (void)done.wait_for(std::chrono::seconds(30));
       return OkStatus();

@@ -81,6 +81,34 @@ int rawConnect(Listener& l) {
   return fd;
 }
 
+// A server context with one connection accepted from a raw socket that sent the Hello: the
+// test plays the peer byte by byte on `fd`.
+struct RawPeerPair {
+  std::shared_ptr<Context> context;
+  std::unique_ptr<Listener> listener;
+  int fd = -1;
+  std::shared_ptr<Connection> conn;
+};
+
+// Fills `p`; call through ASSERT_NO_FATAL_FAILURE.
+void acceptRawPeer(RawPeerPair* p) {
+  auto s = tcp::createContext({.localId = "s"});
+  ASSERT_TRUE(s.ok());
+  p->context = *s;
+  auto l = p->context->listen({});
+  ASSERT_TRUE(l.ok());
+  p->listener = std::move(*l);
+  p->fd = rawConnect(*p->listener);
+  ASSERT_GE(p->fd, 0);
+  wire::Header hello;
+  hello.type = wire::MessageType::kHello;
+  const auto b = wire::encodeHeader(hello);
+  ASSERT_EQ(::write(p->fd, b.data(), b.size()), 64);
+  auto a = p->listener->accept(testDeadline());
+  ASSERT_TRUE(a.ok()) << a.status();
+  p->conn = std::move(*a);
+}
+
 TEST(TcpTest, UnknownInterfaceFailsLoudlyListingTheAvailableOnes) {
   ScopedParamOverride o("COFAB_SOCKET_IFNAME", "nosuchif0");
   auto c = tcp::createContext({});
@@ -615,18 +643,9 @@ TEST(TcpTest, AMessageSentBeforeCloseArrivesWhenTheCloserHasUnreadInput) {
 // reset still gets it. The reset used to fail the connection as soon as its event arrived with
 // no receive posted, dropping the message.
 TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
-  auto s = tcp::createContext({.localId = "s"});
-  ASSERT_TRUE(s.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  const int fd = rawConnect(**l);
-  ASSERT_GE(fd, 0);
-  wire::Header hello;
-  hello.type = wire::MessageType::kHello;
-  const auto b = wire::encodeHeader(hello);
-  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok()) << a.status();
+  RawPeerPair p;
+  ASSERT_NO_FATAL_FAILURE(acceptRawPeer(&p));
+  const int fd = p.fd;
   const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
   // One write: a second small write could wait behind Nagle and be lost with the reset.
   const auto h = wire::encodeHeader(wire::Header{.key = 9, .payloadLength = payload.size()});
@@ -638,43 +657,34 @@ TEST(TcpTest, AMessageThatArrivedBeforeAResetIsStillReceived) {
   ::close(fd);  // unread HelloAck + SO_LINGER 0: a RST
   // The reset's event reaches the server's loop before anything is posted, and is known there
   // (a caller polling status() for liveness is told), while the message stays receivable.
-  for (const Deadline d = testDeadline(); (*a)->status().ok() && !d.expired();) {
+  for (const Deadline d = testDeadline(); p.conn->status().ok() && !d.expired();) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_EQ((*a)->status().code(), StatusCode::kRemoteError) << (*a)->status();
+  EXPECT_EQ(p.conn->status().code(), StatusCode::kRemoteError) << p.conn->status();
   std::vector<uint8_t> got(payload.size());
   Recorder rec;
-  (*a)->recv(got.data(), got.size(), rec.recvCb());
+  p.conn->recv(got.data(), got.size(), rec.recvCb());
   ASSERT_TRUE(rec.wait(1));
   ASSERT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
   EXPECT_EQ(rec.headers()[0].key, 9u);
   EXPECT_EQ(got, payload);
   Recorder after;
-  (*a)->recv(got.data(), got.size(), after.recvCb());
+  p.conn->recv(got.data(), got.size(), after.recvCb());
   ASSERT_TRUE(after.wait(1));
   EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
   // The same Status as status(): the first error is sticky (connection.h). The receive got
   // "closed the connection" from the read that met the end, while status() said the reset.
-  EXPECT_EQ(after.statuses()[0].message(), (*a)->status().message());
+  EXPECT_EQ(after.statuses()[0].message(), p.conn->status().message());
 }
 
 // close() from a receive's callback ends the connection there: a receive posted behind it fails
 // with Cancelled even when its message is already in the same read. The read loop went on and
 // completed it OK after close() had returned (status() already said Cancelled).
 TEST(TcpTest, CloseFromACallbackCancelsTheReceivesBehindIt) {
-  auto s = tcp::createContext({.localId = "s"});
-  ASSERT_TRUE(s.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  const int fd = rawConnect(**l);
-  ASSERT_GE(fd, 0);
-  wire::Header hello;
-  hello.type = wire::MessageType::kHello;
-  const auto b = wire::encodeHeader(hello);
-  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok()) << a.status();
-  std::shared_ptr<Connection> conn = std::move(*a);
+  RawPeerPair p;
+  ASSERT_NO_FATAL_FAILURE(acceptRawPeer(&p));
+  const int fd = p.fd;
+  std::shared_ptr<Connection> conn = p.conn;
   uint8_t first[8], second[8];
   Recorder rec;
   conn->recv(first, sizeof(first), [&rec, conn](const Status& st, const wire::Header& h) {
@@ -700,18 +710,9 @@ TEST(TcpTest, CloseFromACallbackCancelsTheReceivesBehindIt) {
 // received. The failing write used to close the socket with the message unread and fail the
 // receives with "sendmsg: Broken pipe".
 TEST(TcpTest, ASendAfterAResetDoesNotDiscardTheMessagesThatArrivedBeforeIt) {
-  auto s = tcp::createContext({.localId = "s"});
-  ASSERT_TRUE(s.ok());
-  auto l = (*s)->listen({});
-  ASSERT_TRUE(l.ok());
-  const int fd = rawConnect(**l);
-  ASSERT_GE(fd, 0);
-  wire::Header hello;
-  hello.type = wire::MessageType::kHello;
-  const auto b = wire::encodeHeader(hello);
-  ASSERT_EQ(::write(fd, b.data(), b.size()), 64);
-  auto a = (*l)->accept(testDeadline());
-  ASSERT_TRUE(a.ok()) << a.status();
+  RawPeerPair p;
+  ASSERT_NO_FATAL_FAILURE(acceptRawPeer(&p));
+  const int fd = p.fd;
   const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
   const auto h = wire::encodeHeader(wire::Header{.key = 9, .payloadLength = payload.size()});
   std::vector<uint8_t> message(h.begin(), h.end());
@@ -720,25 +721,25 @@ TEST(TcpTest, ASendAfterAResetDoesNotDiscardTheMessagesThatArrivedBeforeIt) {
   const linger abortive{.l_onoff = 1, .l_linger = 0};
   ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)), 0);
   ::close(fd);
-  for (const Deadline d = testDeadline(); (*a)->status().ok() && !d.expired();) {
+  for (const Deadline d = testDeadline(); p.conn->status().ok() && !d.expired();) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  const Status sticky = (*a)->status();
+  const Status sticky = p.conn->status();
   ASSERT_EQ(sticky.code(), StatusCode::kRemoteError) << sticky;
   std::vector<uint8_t> out(64, 7);
   Recorder sent;
-  (*a)->send(wire::Header{.key = 1, .payloadLength = out.size()}, out.data(), out.size(),
-             sent.sendCb());
+  p.conn->send(wire::Header{.key = 1, .payloadLength = out.size()}, out.data(), out.size(),
+               sent.sendCb());
   ASSERT_TRUE(sent.wait(1));
   EXPECT_EQ(sent.statuses()[0].code(), sticky.code()) << sent.statuses()[0];
   std::vector<uint8_t> got(payload.size());
   Recorder rec;
-  (*a)->recv(got.data(), got.size(), rec.recvCb());
+  p.conn->recv(got.data(), got.size(), rec.recvCb());
   ASSERT_TRUE(rec.wait(1));
   ASSERT_TRUE(rec.statuses()[0].ok()) << rec.statuses()[0];
   EXPECT_EQ(got, payload);
   Recorder after;
-  (*a)->recv(got.data(), got.size(), after.recvCb());
+  p.conn->recv(got.data(), got.size(), after.recvCb());
   ASSERT_TRUE(after.wait(1));
   EXPECT_EQ(after.statuses()[0].code(), StatusCode::kRemoteError) << after.statuses()[0];
 }
