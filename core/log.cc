@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -93,8 +94,18 @@ LogLine::LogLine(LogLevel level, std::string_view subsystem) {
 
 LogLine::~LogLine() {
   stream_ << '\n';
-  std::string s = stream_.str();
-  (void)!write(2, s.data(), s.size());
+  const std::string s = stream_.str();
+  // One write() per line; a short one (a pipe taking part of a long line, a signal) is
+  // finished rather than cut.
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    const ssize_t n = ::write(2, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr closed or failing: nowhere to say it
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
 }
 
 }  // namespace detail

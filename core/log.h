@@ -5,7 +5,9 @@
 // COFAB_LOG_LEVEL (error|warn|info|debug|trace, default warn) sets the threshold;
 // COFAB_LOG_SUBSYS (comma list, default all) keeps only those subsystems. The rank prefix is set
 // once per process by Bootstrap (setLogRank). Lines are written with one write() each, so lines
-// from several threads never interleave. Not for hot paths: check logEnabled() first there.
+// from several threads do not interleave, up to PIPE_BUF (4096) bytes where stderr is a pipe
+// (under cofab-run): a longer line may be split by another thread's. Not for hot paths: check
+// logEnabled() first there.
 #pragma once
 
 #include <sstream>
