@@ -1,5 +1,6 @@
 #include "fabric/comm/collective_op.h"
 
+#include <optional>
 #include <string>
 
 #include "fabric/comm/communicator.h"
@@ -68,6 +69,8 @@ bool CollectiveOp::done() const {
 bool CollectiveOp::test() {
   std::unique_lock<std::mutex> lock(mu_);
   if (done_) return true;
+  // Taken while not done: the communicator outlives the calls below even if we complete now.
+  Communicator::OpCall call(comm_);
   if (!timeoutRequested_ && deadline_.expired()) {
     timeoutRequested_ = true;
     lock.unlock();
@@ -88,9 +91,11 @@ Status CollectiveOp::status() const {
 Status CollectiveOp::wait(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!done_) {
-    // The ops this one waits behind (running, or posted point-to-point) may end sooner: their
-    // deadlines are enforced by whoever waits, on any handle. Asked without our lock (the
-    // communicator's lock is never taken inside an op's).
+    // The ops this one waits behind (running, posted point-to-point, queued ahead) may end
+    // sooner: their deadlines are enforced by whoever waits, on any handle. Asked without our
+    // lock (an op takes the communicator's lock inside its own, never the other way round),
+    // under an OpCall taken while not done: the communicator cannot be freed meanwhile.
+    std::optional<Communicator::OpCall> call(std::in_place, comm_);
     lock.unlock();
     const Deadline others = comm_.pendingDeadline(this);
     lock.lock();

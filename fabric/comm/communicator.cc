@@ -317,6 +317,8 @@ Communicator::~Communicator() {
     std::unique_lock<std::mutex> lock(mu_);
     idle_.wait(lock, [this] { return idle(); });
   }
+  // A waiter on a finished op may still be inside pendingDeadline() and the like (OpCall).
+  while (opCalls_.load() != 0) std::this_thread::yield();
   if (failThread_.joinable()) failThread_.join();
   for (auto& c : conns_) {
     if (c) c->close();
@@ -425,30 +427,44 @@ void Communicator::launch(std::shared_ptr<CollectiveOp> op) {
   pending = nullptr;
 }
 
+std::vector<std::shared_ptr<CollectiveOp>> Communicator::opsAheadOf(
+    const CollectiveOp* self) const {
+  std::vector<std::shared_ptr<CollectiveOp>> ahead;
+  if (failing_ || !error_.ok()) return ahead;
+  if (running_ && running_.get() != self) ahead.push_back(running_);
+  for (const auto& [raw, op] : posted_) {
+    if (raw != self) ahead.push_back(op);
+  }
+  const bool queued = std::any_of(queue_.begin(), queue_.end(),
+                                  [self](const auto& op) { return op.get() == self; });
+  for (const auto& op : queue_) {
+    if (!queued || op.get() == self) break;
+    ahead.push_back(op);
+  }
+  return ahead;
+}
+
 Deadline Communicator::pendingDeadline(const CollectiveOp* self) const {
   std::lock_guard<std::mutex> lock(mu_);
   Deadline earliest = Deadline::never();
-  if (failing_ || !error_.ok()) return earliest;
-  if (running_ && running_.get() != self) earliest = earliest.min(running_->deadline());
-  for (const auto& [raw, op] : posted_) {
-    if (raw != self) earliest = earliest.min(op->deadline());
-  }
+  for (const auto& op : opsAheadOf(self)) earliest = earliest.min(op->deadline());
   return earliest;
 }
 
 void Communicator::enforcePendingDeadlines(const CollectiveOp* self) {
-  std::shared_ptr<CollectiveOp> expired;
+  std::vector<std::shared_ptr<CollectiveOp>> ahead;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failing_ || !error_.ok()) return;
-    if (running_ && running_.get() != self && running_->deadline().expired()) {
-      expired = running_;
-    }
-    for (const auto& [raw, op] : posted_) {
-      if (!expired && raw != self && op->deadline().expired()) expired = op;
+    ahead = opsAheadOf(self);
+  }
+  for (const auto& op : ahead) {
+    // done() outside mu_ (an op takes the communicator's lock inside its own): one that just
+    // completed may still be in running_ until opFinished, and is no timeout.
+    if (op->deadline().expired() && !op->done()) {
+      reportTimeout(op.get());  // re-checked there under the lock
+      return;
     }
   }
-  if (expired) reportTimeout(expired.get());  // re-checked there under the lock
 }
 
 void Communicator::notePathOp(const std::shared_ptr<PendingOp>& op) {

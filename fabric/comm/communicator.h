@@ -107,12 +107,26 @@ class Communicator {
   void submit(const std::shared_ptr<CollectiveOp>& op);
   // Called by the running op when it completed (any thread, no op lock held).
   void opFinished(CollectiveOp* op);
-  // The earliest deadline of the running op and the posted point-to-point ones other than
-  // `self` (never while the communicator is failing: the failure ends them all).
+  // The earliest deadline of the ops `self` waits behind: the running op, the posted
+  // point-to-point ones and the ops queued ahead of it (never while the communicator is
+  // failing: the failure ends them all).
   Deadline pendingDeadline(const CollectiveOp* self) const;
-  // Reports the timeout of such an op whose deadline has passed: a caller waiting on (or
-  // polling) a later op enforces it, as the op's own waiter would.
+  // Reports the timeout of such an op whose deadline has passed and which is not done: a caller
+  // waiting on (or polling) a later op enforces it, as the op's own waiter would.
   void enforcePendingDeadlines(const CollectiveOp* self);
+  // Held by an op's wait()/test() while it calls the communicator with its own lock released;
+  // taken while the op is not done (so the communicator still waits for it to be): the
+  // destructor waits for every one to be let go before it frees anything.
+  class OpCall {
+   public:
+    explicit OpCall(Communicator& c) : c_(c) { c_.opCalls_.fetch_add(1); }
+    ~OpCall() { c_.opCalls_.fetch_sub(1); }
+    OpCall(const OpCall&) = delete;
+    OpCall& operator=(const OpCall&) = delete;
+
+   private:
+    Communicator& c_;
+  };
   // An allreduce started on the CommOptions::allreducePath, outside the queue: tracked so that
   // the communicator's failure (abort() included) and its destruction cancel it while it runs.
   // Cancelled at once when the communicator has failed already.
@@ -136,6 +150,8 @@ class Communicator {
   Duration diagnosticGrace() const;
 
  private:
+  // Under mu_: the ops pendingDeadline() counts.
+  std::vector<std::shared_ptr<CollectiveOp>> opsAheadOf(const CollectiveOp* self) const;
   // The path's allreduces not yet destroyed (notePathOp), done or not.
   std::vector<std::shared_ptr<PendingOp>> livePathOps() const;
   Communicator(int rank, int size, Store* store, std::string name, std::string prefix,
@@ -191,6 +207,7 @@ class Communicator {
   // write and the wait for a peer's published cause can take the diagnostic grace).
   Status failingWith_;
   std::vector<std::weak_ptr<PendingOp>> pathOps_;  // notePathOp; expired ones pruned there
+  std::atomic<int> opCalls_{0};                    // OpCall
   std::thread failThread_;  // runs handleFailure() (joined by the destructor)
   uint64_t splits_ = 0;
 };

@@ -317,6 +317,30 @@ TEST(CommDeadline, WaitingOnALaterOpEnforcesTheRunningOnesShorterDeadline) {
   EXPECT_EQ(first.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
 }
 
+// The same with the shorter deadline on an op queued ahead: the barrier's wait enforces it (the
+// report says what held that op's queue up) instead of sleeping to the running op's deadline.
+TEST(CommDeadline, WaitingOnALaterOpEnforcesAQueuedOnesShorterDeadline) {
+  ScopedParamOverride grace("COFAB_COMM_DIAG_GRACE_MS", "100");
+  auto g = makeGroup(2);
+  ASSERT_TRUE(g);
+  std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+  AllreduceOptions slow, quickOne;
+  slow.timeout = Millis(10000);
+  quickOne.timeout = Millis(300);
+  auto running = allreduceAsync(*g->comms[0], TensorView(a.data(), a.size(), DType::kF32),
+                                TensorView(a.data(), a.size(), DType::kF32), slow);
+  auto queued = allreduceAsync(*g->comms[0], TensorView(b.data(), b.size(), DType::kF32),
+                               TensorView(b.data(), b.size(), DType::kF32), quickOne);
+  CollectiveOptions forever;
+  forever.deadline = Deadline::never();
+  auto behind = barrierAsync(*g->comms[0], forever);
+  const Status s = behind.wait(Deadline::afterMs(30000));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("reached its deadline still queued behind"), std::string::npos) << s;
+  EXPECT_EQ(queued.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(running.wait(Deadline::afterMs(20000)).code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(CommAbort, AbortFailsPendingOperationsOnEveryRank) {
   auto g = makeGroup(3);
   ASSERT_TRUE(g);
