@@ -103,6 +103,10 @@ class PushPullPending final : public comm::PendingOp {
     // Closing the client is the only way to stop a push-pull: the path fails for good.
     const std::span<const PushPullHandle> one(&handle_, 1);
     (void)waitEveryHandle(state_->client(), one, Deadline::afterMs(0));
+    if (state_->client().status().ok()) {
+      expired_ = Status();  // it completed meanwhile (the client was not closed): its own status
+      return;
+    }
     state_->noteEnd(why);
   }
 
