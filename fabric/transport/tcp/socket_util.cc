@@ -35,20 +35,12 @@ std::string SockAddr::toString() const {
   return "<family " + std::to_string(family()) + ">";
 }
 
-uint16_t SockAddr::port() const {
-  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  if (family() == AF_INET6) {
-    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
-  }
-  return 0;
-}
-
 StatusOr<SockAddr> parseAddress(std::string_view text) {
   COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> all, resolveAddresses(text));
   return all.front();
 }
 
-StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text) {
+StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text, bool requirePort) {
   std::string host;
   std::string port = "0";
   if (text.empty()) return InvalidArgument("tcp address is empty (expected host:port)");
@@ -91,6 +83,12 @@ StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text) {
       errno != 0 || p < 0 || p > 65535) {
     return InvalidArgument("tcp address '" + std::string(text) + "': port '" + port +
                            "' is not a number in [0, 65535]");
+  }
+  // Checked before the lookup: a connect to a name not in DNS (yet) retries that until its
+  // deadline, and port 0 is refused by every host, retried like a listener not up yet.
+  if (requirePort && p == 0) {
+    return InvalidArgument("tcp address '" + std::string(text) +
+                           "': no port (expected host:port, port 1..65535)");
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

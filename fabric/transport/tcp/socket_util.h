@@ -51,8 +51,6 @@ struct SockAddr {
   int family() const { return storage.ss_family; }
   // "127.0.0.1:5000" or "[::1]:5000".
   std::string toString() const;
-  // The port in host order (0: none given, or another family).
-  uint16_t port() const;
 };
 
 // Parses "host:port", "[v6]:port" or "host" (port 0). Host names are resolved (getaddrinfo);
@@ -62,7 +60,9 @@ struct SockAddr {
 StatusOr<SockAddr> parseAddress(std::string_view text);
 // The same, with every address the host resolves to (IPv4 and IPv6, getaddrinfo's order);
 // parseAddress is the first of them.
-StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text);
+// `requirePort`: no port, or port 0, is InvalidArgument before any name lookup (a connect's
+// address; a listen's may leave the port to the kernel).
+StatusOr<std::vector<SockAddr>> resolveAddresses(std::string_view text, bool requirePort = false);
 
 // The first IPv4 (else IPv6) address of interface `ifname`; InvalidArgument listing the
 // interfaces and their addresses when it does not exist or has no address.

@@ -231,7 +231,7 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
   }
   // Resolved again until the deadline while the name does not resolve (yet): a peer's DNS
   // record may appear only once it runs (cofab-aggd --peers agg-0:7000 before agg-0 exists).
-  StatusOr<std::vector<SockAddr>> parsed = resolveAddresses(address);
+  StatusOr<std::vector<SockAddr>> parsed = resolveAddresses(address, /*requirePort=*/true);
   for (auto backoff = Millis(10);
        !parsed.ok() && parsed.status().code() == StatusCode::kUnavailable;
        backoff = std::min<Millis>(backoff * 2, Millis(500))) {
@@ -241,15 +241,9 @@ StatusOr<std::shared_ptr<Connection>> TcpContext::connect(const std::string& add
                               " (until the deadline)");
     }
     std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
-    parsed = resolveAddresses(address);
+    parsed = resolveAddresses(address, /*requirePort=*/true);
   }
   COFAB_ASSIGN_OR_RETURN(std::vector<SockAddr> addr, std::move(parsed));
-  // Port 0 (none given) is refused by every host: retried as "connection refused" until the
-  // deadline, it looked like a listener that was not up yet.
-  if (addr.front().port() == 0) {
-    return InvalidArgument("tcp connect to '" + address +
-                           "': no port (expected host:port, port 1..65535)");
-  }
   const int n = state_->socketsPerPeer;
   if (n == 1) return connectSocket(addr, address, options, StripeGroup{}, deadline);
   // The token only has to tell this connection's sockets apart from other groups in flight at

@@ -152,8 +152,6 @@ TEST(TcpTest, AddressParsing) {
   EXPECT_EQ(a->toString(), "127.0.0.1:5000");
 }
 
-// A connect without a port (or to port 0) is a caller's mistake, said at once. Port 0 is
-// refused like a listener not up yet, and the connect retried until its deadline.
 // Slices whose sizes add up past 2^64 (or past what one readv/sendmsg reports) are the caller's
 // error, for that operation only. The sum wrapped to a small payload length that passed the
 // checks, and the syscall's EINVAL/EFAULT then failed the whole connection.
@@ -184,10 +182,14 @@ TEST(TcpTest, SlicesThatAddUpPastTheLimitAreRefusedAndTheConnectionLives) {
   EXPECT_EQ(back, message);
 }
 
+// A connect without a port (or to port 0) is a caller's mistake, said at once. Port 0 is
+// refused like a listener not up yet, and the connect retried until its deadline; a name not
+// in DNS was retried so before the port was looked at.
 TEST(TcpTest, AConnectWithoutAPortIsRefusedAtOnce) {
   auto ctx = tcp::createContext({});
   ASSERT_TRUE(ctx.ok());
-  for (const char* address : {"127.0.0.1", "127.0.0.1:0", "[::1]:0"}) {
+  for (const char* address :
+       {"127.0.0.1", "127.0.0.1:0", "[::1]:0", "cofab-no-such-host.invalid"}) {
     auto c = (*ctx)->connect(address, {}, Deadline::afterMs(20000));
     ASSERT_FALSE(c.ok()) << address;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << address << ": " << c.status();
