@@ -37,13 +37,6 @@ class StopSignals {
   static int wait();
 };
 
-// A startup wait that a stop request ends early: runs attempt(sliceDeadline) in slices of at
-// most `sliceMs` until it gives anything but DeadlineExceeded or `deadline` passes, and looks
-// for a stop request (StopSignals::pending()) after each slice. On one, *stopped is its number
-// and the last attempt's result is returned; otherwise *stopped is 0. Daemons use it so that one
-// stopped while starting exits before it advertises itself. An attempt that must finish within
-// one slice (a connect: a slice's end abandons its handshake) needs a slice much longer than
-// one attempt takes.
 // The slice for a startup wait whose attempt opens a store connection: a TCP store's connect
 // gives each resolved address up to 2 s (fabric/rendezvous/tcp_socket.cc), so the default 200 ms
 // slice cut every attempt short of a store whose first address drops SYNs (a firewalled IPv6
@@ -51,6 +44,13 @@ class StopSignals {
 // reached. A stop request during it waits at most this long.
 inline constexpr int64_t kStoreConnectSliceMs = 5000;
 
+// A startup wait that a stop request ends early: runs attempt(sliceDeadline) in slices of at
+// most `sliceMs` until it gives anything but DeadlineExceeded or `deadline` passes, and looks
+// for a stop request (StopSignals::pending()) after each slice. On one, *stopped is its number
+// and the last attempt's result is returned; otherwise *stopped is 0. Daemons use it so that one
+// stopped while starting exits before it advertises itself. An attempt that must finish within
+// one slice (a connect: a slice's end abandons its handshake) needs a slice much longer than
+// one attempt takes.
 template <typename T>
 StatusOr<T> untilStopped(const std::function<StatusOr<T>(Deadline)>& attempt, Deadline deadline,
                          int* stopped, int64_t sliceMs = 200) {
