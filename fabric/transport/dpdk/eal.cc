@@ -25,7 +25,12 @@ COFAB_PARAM_STRING(kEalArgs, "COFAB_DPDK_EAL_ARGS",
 COFAB_PARAM_STRING(kVdev, "COFAB_DPDK_VDEV", "",
                    "';'-separated --vdev values, e.g. net_memif0,role=server,socket=/tmp/x.sock; "
                    "empty: in-process ring ports");
-COFAB_PARAM_INT(kMbufs, "COFAB_DPDK_MBUFS", 8191, 1023, 1 << 20, "mbufs in each port's pool");
+// At least 4095: data frames stop below 512 free mbufs (acks must always find one), frames past a
+// hole are held only above 1024 free, and a port's RX ring and the per-lcore cache (256) take
+// theirs first. With the old floor, 1023, every frame past a hole was dropped (loss recovery
+// turned go-back-N), and on a port whose RX ring is filled from the pool no data frame was
+// ever built.
+COFAB_PARAM_INT(kMbufs, "COFAB_DPDK_MBUFS", 8191, 4095, 1 << 20, "mbufs in each port's pool");
 COFAB_PARAM_INT(kMtu, "COFAB_DPDK_MTU", 1500, 576, 9000,
                 "IP MTU of dpdk frames (capped by what the port allows, and at 2034 by the "
                 "2 KiB mbuf)");
@@ -177,6 +182,9 @@ StatusOr<Port*> Eal::setupPort(uint16_t portId, rte_ring* ringRx, rte_ring* ring
 }
 
 StatusOr<Port*> Eal::acquirePort(const std::string& wanted) {
+  // Checked for every context, not only where a port's pool is made: a malformed or too small
+  // setting is an error whether or not this context gets a port made earlier.
+  COFAB_RETURN_IF_ERROR(kMbufs.get().status());
   std::lock_guard<std::mutex> lock(mu_);
   std::string names;
   for (auto& p : ports_) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/param.h"
 #include "fabric/transport/dpdk/factory.h"
 #include "fabric/transport/dpdk/frame.h"
 #include "tests/fabric/transport/transport_test_util.h"
@@ -279,6 +280,17 @@ TEST(DpdkTransportOptions, AnUnknownPortNameIsRefusedInRingModeToo) {
   if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
   EXPECT_NE(c.status().message().find("net_memif7"), std::string::npos) << c.status();
+}
+
+// A pool too small for the transport's thresholds is refused when the port is set up: with
+// 1023 mbufs (the old floor) every frame past a hole was dropped, and a port whose RX ring is
+// filled from the pool never built a data frame.
+TEST(DpdkTransportOptions, AnMbufPoolBelowTheThresholdsIsRefused) {
+  ScopedParamOverride small("COFAB_DPDK_MBUFS", "1023");
+  auto c = dpdk::createContext({.localId = "x"});
+  if (c.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << c.status();
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("COFAB_DPDK_MBUFS"), std::string::npos) << c.status();
 }
 
 // Options given in code have their variables' ranges: a 5 ms peer timeout (the variable's
