@@ -11,6 +11,7 @@
 // running ops alive.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,8 @@ class CollectiveOp {
 
   // Handle side.
   bool done() const;
+  // done() without the op's lock (any lock may be held).
+  bool completed() const { return done_.load(); }
   // done(), and past the op's own deadline asks the communicator to time it out, as wait()
   // does: a caller that only polls gets its DeadlineExceeded too.
   bool test();
@@ -110,7 +113,9 @@ class CollectiveOp {
   bool failed_ = false;
   bool failureHandled_ = false;
   bool timeoutRequested_ = false;
-  bool done_ = false;
+  // Written under mu_; atomic so that the communicator may read it under its own lock
+  // (completed()) without taking an op's lock inside the communicator's.
+  std::atomic<bool> done_{false};
   Status status_;
   std::vector<bool> heard_;
 };

@@ -317,9 +317,11 @@ Communicator::~Communicator() {
     std::unique_lock<std::mutex> lock(mu_);
     idle_.wait(lock, [this] { return idle(); });
   }
-  // A waiter on a finished op may still be inside pendingDeadline() and the like (OpCall).
-  while (opCalls_.load() != 0) std::this_thread::yield();
   if (failThread_.joinable()) failThread_.join();
+  // Every op is done now (the failure procedure completes the queued ones after idle() already
+  // holds, so only after its join), and no new OpCall can be taken; a waiter may still be
+  // inside pendingDeadline() and the like with one taken before.
+  while (opCalls_.load() != 0) std::this_thread::yield();
   for (auto& c : conns_) {
     if (c) c->close();
   }
@@ -565,7 +567,8 @@ void Communicator::reportTimeout(CollectiveOp* op) {
       op == nullptr || running_.get() == op ||
       posted_.count(op) > 0 ||
       std::any_of(queue_.begin(), queue_.end(), [op](const auto& p) { return p.get() == op; });
-  if (!pending) return;
+  // Nor one that completed and is still listed until opFinished: its waiter returned OK.
+  if (!pending || (op != nullptr && op->completed())) return;
   failing_ = true;
   failingWith_ = DeadlineExceeded("communicator '" + name_ + "' rank " + std::to_string(rank_) +
                                   ": an operation timed out (finding out who is missing)");

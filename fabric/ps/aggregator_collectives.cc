@@ -102,9 +102,10 @@ class PushPullPending final : public comm::PendingOp {
     expired_ = why;
     // Closing the client is the only way to stop a push-pull: the path fails for good.
     const std::span<const PushPullHandle> one(&handle_, 1);
-    (void)waitEveryHandle(state_->client(), one, Deadline::afterMs(0));
-    if (state_->client().status().ok()) {
-      expired_ = Status();  // it completed meanwhile (the client was not closed): its own status
+    // OK: it completed meanwhile (judged by the op, not by the shared client, which another
+    // op's deadline may have closed): its own status stands.
+    if (waitEveryHandle(state_->client(), one, Deadline::afterMs(0)).ok()) {
+      expired_ = Status();
       return;
     }
     state_->noteEnd(why);
