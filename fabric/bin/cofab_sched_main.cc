@@ -76,9 +76,6 @@ int run(const std::vector<std::string>& args) {
     const std::string& v = args[++i];
     // Byte counts and rates: parseIntIn, so "-1" is an error (strtoull wrapped it to 2^64-1).
     auto integer = [&](int64_t min, int64_t max) { return parseIntIn(v, a, min, max); };
-    // The flags take their variables' ranges (COFAB_SCHED_DEST_BYTES / COFAB_SCHED_RATE end at
-    // 2^40): --rate 2000000000000 passed where the same value in the variable was refused.
-    constexpr int64_t kMax = int64_t{1} << 40;
     if (a == "--store") {
       storeUrl = v;
     } else if (a == "--store-prefix") {
@@ -90,8 +87,10 @@ int run(const std::vector<std::string>& args) {
     } else if (a == "--transport") {
       o.transport = v;
     } else if (a == "--destinations" || a == "--dest-bytes" || a == "--rate") {
-      auto n =
-          a == "--destinations" ? integer(1, 4096) : integer(a == "--dest-bytes" ? 1 : 0, kMax);
+      // The byte flags take their variables' ranges (transfer::parseDestBytes / parseRate).
+      auto n = a == "--destinations" ? integer(1, 4096)
+               : a == "--dest-bytes" ? transfer::parseDestBytes(v, a)
+                                     : transfer::parseRate(v, a);
       if (!n.ok()) return fail(n.status().message() + "\n" + kUsage);
       if (a == "--destinations") {
         o.numDestinations = static_cast<int>(*n);

@@ -23,6 +23,13 @@ COFAB_PARAM_INT(kSchedRate, "COFAB_SCHED_RATE", 0, 0, int64_t{1} << 40,
 
 std::string schedulerAddressKey(const std::string& prefix) { return prefix + "/address"; }
 
+StatusOr<int64_t> parseDestBytes(const std::string& text, const std::string& source) {
+  return kSchedDestBytes.parse(text, source);
+}
+StatusOr<int64_t> parseRate(const std::string& text, const std::string& source) {
+  return kSchedRate.parse(text, source);
+}
+
 namespace {
 
 struct Conn {

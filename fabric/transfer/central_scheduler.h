@@ -53,6 +53,10 @@ inline constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 30;
 
 // Store key under which cofab-sched registers its address ("<prefix>/address").
 std::string schedulerAddressKey(const std::string& prefix);
+// cofab-sched's --dest-bytes / --rate, parsed with the ranges of COFAB_SCHED_DEST_BYTES /
+// COFAB_SCHED_RATE (a flag and its variable accept the same values).
+StatusOr<int64_t> parseDestBytes(const std::string& text, const std::string& source);
+StatusOr<int64_t> parseRate(const std::string& text, const std::string& source);
 
 struct SchedulerOptions {
   int numDestinations = 1;  // the aggregator daemons (destination ids 0..n-1)
