@@ -275,7 +275,7 @@ class PushPullClient::Impl {
       // Wait for every grant so the first chunks already respect the windows.
       std::unique_lock<std::mutex> lock(mu_);
       // A daemon lost meanwhile grants nothing: its backup serves its chunks (replication), or
-      // everything failed (sticky_); either wakes this wait.
+      // everything failed (sticky_); either wakes this wait. The names only for the error.
       const auto waitingFor = [&] {
         std::string names;
         for (size_t s = 0; s < servers_.size(); ++s) {
@@ -284,8 +284,11 @@ class PushPullClient::Impl {
         }
         return names;
       };
-      if (!stopCv_.wait_until(lock, deadline.when(),
-                              [&] { return !sticky_.ok() || waitingFor().empty(); })) {
+      const auto answered = [&] {
+        return std::all_of(servers_.begin(), servers_.end(),
+                           [](const ServerState& sv) { return sv.granted || sv.dead; });
+      };
+      if (!stopCv_.wait_until(lock, deadline.when(), [&] { return !sticky_.ok() || answered(); })) {
         return DeadlineExceeded("worker " + std::to_string(rank_) + ": " + waitingFor() +
                                 " sent no credit grant (COFAB_PS_CREDITS is on: run "
                                 "cofab-aggd with --credit-bytes > 0, or turn it off)");
